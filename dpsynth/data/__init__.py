@@ -1,0 +1,10 @@
+"""Datasets: registry, loaders, schemas, presets and user files."""
+from .images import ImageData
+from .presets import PRESETS, PresetData, load_preset
+from .registry import DATASETS, get_info, is_available, list_datasets, load_dataset
+from .schema import Column, Schema
+from .tabular import TableData
+from .user import read_table
+
+__all__ = ["DATASETS", "PRESETS", "Column", "ImageData", "PresetData", "Schema", "TableData",
+           "get_info", "is_available", "list_datasets", "load_dataset", "load_preset", "read_table"]

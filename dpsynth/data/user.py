@@ -1,0 +1,74 @@
+"""User tables from CSV, Parquet or NumPy files, with a schema the user declares.
+
+Nothing about the data is inferred: column types, categories, bounds and the
+label's classes all come from the schema. The file is only checked against it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataValidationError, InvalidParameterError, SchemaError
+from .schema import Schema
+
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz"}
+
+
+def read_table(path, schema: Schema | str | Path, *, label: str | None = None) -> pd.DataFrame:
+    """Read a user table and validate it against a declared schema.
+
+    NumPy arrays have no column names: their columns are taken in schema order
+    (feature columns, then the label if the schema has one). ``.npz`` files must
+    hold a single array. Returns the validated DataFrame.
+    """
+    path = Path(path)
+    if not isinstance(schema, Schema):
+        schema = Schema.from_json(schema)
+    if label is not None and label != schema.label:
+        raise SchemaError(
+            f"label {label!r} was given but the schema's label is {schema.label!r}; they must agree."
+        )
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise InvalidParameterError(
+            f"unsupported file type {path.suffix!r} for {path}; use one of {sorted(SUFFIXES)}."
+        )
+    if not path.is_file():
+        raise DataValidationError(f"data file {path} does not exist.")
+    if kind == "csv":
+        df = pd.read_csv(path, dtype=str, keep_default_na=True)
+    elif kind == "parquet":
+        try:
+            df = pd.read_parquet(path)
+        except ImportError as exc:  # pragma: no cover - pyarrow missing
+            raise InvalidParameterError("reading Parquet needs pyarrow: pip install 'dpsynth[parquet]'") from exc
+    else:
+        if kind == "npz":
+            with np.load(path, allow_pickle=False) as z:
+                if len(z.files) != 1:
+                    raise DataValidationError(f"{path} holds {len(z.files)} arrays; save exactly one.")
+                arr = z[z.files[0]]
+        else:
+            arr = np.load(path, allow_pickle=False)
+        names = [c.name for c in schema.columns] + ([schema.label] if schema.label else [])
+        if arr.ndim != 2 or arr.shape[1] != len(names):
+            raise DataValidationError(
+                f"{path} holds an array of shape {arr.shape}; the schema needs 2-D with {len(names)} "
+                f"columns ({names[:5]}...) in schema order."
+            )
+        df = pd.DataFrame(arr, columns=names)
+        for c in schema.columns:
+            if c.kind == "categorical":
+                df[c.name] = df[c.name].map(_category_str)
+        if schema.label:
+            df[schema.label] = df[schema.label].map(_category_str)
+    return schema.validate(df)
+
+
+def _category_str(v) -> str:
+    """NumPy numbers as category strings: 1.0 -> '1', 'a' -> 'a'."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)

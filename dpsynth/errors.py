@@ -1,0 +1,44 @@
+"""Typed exceptions. Each subclasses a built-in so generic handlers still work.
+
+Messages name the parameter, what is allowed, what was given, and the fix.
+"""
+
+
+class DpsynthError(Exception):
+    """Base class of every error dpsynth raises on purpose."""
+
+
+class InvalidParameterError(DpsynthError, ValueError):
+    """A parameter is outside its allowed range or has the wrong type."""
+
+
+class DataValidationError(DpsynthError, ValueError):
+    """The data handed in cannot be used (NaN, empty, one class, bad shapes...)."""
+
+
+class SchemaError(DpsynthError, ValueError):
+    """A table schema is malformed or does not match the data."""
+
+
+class PrivacyBudgetError(DpsynthError, ValueError):
+    """A release would exceed the declared privacy budget."""
+
+
+class UnknownNameError(DpsynthError, LookupError):
+    """A registry lookup (dataset, method, accountant, feature map) failed."""
+
+
+class DatasetNotFoundError(DpsynthError, LookupError):
+    """A dataset's files are not on disk and could not be downloaded."""
+
+
+class ArtifactError(DpsynthError, ValueError):
+    """A saved release or model on disk is missing, corrupt or of another version."""
+
+
+def unknown_name(kind: str, given: str, known) -> UnknownNameError:
+    """Build the standard 'unknown NAME' error listing what is allowed."""
+    known = sorted(known)
+    return UnknownNameError(
+        f"unknown {kind} {given!r}; choose one of: {', '.join(known)}"
+    )

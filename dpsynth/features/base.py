@@ -1,0 +1,44 @@
+"""The feature-map interface and registry.
+
+A feature map turns a batch of records ``(n, ...)`` into features ``(n, D)``.
+It declares ``norm_bound``: a proven upper bound on ``||phi(x)||_2`` for every
+possible input, from which the sensitivity of a mean embedding follows. Its
+``spec()`` is JSON and rebuilds an identical map with :func:`build_feature_map`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from ..errors import unknown_name
+
+FEATURE_MAPS: dict[str, type] = {}
+
+
+def register(cls):
+    FEATURE_MAPS[cls.name] = cls
+    return cls
+
+
+class FeatureMap(ABC):
+    name: str = ""
+    norm_bound: float = 1.0
+
+    @property
+    @abstractmethod
+    def out_dim(self) -> int: ...
+
+    @abstractmethod
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def spec(self) -> dict: ...
+
+
+def build_feature_map(spec: dict) -> FeatureMap:
+    spec = dict(spec)
+    kind = spec.pop("name", None)
+    if kind not in FEATURE_MAPS:
+        raise unknown_name("feature map", str(kind), FEATURE_MAPS)
+    return FEATURE_MAPS[kind](**spec)

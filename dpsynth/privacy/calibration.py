@@ -1,0 +1,231 @@
+"""Noise calibration: sigma from (epsilon, delta) and a plan of releases, and back.
+
+Everything here runs before any private record is read. A *plan* says what
+will be released with one base noise multiplier ``sigma`` (noise std divided by
+L2 sensitivity):
+
+* ``multipliers``: one-shot Gaussian releases with multipliers ``m_i * sigma``
+  (DP-NTK: ``(1,)``; DP-MEPF: ``(1, 1, 10)``);
+* ``sample_rate``/``steps``: ``steps`` Poisson-subsampled Gaussian steps with
+  multiplier ``sigma`` at rate ``q`` (DP-SGD).
+
+Accountants, by name: ``pld`` (dp-accounting's privacy-loss-distribution
+accountant, pessimistic estimate; the default), ``rdp`` (dp-accounting's Renyi
+accountant; looser, never tighter than PLD), ``exact`` (closed-form analytic
+Gaussian, for plans without subsampling only).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import dp_accounting
+from dp_accounting import pld, rdp
+from dp_accounting.mechanism_calibration import ExplicitBracketInterval, LowerEndpointAndGuess
+
+from ..errors import InvalidParameterError, unknown_name
+from ..validation import check_delta, check_epsilon, check_positive, check_probability
+from . import analytic
+
+ACCOUNTANTS = ("pld", "rdp", "exact")
+NEIGHBOURING = {
+    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+}
+#: PLD discretisation of the privacy loss; 1e-4 keeps sigma within ~1e-5 of exact.
+PLD_DISCRETIZATION = 1e-4
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The releases one budget pays for, as multiples of one base sigma."""
+
+    multipliers: tuple[float, ...] = (1.0,)
+    sample_rate: float | None = None
+    steps: int = 0
+    neighbouring: str = "add_remove"
+    _validated: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        mults = tuple(float(check_positive(m, "multipliers[i]")) for m in self.multipliers)
+        object.__setattr__(self, "multipliers", mults)
+        if self.sample_rate is not None:
+            object.__setattr__(self, "sample_rate", check_probability(self.sample_rate, "sample_rate"))
+            object.__setattr__(self, "steps", int(check_positive(self.steps, "steps", integer=True)))
+        elif self.steps:
+            raise InvalidParameterError(
+                f"steps={self.steps} was given without sample_rate; DP-SGD plans need both "
+                f"(sample_rate = batch size / number of records)."
+            )
+        if not mults and self.sample_rate is None:
+            raise InvalidParameterError(
+                "a privacy plan needs at least one release: give multipliers (one-shot "
+                "releases) or sample_rate and steps (DP-SGD)."
+            )
+        if self.neighbouring not in NEIGHBOURING:
+            raise unknown_name("neighbouring relation", self.neighbouring, NEIGHBOURING)
+
+    @property
+    def subsampled(self) -> bool:
+        return self.sample_rate is not None
+
+    def event(self, sigma: float) -> dp_accounting.DpEvent:
+        events = [dp_accounting.GaussianDpEvent(m * sigma) for m in self.multipliers]
+        if self.subsampled:
+            step = dp_accounting.PoissonSampledDpEvent(
+                self.sample_rate, dp_accounting.GaussianDpEvent(sigma)
+            )
+            events.append(dp_accounting.SelfComposedDpEvent(step, self.steps))
+        return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+
+    def to_dict(self) -> dict:
+        return {
+            "multipliers": list(self.multipliers),
+            "sample_rate": self.sample_rate,
+            "steps": self.steps,
+            "neighbouring": self.neighbouring,
+        }
+
+    def describe(self) -> str:
+        parts = []
+        if self.multipliers:
+            mult = ",".join(f"{m:g}" for m in self.multipliers)
+            parts.append(f"{len(self.multipliers)} Gaussian release(s) at sigma x [{mult}]")
+        if self.subsampled:
+            parts.append(
+                f"{self.steps} Poisson-subsampled Gaussian steps at q={self.sample_rate:g} "
+                f"({self.neighbouring})"
+            )
+        return " + ".join(parts)
+
+
+def _check_accountant(name: str, plan: PrivacyPlan) -> str:
+    if name not in ACCOUNTANTS:
+        raise unknown_name("accountant", name, ACCOUNTANTS)
+    if name == "exact" and plan.subsampled:
+        raise InvalidParameterError(
+            "accountant='exact' has a closed form only for plans of plain Gaussian releases; "
+            "this plan is subsampled (DP-SGD). Use accountant='pld' (tight) or 'rdp'."
+        )
+    if name == "rdp" and plan.subsampled and plan.neighbouring != "add_remove":
+        raise InvalidParameterError(
+            "accountant='rdp' supports Poisson subsampling only under add/remove neighbours; "
+            "use neighbouring='add_remove' or accountant='pld'."
+        )
+    return name
+
+
+def _accountant(name: str, plan: PrivacyPlan):
+    relation = NEIGHBOURING[plan.neighbouring] if plan.subsampled else NEIGHBOURING["add_remove"]
+    if name == "pld":
+        return pld.PLDAccountant(relation, value_discretization_interval=PLD_DISCRETIZATION)
+    # RDP drops orders whose series does not converge (a valid, looser bound) and
+    # says so through absl at WARNING for every call: keep that out of user logs.
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return rdp.RdpAccountant(neighboring_relation=relation)
+
+
+def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = None,
+                      accountant: str = "pld") -> float:
+    """Epsilon spent by ``plan`` run with base noise multiplier ``sigma`` at ``delta``."""
+    plan = plan or PrivacyPlan()
+    sigma = check_positive(sigma, "sigma")
+    delta = check_delta(delta)
+    _check_accountant(accountant, plan)
+    if accountant == "exact":
+        return analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers), delta)
+    acc = _accountant(accountant, plan)
+    acc.compose(plan.event(sigma))
+    return float(acc.get_epsilon(delta))
+
+
+def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = None,
+                    accountant: str = "pld") -> float:
+    """Smallest base noise multiplier for which ``plan`` is (epsilon, delta)-DP.
+
+    The result is verified: ``epsilon_for_sigma(result) <= epsilon`` under the
+    same accountant.
+    """
+    plan = plan or PrivacyPlan()
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    _check_accountant(accountant, plan)
+    gaussian_only = not plan.subsampled
+    if gaussian_only:
+        guess = analytic.sigma_for(epsilon, delta) / analytic.effective_multiplier(plan.multipliers)
+        if accountant == "exact":
+            return guess
+    else:
+        guess = None
+
+    def make_accountant():
+        return _accountant(accountant, plan)
+
+    def eps_of(s: float) -> float:
+        acc = make_accountant()
+        acc.compose(plan.event(s))
+        return float(acc.get_epsilon(delta))
+
+    brackets = []
+    if guess is not None:
+        # PLD is pessimistic and RDP looser, so the answer lies at or above the exact one.
+        brackets.append(ExplicitBracketInterval(guess * 0.999, guess * (3.0 if accountant == "rdp" else 1.01)))
+        brackets.append(LowerEndpointAndGuess(guess * 0.5, guess * 2))
+    else:
+        # RDP is never tighter than PLD, so its (fast) answer bounds the PLD one from above.
+        # Under replace-one a step is at most as leaky as add/remove with half the noise.
+        upper = None
+        if accountant == "pld":
+            add_remove = PrivacyPlan(plan.multipliers, plan.sample_rate, plan.steps, "add_remove")
+            factor = 1.0 if plan.neighbouring == "add_remove" else 2.0
+            upper = factor * calibrate_sigma(epsilon, delta, add_remove, "rdp")
+        if upper is not None:
+            brackets.append(ExplicitBracketInterval(upper * 0.5, upper))
+            brackets.append(LowerEndpointAndGuess(upper * 0.1, upper))
+        else:
+            brackets.append(LowerEndpointAndGuess(0.1, 1.0))
+    sigma = None
+    for bracket in brackets:
+        try:
+            sigma = dp_accounting.calibrate_dp_mechanism(
+                make_accountant, plan.event, epsilon, delta, bracket,
+                tol=1e-7 * (guess or 1.0) if guess else 1e-5,
+            )
+            break
+        except (ValueError, dp_accounting.mechanism_calibration.NoBracketIntervalFoundError):
+            continue
+    if sigma is None:  # pragma: no cover - would need an absurd plan
+        raise InvalidParameterError(
+            f"could not calibrate noise for epsilon={epsilon}, delta={delta}, plan {plan.describe()}"
+        )
+    sigma = float(sigma)
+    for _ in range(100):
+        if eps_of(sigma) <= epsilon:
+            return sigma
+        sigma *= 1 + 1e-6
+    raise InvalidParameterError(  # pragma: no cover
+        f"calibration did not converge for epsilon={epsilon}, delta={delta}"
+    )
+
+
+def gaussian_sigma(epsilon: float, delta: float, accountant: str = "pld") -> float:
+    """Noise multiplier for one Gaussian release at (epsilon, delta)."""
+    return calibrate_sigma(epsilon, delta, PrivacyPlan((1.0,)), accountant)
+
+
+def plan_sigma(epsilon: float, delta: float, multipliers=(1.0,), accountant: str = "pld") -> float:
+    """Base sigma for several releases whose multipliers are fixed multiples of it."""
+    return calibrate_sigma(epsilon, delta, PrivacyPlan(tuple(multipliers)), accountant)
+
+
+def dpsgd_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
+                accountant: str = "pld", neighbouring: str = "add_remove") -> float:
+    """Noise multiplier for ``steps`` Poisson-subsampled Gaussian steps at ``sample_rate``."""
+    plan = PrivacyPlan((), sample_rate=sample_rate, steps=steps, neighbouring=neighbouring)
+    return calibrate_sigma(epsilon, delta, plan, accountant)
+
+
+def classical_sigma(epsilon: float, delta: float) -> float:
+    """The textbook sqrt(2 ln(1.25/delta))/epsilon (valid only for epsilon < 1); for comparison."""
+    return math.sqrt(2 * math.log(1.25 / delta)) / epsilon

@@ -1,0 +1,84 @@
+"""Immutable records of noisy releases (the privacy ledger)."""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from .._version import __version__
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One privacy-consuming event: what was released, with which noise, at what cost."""
+
+    mechanism: str              # e.g. "gaussian", "dp-sgd"
+    description: str            # what was released ("class-conditional mean embedding")
+    epsilon: float              # budget of the plan this entry belongs to
+    delta: float
+    noise_multiplier: float     # sigma (noise std / sensitivity)
+    sensitivity: float          # L2 sensitivity under replace-one neighbours
+    accountant: str             # pld | rdp | exact
+    plan: dict                  # PrivacyPlan.to_dict(): all releases this budget pays for
+    seed_policy: str            # "os-entropy" or "fixed-seed:N (...)"
+    dataset: str = ""
+    n_records: int | None = None
+    #: entries released under one calibration (one plan, one budget) share this id
+    budget_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    library_version: str = __version__
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def noise_std(self) -> float:
+        return self.noise_multiplier * self.sensitivity
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["noise_std"] = self.noise_std
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LedgerEntry":
+        d = {k: v for k, v in d.items() if k != "noise_std"}
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    entries: tuple[LedgerEntry, ...] = ()
+
+    def add(self, entry: LedgerEntry) -> "Ledger":
+        return Ledger(self.entries + (entry,))
+
+    def to_list(self) -> list[dict]:
+        return [e.to_dict() for e in self.entries]
+
+    @classmethod
+    def from_list(cls, items: list[dict]) -> "Ledger":
+        return cls(tuple(LedgerEntry.from_dict(d) for d in items))
+
+    def total(self) -> tuple[float, float]:
+        """(epsilon, delta) spent, composing distinct budgets basically (summing).
+
+        Entries that share a ``budget_id`` were paid for by one calibrated plan and
+        are counted once. Summation is a valid (if loose) composition bound.
+        """
+        budgets = {e.budget_id: e for e in self.entries}
+        eps = sum(e.epsilon for e in budgets.values())
+        delta = sum(e.delta for e in budgets.values())
+        return eps, delta
+
+    def format(self) -> str:
+        lines = []
+        for i, e in enumerate(self.entries, 1):
+            lines.append(
+                f"[{i}] {e.mechanism}: {e.description}\n"
+                f"    epsilon={e.epsilon:g} delta={e.delta:g} accountant={e.accountant}\n"
+                f"    noise multiplier sigma={e.noise_multiplier:.6g} sensitivity={e.sensitivity:.6g} "
+                f"noise std={e.noise_std:.6g}\n"
+                f"    plan={e.plan}\n"
+                f"    dataset={e.dataset or '-'} n={e.n_records} seed={e.seed_policy}\n"
+                f"    dpsynth {e.library_version}, {e.created}"
+            )
+        return "\n".join(lines) if lines else "(no releases)"

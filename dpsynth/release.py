@@ -1,0 +1,110 @@
+"""A release: the noisy output of a data-touching mechanism, saved before training.
+
+On disk a release is two files in one folder:
+
+* ``release.safetensors``: the noisy tensors (safetensors: no code runs on load);
+* ``release.json``: feature-map spec, public dataset facts, the privacy ledger,
+  the library version and the sha256 of the tensor file.
+
+``release.json`` is written last, so a folder without it holds no release.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ._version import __version__
+from .errors import ArtifactError
+from .privacy.ledger import Ledger
+
+FORMAT = "dpsynth-release"
+FORMAT_VERSION = 1
+TENSOR_FILE = "release.safetensors"
+META_FILE = "release.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Release:
+    """Noisy tensors + everything needed to use them, and what they cost."""
+
+    tensors: dict[str, torch.Tensor]
+    feature_spec: dict
+    dataset: dict
+    ledger: Ledger
+    extra: dict = field(default_factory=dict)
+
+    def save(self, directory) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.tensors.items()}
+        tmp_tensors = directory / f".{TENSOR_FILE}.tmp"
+        tmp_meta = directory / f".{META_FILE}.tmp"
+        try:
+            save_file(tensors, str(tmp_tensors), metadata={"format": FORMAT})
+            meta = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "library_version": __version__,
+                "tensors_sha256": _sha256(tmp_tensors),
+                "feature_spec": self.feature_spec,
+                "dataset": self.dataset,
+                "ledger": self.ledger.to_list(),
+                "extra": self.extra,
+            }
+            tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
+            os.replace(tmp_tensors, directory / TENSOR_FILE)
+            os.replace(tmp_meta, directory / META_FILE)
+        finally:
+            for p in (tmp_tensors, tmp_meta):
+                if p.exists():
+                    p.unlink()
+        return directory
+
+    @classmethod
+    def load(cls, directory) -> "Release":
+        directory = Path(directory)
+        meta_path, tensor_path = directory / META_FILE, directory / TENSOR_FILE
+        if not meta_path.exists() or not tensor_path.exists():
+            raise ArtifactError(
+                f"no release in {directory}: expected {META_FILE} and {TENSOR_FILE}. "
+                f"Pass the folder that `dpsynth fit` or Release.save wrote."
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+        except ValueError as exc:
+            raise ArtifactError(f"{meta_path} is not valid JSON: {exc}") from exc
+        if meta.get("format") != FORMAT:
+            raise ArtifactError(f"{meta_path} is not a dpsynth release (format={meta.get('format')!r}).")
+        if meta.get("format_version", 0) > FORMAT_VERSION:
+            raise ArtifactError(
+                f"{meta_path} has format version {meta['format_version']}, newer than this dpsynth "
+                f"({__version__}) reads ({FORMAT_VERSION}); upgrade dpsynth."
+            )
+        digest = _sha256(tensor_path)
+        if digest != meta.get("tensors_sha256"):
+            raise ArtifactError(
+                f"{tensor_path} does not match the sha256 recorded in {META_FILE} "
+                f"(file {digest[:12]}..., recorded {str(meta.get('tensors_sha256'))[:12]}...): "
+                f"the release is corrupt or was modified."
+            )
+        return cls(
+            tensors=load_file(str(tensor_path)),
+            feature_spec=meta["feature_spec"],
+            dataset=meta["dataset"],
+            ledger=Ledger.from_list(meta["ledger"]),
+            extra=meta.get("extra", {}),
+        )
