@@ -80,12 +80,10 @@ class PrivacyPlan:
         return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
 
     def to_dict(self) -> dict:
-        return {
-            "multipliers": list(self.multipliers),
-            "sample_rate": self.sample_rate,
-            "steps": self.steps,
-            "neighbouring": self.neighbouring,
-        }
+        d = {"multipliers": list(self.multipliers)}
+        if self.subsampled:  # the relation matters only for subsampling
+            d.update(sample_rate=self.sample_rate, steps=self.steps, neighbouring=self.neighbouring)
+        return d
 
     def describe(self) -> str:
         parts = []

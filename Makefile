@@ -1,0 +1,31 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: the local CPU wheel; anything later that needs torch is satisfied by it
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	rm -rf runs/demo
+	$(BIN)/dpsynth demo --out runs/demo
+	$(BIN)/dpsynth inspect runs/demo/release
+
+test: $(STAMP)
+	DPSYNTH_DATA_DIR=$${DPSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

@@ -1,0 +1,109 @@
+import math
+
+import pytest
+
+from dpsynth.errors import InvalidParameterError, UnknownNameError
+from dpsynth.privacy import PrivacyPlan, calibrate_sigma, dpsgd_sigma, epsilon_for_sigma, gaussian_sigma, plan_sigma
+from dpsynth.privacy import analytic
+
+
+@pytest.mark.parametrize("eps,expected", [(1.0, 3.7306), (10.0, 0.4999)])
+def test_known_single_release_values(eps, expected):
+    assert gaussian_sigma(eps, 1e-5) == pytest.approx(expected, abs=1e-3)
+
+
+def test_two_equal_releases_known_value():
+    assert plan_sigma(1.0, 1e-5, (1, 1)) == pytest.approx(5.276, abs=1e-3)
+
+
+@pytest.mark.parametrize("eps", [0.2, 1.0, 3.0, 10.0])
+@pytest.mark.parametrize("delta", [1e-5, 1e-6])
+def test_pld_matches_independent_balle_wang_closed_form(eps, delta):
+    pld = gaussian_sigma(eps, delta)
+    closed = analytic.sigma_for(eps, delta)
+    # the closed form is exact; PLD is pessimistic: never below it, and close
+    assert closed <= pld + 1e-9
+    assert pld == pytest.approx(closed, rel=1e-4)
+    # and the closed form itself satisfies its defining equation
+    assert analytic.delta_for(eps, closed) == pytest.approx(delta, rel=1e-6)
+
+
+def test_closed_form_against_textbook_numbers():
+    # Balle & Wang: the classical bound overshoots; at eps=1, delta=1e-5 classical is 4.84
+    from dpsynth.privacy import classical_sigma
+
+    assert classical_sigma(1.0, 1e-5) == pytest.approx(4.8448, abs=1e-3)
+    assert analytic.sigma_for(1.0, 1e-5) < classical_sigma(1.0, 1e-5)
+
+
+@pytest.mark.parametrize("plan", [PrivacyPlan((1.0,)), PrivacyPlan((1.0, 1.0, 10.0)),
+                                  PrivacyPlan((), sample_rate=0.01, steps=500)])
+def test_rdp_is_never_tighter_than_pld(plan):
+    assert calibrate_sigma(1.0, 1e-5, plan, "rdp") >= calibrate_sigma(1.0, 1e-5, plan, "pld")
+    s = calibrate_sigma(1.0, 1e-5, plan, "pld")
+    assert epsilon_for_sigma(s, 1e-5, plan, "rdp") >= epsilon_for_sigma(s, 1e-5, plan, "pld") - 1e-9
+
+
+def test_composition_rule_one_over_sigma_squared():
+    # k releases with multipliers s_i == one release with 1/s^2 = sum 1/s_i^2
+    base = plan_sigma(1.0, 1e-5, (1, 1, 10))
+    eff = 1 / math.sqrt(2 / base**2 + 1 / (10 * base) ** 2)
+    assert eff == pytest.approx(gaussian_sigma(1.0, 1e-5), rel=2e-4)
+    assert plan_sigma(1.0, 1e-5, (1, 1, 10), "exact") == pytest.approx(base, rel=1e-4)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "exact"])
+def test_epsilon_from_sigma_inverts_calibration(accountant):
+    plan = PrivacyPlan((1.0, 2.0))
+    s = calibrate_sigma(2.0, 1e-5, plan, accountant)
+    eps = epsilon_for_sigma(s, 1e-5, plan, accountant)
+    assert eps <= 2.0 + 1e-9
+    assert eps == pytest.approx(2.0, abs=2e-3)
+    assert epsilon_for_sigma(s * 1.1, 1e-5, plan, accountant) < eps
+
+
+def test_dpsgd_calibration_round_trip_and_monotone():
+    s = dpsgd_sigma(1.0, 1e-5, sample_rate=0.01, steps=1000)
+    plan = PrivacyPlan((), sample_rate=0.01, steps=1000)
+    assert epsilon_for_sigma(s, 1e-5, plan) == pytest.approx(1.0, abs=5e-3)
+    assert epsilon_for_sigma(s, 1e-5, plan) <= 1.0
+    # more steps need more noise; replace-one needs more than add/remove
+    assert dpsgd_sigma(1.0, 1e-5, 0.01, 4000) > s
+    assert dpsgd_sigma(1.0, 1e-5, 0.01, 1000, neighbouring="replace_one") > s
+
+
+def test_subsampling_amplifies():
+    # one step at q=0.01 costs far less than an unsampled release at the same sigma
+    plan = PrivacyPlan((), sample_rate=0.01, steps=1)
+    assert epsilon_for_sigma(1.0, 1e-5, plan) < epsilon_for_sigma(1.0, 1e-5, PrivacyPlan((1.0,)))
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "1", None, True])
+def test_bad_epsilon_is_typed_and_named(bad):
+    with pytest.raises(InvalidParameterError, match=r"epsilon must be a finite number > 0"):
+        gaussian_sigma(bad, 1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, 1, -1e-5, 1.5, float("nan")])
+def test_bad_delta_is_typed_and_named(bad):
+    with pytest.raises(InvalidParameterError, match=r"delta must be a number in the open interval \(0, 1\)"):
+        gaussian_sigma(1.0, bad)
+
+
+def test_unknown_accountant_lists_choices():
+    with pytest.raises(UnknownNameError, match="unknown accountant 'moments'; choose one of: exact, pld, rdp"):
+        gaussian_sigma(1.0, 1e-5, accountant="moments")
+
+
+def test_exact_accountant_refuses_subsampled_plans():
+    with pytest.raises(InvalidParameterError, match="closed form only for plans of plain Gaussian"):
+        dpsgd_sigma(1.0, 1e-5, 0.01, 10, accountant="exact")
+
+
+def test_plan_validation():
+    with pytest.raises(InvalidParameterError, match="sample_rate must be a number in \\(0, 1\\]"):
+        PrivacyPlan((), sample_rate=1.5, steps=3)
+    with pytest.raises(InvalidParameterError, match="without sample_rate"):
+        PrivacyPlan((1.0,), steps=3)
+    with pytest.raises(InvalidParameterError, match="multipliers\\[i\\] must be a finite number > 0"):
+        PrivacyPlan((1.0, 0.0))
