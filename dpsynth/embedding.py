@@ -32,15 +32,15 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
     Streams over ``X`` in batches; memory is O(batch_size * D + D * C).
     """
     m = X.shape[0]
-    acc = torch.zeros((feature_map.out_dim, n_classes) if y is not None else (feature_map.out_dim,),
-                      dtype=torch.float64)
+    acc = torch.zeros((feature_map.out_dim, n_classes if y is not None else 1), dtype=torch.float64)
     for start in range(0, m, batch_size):
-        phi = feature_map(X[start:start + batch_size]).to(torch.float64)
+        xb = X[start:start + batch_size]
         if y is None:
-            acc += phi.sum(0)
+            weights = torch.ones(xb.shape[0], 1, dtype=torch.float64)
         else:
-            onehot = torch.nn.functional.one_hot(y[start:start + batch_size], n_classes).to(torch.float64)
-            acc += phi.T @ onehot
+            weights = torch.nn.functional.one_hot(y[start:start + batch_size], n_classes).to(torch.float64)
+        acc += feature_map.weighted_sum(xb, weights).to(torch.float64)
+    acc = acc if y is not None else acc[:, 0]
     return acc / m
 
 

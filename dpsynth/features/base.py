@@ -35,6 +35,11 @@ class FeatureMap(ABC):
     @abstractmethod
     def spec(self) -> dict: ...
 
+    def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_i phi(x_i) weights_i^T as a (D, K) matrix. Feature maps with structure
+        (e-NTK of fc_1l) override this to avoid materialising phi."""
+        return self(x).to(weights.dtype).T @ weights
+
 
 def build_feature_map(spec: dict) -> FeatureMap:
     spec = dict(spec)

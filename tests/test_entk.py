@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from dpsynth import build_feature_map, mean_embedding, release_mean_embedding
+from dpsynth.errors import InvalidParameterError, UnknownNameError
+from dpsynth.features import ENTKFeatures
+
+
+def _data(n=37, d=12, classes=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, d, generator=g, dtype=torch.float64), torch.randint(0, classes, (n,), generator=g)
+
+
+def _double(fm):
+    fm.net.double()
+    fm._params = {k: v.double() for k, v in fm._params.items()}
+    return fm
+
+
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
+def test_generic_features_have_unit_norm_and_match_autograd(arch, widths):
+    fm = ENTKFeatures(12, arch, widths, n_outputs=4, seed=1, chunk_size=5)
+    x, _ = _data()
+    phi = fm.generic(x.float())
+    assert phi.shape == (37, fm.out_dim)
+    assert torch.allclose(phi.norm(dim=1), torch.ones(37), atol=1e-5)
+    # per-sample loop of torch.autograd.grad, the reference algorithm
+    for i in (0, 17):
+        params = list(fm.net.parameters())
+        with torch.enable_grad():
+            for p in params:
+                p.requires_grad_(True)
+            out = fm.net(x[i:i + 1].float()).sum()
+            g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(out, params)])
+            for p in params:
+                p.requires_grad_(False)
+        assert torch.allclose(phi[i], g / g.norm(), atol=1e-6)
+
+
+def test_fast_and_generic_paths_agree_on_features_embeddings_and_loss_gradients():
+    fm = _double(ENTKFeatures(12, "fc_1l", (16,), n_outputs=4, seed=3, chunk_size=8))
+    x, y = _data()
+    assert torch.allclose(fm.fast_features(x), fm.generic(x), atol=1e-10)
+    onehot = torch.nn.functional.one_hot(y, 4).double() / len(x)
+    fast = fm.weighted_sum(x, onehot)
+    slow = fm.generic(x).T @ onehot
+    assert (fast - slow).abs().max() < 1e-5 * slow.abs().max()
+    # the MMD loss and its gradient w.r.t. generated samples
+    target = slow.detach() + 0.01
+    xg1 = x.clone().requires_grad_(True)
+    loss1 = ((target - fm.weighted_sum(xg1, onehot)) ** 2).sum()
+    loss1.backward()
+    xg2 = x.clone().requires_grad_(True)
+    loss2 = ((target - fm.generic(xg2).T @ onehot) ** 2).sum()
+    loss2.backward()
+    assert loss1.item() == pytest.approx(loss2.item(), rel=1e-5)
+    assert torch.allclose(xg1.grad, xg2.grad, atol=1e-5 * xg2.grad.abs().max().item())
+
+
+def test_entk_release_has_sensitivity_two_over_m_and_spec_rebuilds():
+    fm = ENTKFeatures(12, "fc_1l", (8,), n_outputs=4, seed=0)
+    x, y = _data(n=50)
+    rel = release_mean_embedding(fm, x.float(), y, epsilon=1, delta=1e-5, n_classes=4, seed=0)
+    assert rel.tensors["embedding"].shape == (fm.out_dim, 4)
+    assert rel.ledger.entries[0].sensitivity == pytest.approx(2 / 50)
+    again = build_feature_map(rel.feature_spec)
+    assert torch.equal(again.generic(x[:3].float()), fm.generic(x[:3].float()))
+    # neighbouring datasets: embeddings differ by at most 2/m
+    mu = mean_embedding(fm, x.float(), y, 4)
+    x2, y2 = x.clone(), y.clone()
+    x2[7], y2[7] = 5 * torch.randn(12, dtype=torch.float64), (y[7] + 1) % 4
+    assert (mu - mean_embedding(fm, x2.float(), y2, 4)).norm() <= 2 / 50 + 1e-9
+
+
+def test_bad_architecture_arguments():
+    with pytest.raises(UnknownNameError, match="unknown NTK architecture 'resnet'"):
+        ENTKFeatures(12, "resnet", (8,))
+    with pytest.raises(InvalidParameterError, match="arch 'fc_2l' takes 2 positive width"):
+        ENTKFeatures(12, "fc_2l", (8,))
+    with pytest.raises(InvalidParameterError, match="arch 'cnn' is for 3x32x32 images"):
+        ENTKFeatures(12, "cnn", (8,))
