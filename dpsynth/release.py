@@ -10,7 +10,6 @@ On disk a release is two files in one folder:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ._io import sha256_file
 from ._version import __version__
 from .errors import ArtifactError
 from .privacy.ledger import Ledger
@@ -27,14 +27,6 @@ FORMAT = "dpsynth-release"
 FORMAT_VERSION = 1
 TENSOR_FILE = "release.safetensors"
 META_FILE = "release.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -59,7 +51,7 @@ class Release:
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
                 "library_version": __version__,
-                "tensors_sha256": _sha256(tmp_tensors),
+                "tensors_sha256": sha256_file(tmp_tensors),
                 "feature_spec": self.feature_spec,
                 "dataset": self.dataset,
                 "ledger": self.ledger.to_list(),
@@ -94,7 +86,7 @@ class Release:
                 f"{meta_path} has format version {meta['format_version']}, newer than this dpsynth "
                 f"({__version__}) reads ({FORMAT_VERSION}); upgrade dpsynth."
             )
-        digest = _sha256(tensor_path)
+        digest = sha256_file(tensor_path)
         if digest != meta.get("tensors_sha256"):
             raise ArtifactError(
                 f"{tensor_path} does not match the sha256 recorded in {META_FILE} "

@@ -17,7 +17,6 @@ every folder searched and every file needed.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._io import sha256_file
 from ..errors import DatasetNotFoundError
 
 DEBIAN_DIRS = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
@@ -64,14 +64,6 @@ def search_dirs(name: str, data_dir=None) -> list[Path]:
     return unique
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _download(f: RemoteFile, dest_dir: Path) -> Path:
     if f.url is None:
         raise OSError(f"{f.name} has no public download URL; place it in one of the folders above")
@@ -86,7 +78,7 @@ def _download(f: RemoteFile, dest_dir: Path) -> Path:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(f.url, timeout=60) as resp:
             shutil.copyfileobj(resp, out)
         if f.sha256 is not None:
-            got = sha256_of(Path(tmp))
+            got = sha256_file(Path(tmp))
             if got != f.sha256:
                 raise OSError(f"sha256 mismatch for {f.url}: expected {f.sha256}, got {got}")
         final = dest_dir / f.name

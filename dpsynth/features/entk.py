@@ -107,7 +107,13 @@ class ENTKFeatures(FeatureMap):
         u, h, x, inv = self.factors(x)
         cw = weights.to(u.dtype) * inv[:, None]                   # (n, K)
         K, C = cw.shape[1], self.n_outputs
-        w1 = torch.einsum("nk,nw,nd->kwd", cw, u, x).reshape(K, -1)  # (K, w*d)
+        # (K, w*d): per column k only the samples with a non-zero weight contribute, so
+        # one-hot (class-conditional) weights cost one n x w x d product in total.
+        w1 = []
+        for k in range(K):
+            idx = torch.nonzero(cw[:, k], as_tuple=True)[0]
+            w1.append(((u[idx] * cw[idx, k, None]).T @ x[idx]).reshape(-1))
+        w1 = torch.stack(w1)
         b1 = cw.T @ u                                            # (K, w)
         hs = cw.T @ h                                            # (K, w)
         w2 = hs[:, None, :].expand(K, C, -1).reshape(K, -1)      # (K, C*w)
