@@ -14,7 +14,7 @@ from conftest import require_data
 from dpsynth.data import DATASETS, PRESETS, Schema, get_info, is_available, list_datasets, load_dataset, load_preset, read_table
 from dpsynth.data.fetch import RemoteFile, locate, search_dirs
 from dpsynth.data.images import read_idx
-from dpsynth.errors import DataValidationError, DatasetNotFoundError, SchemaError, UnknownNameError
+from dpsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, DatasetNotFoundError, SchemaError, UnknownNameError
 
 
 # -- registry contract ---------------------------------------------------------
@@ -100,7 +100,7 @@ def test_idx_reader_and_mnist_layout(tmp_path):
     assert d.y_test.tolist() == labels.tolist() and d.y_test.dtype == torch.int64
     bad = tmp_path / "bad.gz"
     bad.write_bytes(gzip.compress(_idx(imgs)[:-5]))
-    with pytest.raises(Exception, match="truncated"):
+    with pytest.raises(ArtifactError, match="truncated"):
         read_idx(bad)
 
 
@@ -222,7 +222,7 @@ def test_user_table_errors_name_the_problem(tmp_path):
         Schema.from_dict({"columns": [{"name": "c", "type": "numeric", "bounds": [3, 1]}]})
     with pytest.raises(SchemaError, match="needs 'label_categories' with at least 2 classes"):
         Schema.from_dict({"columns": [], "label": "y", "label_categories": ["a"]})
-    with pytest.raises(Exception, match="unsupported file type '.xlsx'"):
+    with pytest.raises(InvalidParameterError, match="unsupported file type '.xlsx'"):
         read_table(tmp_path / "x.xlsx", schema)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import dp_accounting
 from dp_accounting import pld, rdp
@@ -45,7 +45,6 @@ class PrivacyPlan:
     sample_rate: float | None = None
     steps: int = 0
     neighbouring: str = "add_remove"
-    _validated: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         mults = tuple(float(check_positive(m, "multipliers[i]")) for m in self.multipliers)
