@@ -1,5 +1,4 @@
 import json
-import warnings
 
 import numpy as np
 import pytest

@@ -17,7 +17,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..errors import ArtifactError

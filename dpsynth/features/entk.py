@@ -16,7 +16,6 @@ Two implementations behind one interface:
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch.func import functional_call, grad, vmap

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import uuid
 from dataclasses import asdict, dataclass, field
 
