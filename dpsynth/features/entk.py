@@ -50,10 +50,9 @@ class ENTKFeatures(FeatureMap):
         return {"name": self.name, "input_dim": self.input_dim, "arch": self.arch, "widths": list(self.widths),
                 "n_outputs": self.n_outputs, "seed": self.seed, "chunk_size": self.chunk_size, "fast": self.fast}
 
-    def to(self, device) -> "ENTKFeatures":
-        self.net.to(device)
-        self._params = {n: p.detach() for n, p in self.net.named_parameters()}
-        return self
+    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+        """Records as (n, d) rows in the network's dtype (both paths start here)."""
+        return x.reshape(x.shape[0], -1).to(next(self.net.parameters()).dtype)
 
     # -- generic path ------------------------------------------------------------------
     def _raw_gradients(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +64,7 @@ class ENTKFeatures(FeatureMap):
 
     def generic(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised e-NTK features (n, P) for any architecture (materialised)."""
-        x = x.reshape(x.shape[0], -1).to(next(self.net.parameters()).dtype)
+        x = self._flat(x)
         out = []
         for start in range(0, x.shape[0], self.chunk_size):
             g = self._raw_gradients(x[start:start + self.chunk_size])
@@ -76,7 +75,7 @@ class ENTKFeatures(FeatureMap):
     def factors(self, x: torch.Tensor):
         """Per-sample factors (u, h, inv_norm) of the fc_1l gradient; differentiable in x."""
         lin1, _, ln, lin2 = self.net
-        x = x.reshape(x.shape[0], -1)
+        x = self._flat(x)
         a = torch.nn.functional.linear(x, lin1.weight, lin1.bias)
         r = torch.relu(a)
         mu = r.mean(1, keepdim=True)
@@ -90,7 +89,7 @@ class ENTKFeatures(FeatureMap):
 
     def fast_features(self, x: torch.Tensor) -> torch.Tensor:
         """Materialised features from the factors (same layout as ``generic``)."""
-        u, h, x, inv = self.factors(x.to(torch.float32) if x.dtype not in (torch.float32, torch.float64) else x)
+        u, h, x, inv = self.factors(x)
         n, C = x.shape[0], self.n_outputs
         parts = [(u[:, :, None] * x[:, None, :]).reshape(n, -1), u,
                  h[:, None, :].expand(n, C, -1).reshape(n, -1), torch.ones(n, C, dtype=u.dtype, device=u.device)]
