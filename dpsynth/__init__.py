@@ -11,7 +11,8 @@ from .errors import (
     SchemaError,
     UnknownNameError,
 )
-from .features import RandomFourierFeatures, build_feature_map
+from .features import ENTKFeatures, RandomFourierFeatures, build_feature_map
+from .methods import DPMERF, DPNTK, load
 from .privacy import (
     BudgetFile,
     PrivacyPlan,
@@ -24,9 +25,9 @@ from .privacy import (
 from .release import Release
 
 __all__ = [
-    "ArtifactError", "BudgetFile", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
+    "ArtifactError", "BudgetFile", "DPMERF", "DPNTK", "ENTKFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
     "PrivacyBudgetError", "PrivacyPlan", "RandomFourierFeatures", "Release", "Schema", "SchemaError",
     "UnknownNameError", "__version__", "build_feature_map", "calibrate_sigma", "dpsgd_sigma",
-    "epsilon_for_sigma", "gaussian_sigma", "list_datasets", "load_dataset", "load_preset",
+    "epsilon_for_sigma", "gaussian_sigma", "list_datasets", "load", "load_dataset", "load_preset",
     "mean_embedding", "plan_sigma", "read_table", "release_mean_embedding",
 ]

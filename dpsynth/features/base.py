@@ -35,6 +35,10 @@ class FeatureMap(ABC):
     @abstractmethod
     def spec(self) -> dict: ...
 
+    def to(self, device) -> "FeatureMap":
+        """Move the map's tensors to ``device`` (for training on a GPU); returns self."""
+        return self
+
     def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """sum_i phi(x_i) weights_i^T as a (D, K) matrix. Feature maps with structure
         (e-NTK of fc_1l) override this to avoid materialising phi."""

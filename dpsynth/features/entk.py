@@ -46,6 +46,11 @@ class ENTKFeatures(FeatureMap):
     def out_dim(self) -> int:
         return n_params(self.net)
 
+    def to(self, device) -> "ENTKFeatures":
+        self.net.to(device)
+        self._params = {n: p.detach() for n, p in self.net.named_parameters()}
+        return self
+
     def spec(self) -> dict:
         return {"name": self.name, "input_dim": self.input_dim, "arch": self.arch, "widths": list(self.widths),
                 "n_outputs": self.n_outputs, "seed": self.seed, "chunk_size": self.chunk_size, "fast": self.fast}

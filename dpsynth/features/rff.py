@@ -38,6 +38,10 @@ class RandomFourierFeatures(FeatureMap):
     def out_dim(self) -> int:
         return self.n_features
 
+    def to(self, device) -> "RandomFourierFeatures":
+        self.weights = self.weights.to(device)
+        return self
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(x.shape[0], -1)
         w = self.weights.to(dtype=x.dtype, device=x.device)

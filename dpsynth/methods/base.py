@@ -1,0 +1,236 @@
+"""Release-once-train-anywhere methods: fit / sample / save / load.
+
+``fit`` does two things in order: (1) privatise the mean embedding of the
+private data under the method's feature map (the only step that reads private
+data, via :func:`dpsynth.embedding.release_mean_embedding`), saving the release
+first when an output folder is given; (2) train a generator against the
+release (post-processing). A fitted model folder holds::
+
+    release/            release.json + release.safetensors (noisy embedding, ledger)
+    checkpoint.*        training state (resume without spending budget)
+    model.json          method, settings, generator spec, training summary
+    generator.safetensors
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .._version import __version__
+from ..embedding import release_mean_embedding
+from ..errors import ArtifactError, InvalidParameterError, unknown_name
+from ..features.base import FeatureMap, build_feature_map
+from ..generators import build_generator
+from ..generators.image import default_generator_spec
+from ..privacy.budget import BudgetFile
+from ..release import META_FILE, Release
+from ..training import TrainConfig, default_device, has_checkpoint, train_generator
+from ..validation import check_delta, check_epsilon, check_positive
+
+logger = logging.getLogger(__name__)
+
+METHODS: dict[str, type] = {}
+MODEL_META = "model.json"
+GENERATOR_FILE = "generator.safetensors"
+
+
+def register(cls):
+    METHODS[cls.method] = cls
+    return cls
+
+
+class KernelGeneratorMethod:
+    """Shared machinery of DP-NTK and DP-MERF (they differ only in the feature map)."""
+
+    method = ""
+
+    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_classes: int | None = None,
+                 iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
+                 lr_step: int = 100, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
+                 noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
+                 checkpoint_every: int = 200, progress: bool = False):
+        self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
+        self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
+            iterations, batch_size, lr, lr_decay, lr_step)
+        self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
+        self.accountant, self.device, self.checkpoint_every, self.progress = (
+            accountant, device, checkpoint_every, progress)
+
+    # -- hooks ---------------------------------------------------------------------------
+    def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
+        raise NotImplementedError
+
+    def method_params(self) -> dict:
+        """Constructor arguments specific to the method (saved in model.json)."""
+        return {}
+
+    # -- parameters ----------------------------------------------------------------------
+    def get_params(self) -> dict:
+        keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
+                "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
+                "progress"]
+        return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step,
+                           self.checkpoint_every, self.seed, self.progress).validate()
+
+    def _validate(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        self.train_config()
+        if self.conditional and (self.n_classes is None or int(self.n_classes) < 2):
+            raise InvalidParameterError(
+                f"n_classes must be given for a class-conditional model (public metadata, >= 2); got "
+                f"{self.n_classes!r}. It is never read from the private labels. Pass n_classes=10 for "
+                f"MNIST, or conditional=False for an unconditional generator."
+            )
+
+    # -- fit ------------------------------------------------------------------------------
+    def fit(self, X, y=None, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
+            resume: bool = False):
+        """Release the private embedding (once), then train the generator. Returns self.
+
+        ``out``: a folder; the release is saved there before training, with checkpoints.
+        ``resume=True`` with a folder that already holds a release reuses it and the last
+        checkpoint: no private data is read and no budget is spent.
+        """
+        self._validate()
+        out = Path(out) if out is not None else None
+        if out is not None and (out / "release" / META_FILE).exists():
+            if not resume:
+                raise ArtifactError(
+                    f"{out} already holds a release; fitting again would spend privacy budget a second "
+                    f"time. Pass resume=True (CLI: --resume) to continue training from it, or a new folder."
+                )
+            self.release_ = Release.load(out / "release")
+            logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
+        else:
+            if resume:
+                raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
+            self.release_ = self._release(X, y, dataset, budget)
+            if out is not None:
+                self.release_.save(out / "release")
+        self._train(out, resume)
+        if out is not None:
+            self.save(out)
+        return self
+
+    def _release(self, X, y, dataset: str, budget) -> Release:
+        shape = tuple(int(s) for s in np.shape(X)[1:])  # the record shape is public
+        if len(shape) not in (1, 3):
+            raise InvalidParameterError(
+                f"X must hold images (n, channels, height, width) or flat records (n, d); got shape "
+                f"{tuple(np.shape(X))}."
+            )
+        if self.conditional and y is None:
+            raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
+        n_classes = int(self.n_classes) if self.conditional else 1
+        fmap = self.feature_map(int(np.prod(shape)), n_classes)
+        return release_mean_embedding(
+            fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
+            n_classes=n_classes if self.conditional else None, accountant=self.accountant,
+            seed=self.noise_seed, dataset=dataset, budget=budget,
+            public_facts={"record_shape": list(shape), "method": self.method},
+        )
+
+    def _generator_spec(self) -> dict:
+        shape = self.release_.dataset["record_shape"]
+        n_classes = int(self.release_.dataset["n_classes"] or 1)
+        if self.generator == "auto":
+            return default_generator_spec(shape, n_classes)
+        if isinstance(self.generator, str):
+            return {"name": self.generator, "image_shape": shape, "n_classes": n_classes}
+        return {"image_shape": shape, "n_classes": n_classes, **self.generator}
+
+    def _train(self, out: Path | None, resume: bool) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.generator_ = build_generator(self._generator_spec())
+        fmap = build_feature_map(self.release_.feature_spec)
+        self.losses_ = train_generator(
+            self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
+            conditional=self.conditional, checkpoint_dir=out, resume=resume and has_checkpoint(out),
+            device=self.device,
+        )
+        self.generator_.cpu().eval()
+
+    # -- sample ---------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "generator_"):
+            raise InvalidParameterError(f"this {type(self).__name__} is not fitted; call fit() or dpsynth.load().")
+
+    def sample(self, n: int, *, labels=None, seed: int | None = None, batch_size: int = 10000):
+        """``n`` synthetic records as numpy ``(X, y)``; labels are balanced over classes
+        (each class n // C or n // C + 1 times, shuffled) unless given."""
+        self._check_fitted()
+        n = int(check_positive(n, "n", integer=True))
+        gen = self.generator_
+        rng = torch.Generator().manual_seed(seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63))
+        if labels is None:
+            labels = (torch.arange(n) % gen.n_classes)[torch.randperm(n, generator=rng)]
+        else:
+            labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+            if labels.shape != (n,) or labels.min() < 0 or labels.max() >= gen.n_classes:
+                raise InvalidParameterError(f"labels must be {n} integers in 0..{gen.n_classes - 1}.")
+        dev = default_device(self.device)
+        gen.to(dev).eval()
+        with torch.no_grad():
+            xs = [gen.generate(lb, rng).cpu() for lb in labels.split(batch_size)]
+        gen.cpu()
+        x = torch.cat(xs).numpy()
+        return x, (labels.numpy() if self.conditional else None)
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write the release (if not there yet), generator weights and model.json."""
+        self._check_fitted()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if not (directory / "release" / META_FILE).exists():
+            self.release_.save(directory / "release")
+        tmp = directory / f".{GENERATOR_FILE}.tmp"
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()}, str(tmp))
+        os.replace(tmp, directory / GENERATOR_FILE)
+        meta = {"format": "dpsynth-model", "library_version": __version__, "method": self.method,
+                "params": self.get_params(), "generator_spec": self.generator_.spec(),
+                "final_loss": self.losses_[-1] if self.losses_ else None, "iterations_done": len(self.losses_)}
+        tmp = directory / f".{MODEL_META}.tmp"
+        tmp.write_text(json.dumps(meta, indent=2))
+        os.replace(tmp, directory / MODEL_META)
+        return directory
+
+    @classmethod
+    def _from_folder(cls, directory: Path, meta: dict):
+        model = cls(**meta["params"])
+        model.release_ = Release.load(directory / "release")
+        model.generator_ = build_generator(meta["generator_spec"])
+        model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
+        model.generator_.eval()
+        model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
+        return model
+
+
+def load(directory):
+    """Load a fitted model folder written by ``fit(out=...)``, ``save`` or ``dpsynth fit``."""
+    directory = Path(directory)
+    path = directory / MODEL_META
+    if not path.exists():
+        hint = " It holds a release but no trained generator: run `dpsynth fit ... --resume`." \
+            if (directory / "release" / META_FILE).exists() else ""
+        raise ArtifactError(f"no fitted model in {directory}: {MODEL_META} is missing.{hint}")
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    if meta.get("format") != "dpsynth-model":
+        raise ArtifactError(f"{path} is not a dpsynth model (format={meta.get('format')!r}).")
+    if meta.get("method") not in METHODS:
+        raise unknown_name("method", str(meta.get("method")), METHODS)
+    return METHODS[meta["method"]]._from_folder(directory, meta)
