@@ -48,21 +48,39 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            n_classes: int | None = None, accountant: str = "pld", seed: int | None = None,
                            dataset: str = "", budget: BudgetFile | None = None,
                            plan: PrivacyPlan | None = None, noise_multiplier: float | None = None,
-                           batch_size: int = 1024, public_facts: dict | None = None) -> Release:
+                           batch_size: int = 1024, public_facts: dict | None = None,
+                           proportions_share: float | None = None) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
 
     Order of work: validate parameters, calibrate sigma from (epsilon, delta) and the
     plan (or take ``noise_multiplier`` already calibrated for a joint plan), check the
     budget file; only then read the private data. ``n_classes`` is public and required
-    when ``y`` is given.
+    when ``y`` is given. ``X`` may be a callable returning ``(X, y)`` (e.g. encoding a
+    private table), called only after calibration; the release is then class-conditional
+    when ``n_classes`` is given.
+
+    ``proportions_share`` (in (0, 1)): also release the class proportions
+    ``(1/m) sum_i e_{y_i}`` (sensitivity sqrt(2)/m under replace-one), as DP-MERF does
+    for imbalanced data. The two Gaussian releases form one plan calibrated to
+    (epsilon, delta) together; the proportions get ``proportions_share`` of the
+    privacy (1/sigma^2 adds up over releases): noise multipliers
+    sigma/sqrt(1 - share) for the embedding and sigma/sqrt(share) for the proportions.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    if y is not None and (n_classes is None or int(n_classes) < 2):
+    conditional = (n_classes is not None) if callable(X) else (y is not None)
+    if conditional and (n_classes is None or int(n_classes) < 2):
         raise InvalidParameterError(
             f"n_classes must be given (public knowledge, >= 2) for a class-conditional release; got "
             f"{n_classes!r}. It is never read from the private labels."
         )
+    if proportions_share is not None:
+        if not conditional or not 0 < float(proportions_share) < 1:
+            raise InvalidParameterError(
+                f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
+            )
+        share = float(proportions_share)
+        plan = PrivacyPlan((1 / share ** 0.5, 1 / (1 - share) ** 0.5))
     plan = plan or PrivacyPlan((1.0,))
     sigma = noise_multiplier if noise_multiplier is not None else calibrate_sigma(epsilon, delta, plan, accountant)
     if budget is not None:
@@ -70,11 +88,13 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     noise = NoiseSource(seed)  # before any private row is touched
 
     # ---- private data from here on -------------------------------------------------
+    if callable(X):
+        X, y = X()
     Xa = check_features(X)
     m = Xa.shape[0]
     X_t = torch.as_tensor(Xa, dtype=torch.float32)
     y_t = None
-    if y is not None:
+    if conditional:
         ya = check_labels(y, m)
         if ya.max() >= n_classes:
             raise DataValidationError(
@@ -84,19 +104,33 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     warn_delta_vs_n(delta, m)
     sensitivity = 2.0 * feature_map.norm_bound / m
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
-    noisy = gaussian_mechanism(mu, sensitivity, sigma, noise)
+    tensors = {}
+    if proportions_share is not None:
+        counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
+        tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, plan.multipliers[0] * sigma,
+                                                          noise)
+        sigma_emb = plan.multipliers[1] * sigma
+    else:
+        sigma_emb = sigma
+    tensors["embedding"] = gaussian_mechanism(mu, sensitivity, sigma_emb, noise)
     # ---- end of private data ------------------------------------------------------------
 
-    what = "class-conditional mean embedding" if y is not None else "mean embedding"
+    what = "class-conditional mean embedding" if conditional else "mean embedding"
     entry = LedgerEntry(
         mechanism="gaussian", description=f"{what} under {feature_map.spec()['name']} features",
-        epsilon=epsilon, delta=delta, noise_multiplier=float(sigma), sensitivity=sensitivity,
+        epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_emb), sensitivity=sensitivity,
         accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy, dataset=dataset, n_records=m,
     )
+    entries = (entry,)
+    if proportions_share is not None:  # same plan, same budget_id: paid for once
+        entries = (LedgerEntry(
+            mechanism="gaussian", description=f"class proportions ({proportions_share:g} of the plan's privacy)",
+            epsilon=epsilon, delta=delta, noise_multiplier=float(plan.multipliers[0] * sigma),
+            sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy,
+            dataset=dataset, n_records=m, budget_id=entry.budget_id), entry)
     if budget is not None:
         budget.charge(epsilon, delta, entry.description, entry.budget_id)
-    facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": y is not None}
+    facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g sensitivity=%.3g", what, sigma, sensitivity)
-    return Release({"embedding": noisy}, feature_map.spec(), facts,
-                   Ledger((entry,)))
+    return Release(tensors, feature_map.spec(), facts, Ledger(entries))

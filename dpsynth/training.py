@@ -58,13 +58,22 @@ def default_device(device: str | None = None) -> torch.device:
 
 
 def embedding_loss(feature_map: FeatureMap, target: torch.Tensor, x: torch.Tensor,
-                   labels: torch.Tensor | None, n_classes: int | None) -> torch.Tensor:
-    """||target - mu_Q||^2 for generated ``x``; ``target`` is (D, C), or (D, 1) unconditional."""
+                   labels: torch.Tensor | None, n_classes: int | None,
+                   proportions: torch.Tensor | None = None) -> torch.Tensor:
+    """||target - mu_Q||^2 for generated ``x``; ``target`` is (D, C), or (D, 1) unconditional.
+
+    With ``proportions`` (the labels' sampling distribution), generated sample i is
+    weighted 1 / (B p_{y_i}) so that column c estimates the class-c mean embedding
+    (DP-MERF's imbalanced-data weighting); the target must then hold class means too.
+    """
     b = x.shape[0]
     if labels is None:
         weights = torch.full((b, 1), 1.0 / b, device=x.device)
     else:
-        weights = torch.nn.functional.one_hot(labels.to(x.device), n_classes).to(x.dtype) / b
+        labels = labels.to(x.device)
+        weights = torch.nn.functional.one_hot(labels, n_classes).to(x.dtype) / b
+        if proportions is not None:
+            weights = weights / proportions.to(device=x.device, dtype=x.dtype)[labels, None]
     mu_q = feature_map.weighted_sum(x, weights)
     return ((target - mu_q.to(target.dtype)) ** 2).sum()
 
@@ -125,6 +134,11 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
                     checkpoint_dir=None, resume: bool = False, device: str | None = None) -> list[float]:
     """Fit ``generator`` so its samples' mean embedding matches ``target`` (a release).
 
+    ``label_proportions``: draw generated labels from these (noisy, released) class
+    proportions and match per-class means: ``target[:, c] / p_c`` against the weighted
+    generated embedding (see :func:`embedding_loss`). Default: uniform labels, matching
+    ``target`` as is (the papers' image setting).
+
     With ``checkpoint_dir``, state is saved every ``checkpoint_every`` iterations and at
     the end; ``resume=True`` continues from the last checkpoint there. Returns the loss
     of every iteration (including those before a resume).
@@ -136,6 +150,11 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     n_classes = getattr(generator, "n_classes", None)
     tgt = target.to(device=dev, dtype=torch.float32)
     tgt = tgt if tgt.dim() == 2 else tgt[:, None]
+    props = None
+    if label_proportions is not None and conditional:
+        props = label_proportions.to(torch.float64)
+        props = (props / props.sum()).to(device=dev, dtype=torch.float32)
+        tgt = tgt / props[None, :]  # class sums / m  ->  class means
     state = _State(generator, config)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
@@ -148,7 +167,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     while state.iteration < config.iterations:
         labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
         x = generator.generate(labels, state.rng)
-        loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes)
+        loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
         state.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         state.optimizer.step()

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from dpsynth.cli import main
@@ -64,3 +65,39 @@ def test_demo_then_inspect(capsys, tmp_path):
     assert code == 2 and "already holds a demo release" in err
     code, _, err = run(capsys, "inspect", str(tmp_path / "nothing"))
     assert code == 2 and "no release in" in err
+
+
+def test_fit_sample_evaluate_resume_on_digits(capsys, tmp_path):
+    out = tmp_path / "m"
+    fit = ["fit", "--method", "dp-ntk", "--dataset", "digits", "--epsilon", "10", "--iterations", "150",
+           "--batch-size", "200", "--ntk-width", "100", "--noise-seed", "0", "--out", str(out), "-q",
+           "--budget", str(tmp_path / "budget.json")]
+    code, text, err = run(capsys, *fit)
+    assert code == 0, err
+    assert "epsilon=10" in text and "150 iterations" in text
+    code, text, _ = run(capsys, "sample", str(out), "--n", "50", "--out", str(tmp_path / "s.npz"), "--seed", "1")
+    assert code == 0
+    with np.load(tmp_path / "s.npz") as f:
+        assert f["x"].shape == (50, 1, 8, 8) and f["y"].shape == (50,)
+    code, text, _ = run(capsys, "evaluate", str(out), "--n", "1000")
+    result = json.loads(text)
+    assert code == 0 and 0.3 < result["logreg_acc"] < 0.99 and 0.3 < result["mlp_acc"] < 0.99
+    assert {"logreg_f1", "mlp_f1"} <= set(result) and result["epsilon"] == 10
+    assert (out / "samples.png").stat().st_size > 1000
+    # resume: continues training, spends nothing more
+    code, text, err = run(capsys, *fit[:-2], "--resume", "--iterations", "160")
+    assert code == 0, err
+    assert "160 iterations" in text
+    assert len(json.loads((tmp_path / "budget.json").read_text())["charges"]) == 1
+    code, _, err = run(capsys, *fit)
+    assert code == 2 and "already holds a release" in err
+
+
+def test_fit_sample_bad_input(capsys, tmp_path):
+    code, _, err = run(capsys, "sample", str(tmp_path), "--n", "5", "--out", str(tmp_path / "x.csv"))
+    assert code == 2 and ".npz" in err
+    code, _, err = run(capsys, "sample", str(tmp_path), "--n", "5", "--out", str(tmp_path / "x.npz"))
+    assert code == 2 and "model.json is missing" in err and not (tmp_path / "x.npz").exists()
+    code, _, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "nope", "--epsilon", "1",
+                       "--out", str(tmp_path / "m"))
+    assert code == 2 and "digits" in err and not (tmp_path / "m").exists()

@@ -1,4 +1,19 @@
-"""Generators trained against a release: image (conv, ResNet) generators."""
-from .image import GENERATORS, ConvGenerator, ResNetGenerator, build_generator
+"""Generators trained against a release: image (conv, ResNet) and tabular (mixed heads)."""
+from ..errors import unknown_name
+from .base import ConditionalGenerator
+from .image import ConvGenerator, ResNetGenerator, default_generator_spec
+from .table import TableGenerator
 
-__all__ = ["GENERATORS", "ConvGenerator", "ResNetGenerator", "build_generator"]
+GENERATORS = {"conv": ConvGenerator, "resnet": ResNetGenerator, "table": TableGenerator}
+
+
+def build_generator(spec: dict) -> ConditionalGenerator:
+    spec = dict(spec)
+    kind = spec.pop("name", None)
+    if kind not in GENERATORS:
+        raise unknown_name("generator", str(kind), GENERATORS)
+    return GENERATORS[kind](**spec)
+
+
+__all__ = ["ConditionalGenerator", "ConvGenerator", "GENERATORS", "ResNetGenerator", "TableGenerator",
+           "build_generator", "default_generator_spec"]

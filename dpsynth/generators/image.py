@@ -16,39 +16,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import InvalidParameterError, unknown_name
-from ..validation import check_positive
+from ..errors import InvalidParameterError
+from .base import ConditionalGenerator
 
 
-class _ConditionalGenerator(nn.Module):
-    """Shared sampling logic: codes and labels in, (images, labels) out."""
-
-    name = ""
-
-    def __init__(self, image_shape, n_classes: int, code_dim: int):
-        super().__init__()
-        shape = tuple(int(s) for s in image_shape)
-        if len(shape) != 3 or min(shape) < 1:
-            raise InvalidParameterError(f"image_shape must be (channels, height, width); got {image_shape!r}.")
-        self.image_shape = shape
-        self.n_classes = int(check_positive(n_classes, "n_classes", integer=True))
-        self.code_dim = int(check_positive(code_dim, "code_dim", integer=True))
-
-    def _inputs(self, labels: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        dev = next(self.parameters()).device
-        code = torch.randn(labels.shape[0], self.code_dim, generator=generator, device="cpu").to(dev)
-        onehot = nn.functional.one_hot(labels.to(dev), self.n_classes).to(code.dtype)
-        return torch.cat([code, onehot], 1)
-
-    def draw_labels(self, n: int, generator: torch.Generator | None = None,
-                    proportions: torch.Tensor | None = None) -> torch.Tensor:
-        """Labels for ``n`` samples: uniform over classes, or from ``proportions``."""
-        if proportions is None:
-            return torch.randint(self.n_classes, (n,), generator=generator)
-        return torch.multinomial(proportions.double().cpu(), n, replacement=True, generator=generator)
-
-    def generate(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        return self(self._inputs(labels, generator))
+def _shape(image_shape) -> tuple[int, int, int]:
+    shape = tuple(int(s) for s in image_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise InvalidParameterError(f"image_shape must be (channels, height, width); got {image_shape!r}.")
+    return shape
 
 
 CONV_CHUNK = 1000
@@ -65,12 +41,13 @@ def _per_sample_convs(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.cat([layers(c) for c in x.split(CONV_CHUNK)])
 
 
-class ConvGenerator(_ConditionalGenerator):
+class ConvGenerator(ConditionalGenerator):
     name = "conv"
 
     def __init__(self, image_shape=(1, 28, 28), n_classes: int = 10, code_dim: int = 5, hidden: int = 200,
                  channels=(16, 8), kernel_size: int = 5):
-        super().__init__(image_shape, n_classes, code_dim)
+        super().__init__(n_classes, code_dim)
+        self.image_shape = _shape(image_shape)
         c, h, w = self.image_shape
         if h % 4 or w % 4:
             raise InvalidParameterError(
@@ -115,12 +92,13 @@ class _UpBlock(nn.Module):
         return self.body(x) + self.skip(x)
 
 
-class ResNetGenerator(_ConditionalGenerator):
+class ResNetGenerator(ConditionalGenerator):
     name = "resnet"
 
     def __init__(self, image_shape=(3, 32, 32), n_classes: int = 10, code_dim: int = 100,
                  channels=(128, 64, 32)):
-        super().__init__(image_shape, n_classes, code_dim)
+        super().__init__(n_classes, code_dim)
+        self.image_shape = _shape(image_shape)
         c, h, w = self.image_shape
         self.channels = tuple(int(x) for x in channels)
         scale = 2 ** len(self.channels)
@@ -143,17 +121,6 @@ class ResNetGenerator(_ConditionalGenerator):
     def spec(self) -> dict:
         return {"name": self.name, "image_shape": list(self.image_shape), "n_classes": self.n_classes,
                 "code_dim": self.code_dim, "channels": list(self.channels)}
-
-
-GENERATORS = {"conv": ConvGenerator, "resnet": ResNetGenerator}
-
-
-def build_generator(spec: dict) -> nn.Module:
-    spec = dict(spec)
-    kind = spec.pop("name", None)
-    if kind not in GENERATORS:
-        raise unknown_name("generator", str(kind), GENERATORS)
-    return GENERATORS[kind](**spec)
 
 
 def default_generator_spec(image_shape, n_classes: int) -> dict:

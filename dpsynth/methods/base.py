@@ -19,15 +19,18 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
 from .._version import __version__
+from ..data.encoding import TableEncoder
+from ..data.schema import Schema
 from ..embedding import release_mean_embedding
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import build_generator
-from ..generators.image import default_generator_spec
+from ..generators import default_generator_spec
 from ..privacy.budget import BudgetFile
 from ..release import META_FILE, Release
 from ..training import TrainConfig, default_device, has_checkpoint, train_generator
@@ -54,17 +57,22 @@ class KernelGeneratorMethod:
                  iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
                  lr_step: int = 100, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
-                 checkpoint_every: int = 200, progress: bool = False):
+                 checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
+                 proportions_share: float = 0.1):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
         self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
+        self.code_dim, self.proportions_share = code_dim, proportions_share
 
     # -- hooks ---------------------------------------------------------------------------
     def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
         raise NotImplementedError
+
+    def table_feature_map(self, encoder: TableEncoder, n_classes: int) -> FeatureMap:
+        return self.feature_map(encoder.dim, n_classes)
 
     def method_params(self) -> dict:
         """Constructor arguments specific to the method (saved in model.json)."""
@@ -74,7 +82,7 @@ class KernelGeneratorMethod:
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress"]
+                "progress", "code_dim", "proportions_share"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
     def train_config(self) -> TrainConfig:
@@ -93,17 +101,28 @@ class KernelGeneratorMethod:
             )
 
     # -- fit ------------------------------------------------------------------------------
-    def fit(self, X, y=None, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
-            resume: bool = False):
+    def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
+            budget: BudgetFile | None = None, resume: bool = False):
         """Release the private embedding (once), then train the generator. Returns self.
+
+        Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
+        schema=...)`` with a :class:`~dpsynth.data.Schema` (or a path to its JSON) declaring
+        bounds and categories; the class proportions are released too (``proportions_share``
+        of the privacy) and generated labels follow them.
 
         ``out``: a folder; the release is saved there before training, with checkpoints.
         ``resume=True`` with a folder that already holds a release reuses it and the last
         checkpoint: no private data is read and no budget is spent.
         """
-        self._validate()
         out = Path(out) if out is not None else None
-        if out is not None and (out / "release" / META_FILE).exists():
+        has_release = out is not None and (out / "release" / META_FILE).exists()
+        if isinstance(X, pd.DataFrame) and not has_release:
+            schema = _as_schema(schema, label)
+            self.n_classes = schema.n_classes  # public: the declared label categories
+        elif has_release and resume and self.n_classes is None:
+            self.n_classes = Release.load(out / "release").dataset.get("n_classes")
+        self._validate()
+        if has_release:
             if not resume:
                 raise ArtifactError(
                     f"{out} already holds a release; fitting again would spend privacy budget a second "
@@ -114,7 +133,10 @@ class KernelGeneratorMethod:
         else:
             if resume:
                 raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
-            self.release_ = self._release(X, y, dataset, budget)
+            if isinstance(X, pd.DataFrame):
+                self.release_ = self._release_table(X, label, schema, dataset, budget)
+            else:
+                self.release_ = self._release(X, y, dataset, budget)
             if out is not None:
                 self.release_.save(out / "release")
         self._train(out, resume)
@@ -140,11 +162,43 @@ class KernelGeneratorMethod:
             public_facts={"record_shape": list(shape), "method": self.method},
         )
 
+    def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
+        if not self.conditional:
+            raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
+        self.n_classes = schema.n_classes  # public: the declared label categories
+        encoder = TableEncoder(schema, dtypes={c: str(t) for c, t in df.dtypes.items()})  # structure only
+        fmap = self.table_feature_map(encoder, schema.n_classes)
+        return release_mean_embedding(
+            fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
+            n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,
+            budget=budget, proportions_share=self.proportions_share,
+            public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict()},
+        )
+
+    @property
+    def encoder_(self) -> TableEncoder | None:
+        table = self.release_.dataset.get("table") if hasattr(self, "release_") else None
+        return TableEncoder.from_dict(table) if table else None
+
+    @property
+    def proportions_(self) -> torch.Tensor | None:
+        """Released class proportions, floored at 1e-3 and renormalised (post-processing)."""
+        p = self.release_.tensors.get("class_proportions") if hasattr(self, "release_") else None
+        if p is None:
+            return None
+        p = p.double().clamp(min=1e-3)
+        return p / p.sum()
+
     def _generator_spec(self) -> dict:
         shape = self.release_.dataset["record_shape"]
         n_classes = int(self.release_.dataset["n_classes"] or 1)
+        code = {"code_dim": self.code_dim} if self.code_dim else {}
+        encoder = self.encoder_
+        if encoder is not None:
+            return {"name": "table", "n_numeric": encoder.n_numeric, "category_sizes": encoder.category_sizes,
+                    "n_classes": n_classes, **code}
         if self.generator == "auto":
-            return default_generator_spec(shape, n_classes)
+            return {**default_generator_spec(shape, n_classes), **code}
         if isinstance(self.generator, str):
             return {"name": self.generator, "image_shape": shape, "n_classes": n_classes}
         return {"image_shape": shape, "n_classes": n_classes, **self.generator}
@@ -156,7 +210,7 @@ class KernelGeneratorMethod:
         fmap = build_feature_map(self.release_.feature_spec)
         self.losses_ = train_generator(
             self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
-            conditional=self.conditional, checkpoint_dir=out, resume=resume and has_checkpoint(out),
+            conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out, resume=resume and has_checkpoint(out),
             device=self.device,
         )
         self.generator_.cpu().eval()
@@ -167,13 +221,19 @@ class KernelGeneratorMethod:
             raise InvalidParameterError(f"this {type(self).__name__} is not fitted; call fit() or dpsynth.load().")
 
     def sample(self, n: int, *, labels=None, seed: int | None = None, batch_size: int = 10000):
-        """``n`` synthetic records as numpy ``(X, y)``; labels are balanced over classes
-        (each class n // C or n // C + 1 times, shuffled) unless given."""
+        """``n`` synthetic records. Images/arrays: numpy ``(X, y)`` with labels balanced over
+        classes (each class n // C or n // C + 1 times, shuffled) unless given. Tables: a
+        DataFrame with the original columns and dtypes, labels drawn from the released
+        class proportions."""
         self._check_fitted()
         n = int(check_positive(n, "n", integer=True))
         gen = self.generator_
-        rng = torch.Generator().manual_seed(seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63))
-        if labels is None:
+        seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        rng = torch.Generator().manual_seed(seed)
+        encoder = self.encoder_
+        if labels is None and encoder is not None:
+            labels = gen.draw_labels(n, rng, self.proportions_)
+        elif labels is None:
             labels = (torch.arange(n) % gen.n_classes)[torch.randperm(n, generator=rng)]
         else:
             labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
@@ -185,6 +245,8 @@ class KernelGeneratorMethod:
             xs = [gen.generate(lb, rng).cpu() for lb in labels.split(batch_size)]
         gen.cpu()
         x = torch.cat(xs).numpy()
+        if encoder is not None:
+            return encoder.decode(x, labels.numpy(), rng=np.random.default_rng(seed))
         return x, (labels.numpy() if self.conditional else None)
 
     # -- persistence ------------------------------------------------------------------------
@@ -215,6 +277,24 @@ class KernelGeneratorMethod:
         model.generator_.eval()
         model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
         return model
+
+
+def _as_schema(schema, label) -> Schema:
+    if schema is None:
+        raise InvalidParameterError(
+            "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
+            "categories, the label and its categories): pass schema=Schema(...) or a path to its JSON. "
+            "dpsynth never reads bounds or categories from the private data."
+        )
+    if isinstance(schema, (str, Path)):
+        schema = Schema.from_json(schema)
+    elif isinstance(schema, dict):
+        schema = Schema.from_dict(schema)
+    if label is not None and label != schema.label:
+        raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
+    if schema.label is None:
+        raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
+    return schema
 
 
 def load(directory):

@@ -1,7 +1,7 @@
 """DP-NTK (empirical NTK features) and DP-MERF (random Fourier features)."""
 from __future__ import annotations
 
-from ..features import ENTKFeatures, RandomFourierFeatures
+from ..features import ENTKFeatures, MixedRFF, RandomFourierFeatures
 from .base import KernelGeneratorMethod, register
 
 
@@ -49,3 +49,8 @@ class DPMERF(KernelGeneratorMethod):
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
+
+    def table_feature_map(self, encoder, n_classes: int) -> MixedRFF:
+        """Heterogeneous columns (DP-MERF Sec. 4.3): RFF on the numeric part, the one-hot part raw."""
+        return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
+                        self.n_features, self.length_scale, seed=self.rff_seed)

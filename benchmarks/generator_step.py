@@ -1,0 +1,67 @@
+"""Time and peak memory of one DP-NTK generator step (MNIST shapes, fc_1l width 800).
+
+Runs each measurement in a fresh subprocess so that the peak resident set size
+(ru_maxrss, which includes the Python interpreter and torch itself) belongs to one
+step alone. The target embedding is random (same shape as MNIST's): the step's cost
+does not depend on its values.
+
+    .venv/bin/python benchmarks/generator_step.py [--batch-size 5000] [--steps 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def one_run(batch_size: int, steps: int, width: int) -> dict:
+    import torch
+
+    from dpsynth.features import ENTKFeatures
+    from dpsynth.generators import ConvGenerator
+    from dpsynth.training import embedding_loss
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    torch.manual_seed(0)
+    gen, fmap = ConvGenerator((1, 28, 28), 10), ENTKFeatures(784, "fc_1l", (width,), 10)
+    target = torch.randn(fmap.out_dim, 10) * 1e-4
+    opt = torch.optim.Adam(gen.parameters(), lr=0.01)
+    times = []
+    for _ in range(steps + 1):  # the first step warms up
+        t = time.perf_counter()
+        labels = gen.draw_labels(batch_size)
+        loss = embedding_loss(fmap, target, gen.generate(labels), labels, 10)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"batch_size": batch_size, "width": width, "step_s_median": sorted(times[1:])[len(times[1:]) // 2],
+            "peak_rss_gib": peak / 2**20, "rss_before_model_gib": base / 2**20,
+            "torch_threads": torch.get_num_threads()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch-size", type=int, nargs="+", default=[5000, 1000])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--width", type=int, default=800)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one_run(args.batch_size[0], args.steps, args.width)))
+        return
+    for b in args.batch_size:
+        out = subprocess.run([sys.executable, __file__, "--child", "--batch-size", str(b), "--steps", str(args.steps),
+                              "--width", str(args.width)], check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"batch {r['batch_size']}: {r['step_s_median']:.3f} s/step (median of {args.steps}), peak RSS "
+              f"{r['peak_rss_gib']:.2f} GiB (of which {r['rss_before_model_gib']:.2f} GiB interpreter + torch), "
+              f"{r['torch_threads']} threads")
+
+
+if __name__ == "__main__":
+    main()

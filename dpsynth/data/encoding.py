@@ -1,0 +1,101 @@
+"""Encode a table for kernel features and decode generated rows back.
+
+Layout: the numeric columns first, each scaled to [0, 1] with its *declared*
+bounds, then one one-hot block per categorical column (schema order). Nothing
+is estimated from the data: bounds and categories come from the schema, so
+encoding reads no statistic of the private table. Decoding clips numbers to
+their bounds (rounding integer columns), draws each categorical value from the
+generator's probabilities (or takes the most likely one), and restores the
+column order and dtypes recorded at fit time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SchemaError
+from .schema import Schema
+
+
+class TableEncoder:
+    def __init__(self, schema: Schema, dtypes: dict | None = None):
+        missing = [c.name for c in schema.columns if c.kind == "numeric" and c.bounds is None]
+        if missing:
+            raise SchemaError(
+                f"numeric column(s) {missing} have no declared bounds. dpsynth scales numeric columns "
+                f"with public bounds and never reads them from the private data: add \"bounds\": [lo, hi] "
+                f"to each in the schema."
+            )
+        self.schema = schema
+        self.numeric = [c for c in schema.columns if c.kind == "numeric"]
+        self.categorical = [c for c in schema.columns if c.kind == "categorical"]
+        self.dtypes = dict(dtypes or {})
+
+    @property
+    def n_numeric(self) -> int:
+        return len(self.numeric)
+
+    @property
+    def category_sizes(self) -> list[int]:
+        return [len(c.categories) for c in self.categorical]
+
+    @property
+    def dim(self) -> int:
+        return self.n_numeric + sum(self.category_sizes)
+
+    def encode(self, df: pd.DataFrame, *, with_label: bool = True):
+        """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema."""
+        if with_label and self.schema.label:
+            self.dtypes = {c: str(t) for c, t in df.dtypes.items()}  # structure, not statistics
+        clean = self.schema.validate(df, require_label=with_label and self.schema.label is not None)
+        parts = []
+        for c in self.numeric:
+            lo, hi = c.bounds
+            parts.append(((clean[c.name].to_numpy(dtype=np.float64) - lo) / (hi - lo))[:, None])
+        for c in self.categorical:
+            lookup = {str(v): i for i, v in enumerate(c.categories)}
+            codes = clean[c.name].map(lookup).to_numpy(dtype=np.int64)
+            parts.append(np.eye(len(c.categories))[codes])
+        X = np.concatenate(parts, 1).astype(np.float32) if parts else np.zeros((len(clean), 0), np.float32)
+        y = self.schema.label_codes(clean) if with_label and self.schema.label else None
+        return X, y
+
+    def decode(self, X, y=None, *, rng: np.random.Generator | None = None, categorical: str = "sample") -> pd.DataFrame:
+        """Rows in the original columns and dtypes; ``categorical`` is 'sample' or 'argmax'."""
+        X = np.asarray(X, dtype=np.float64)
+        rng = rng or np.random.default_rng()
+        out = {}
+        for j, c in enumerate(self.numeric):
+            lo, hi = c.bounds
+            v = lo + np.clip(X[:, j], 0.0, 1.0) * (hi - lo)
+            out[c.name] = np.clip(np.round(v), lo, hi) if c.integer else v
+        start = self.n_numeric
+        for c in self.categorical:
+            k = len(c.categories)
+            p = np.clip(X[:, start:start + k], 0, None)
+            start += k
+            if categorical == "argmax":
+                idx = p.argmax(1)
+            else:
+                p = p / np.maximum(p.sum(1, keepdims=True), 1e-12)
+                idx = (p.cumsum(1) < rng.random((len(p), 1))).sum(1).clip(0, k - 1)
+            out[c.name] = np.asarray(c.categories, dtype=object)[idx]
+        if y is not None and self.schema.label:
+            out[self.schema.label] = np.asarray(self.schema.label_categories, dtype=object)[np.asarray(y)]
+        df = pd.DataFrame(out)
+        order = [c for c in self.dtypes if c in df.columns] or list(df.columns)
+        df = df[order + [c for c in df.columns if c not in order]]
+        for col, dtype in self.dtypes.items():
+            if col in df.columns:
+                try:
+                    df[col] = df[col].astype(dtype)
+                except (ValueError, TypeError):
+                    pass  # e.g. categories declared as text for an integer-typed column
+        return df
+
+    def to_dict(self) -> dict:
+        return {"schema": self.schema.to_dict(), "dtypes": self.dtypes}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TableEncoder":
+        return cls(Schema.from_dict(d["schema"]), d.get("dtypes"))

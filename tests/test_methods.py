@@ -1,0 +1,139 @@
+"""Generators, training with resume, DPNTK/DPMERF fit/sample/save/load (tiny, on digits)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import dpsynth
+from dpsynth import DPMERF, DPNTK, BudgetFile
+from dpsynth.data import load_dataset
+from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
+from dpsynth.evaluation import image_classifier_scores
+from dpsynth.generators import ConvGenerator, ResNetGenerator, build_generator
+from dpsynth.generators import image as image_gen  # noqa: F401
+
+TINY = dict(n_classes=10, iterations=60, batch_size=200, noise_seed=0, checkpoint_every=20)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+class Exploding:
+    """Private data that must not be read (a resume must not touch it)."""
+
+    shape = (1437, 1, 8, 8)
+
+    def __array__(self, *a, **k):
+        raise AssertionError("private data was read")
+
+
+def test_conv_generator_is_the_papers_mnist_architecture():
+    g = ConvGenerator((1, 28, 28), 10)
+    assert g.fc[0].in_features == 15 and g.fc[0].out_features == 200 and g.fc[3].out_features == 784
+    assert [m.out_channels for m in g.conv if isinstance(m, torch.nn.Conv2d)] == [8, 1]
+    x = g.generate(g.draw_labels(7))
+    assert x.shape == (7, 1, 28, 28) and 0 <= x.min() and x.max() <= 1
+    assert build_generator(json.loads(json.dumps(g.spec()))).spec() == g.spec()
+
+
+def test_chunked_channels_last_convs_match_one_pass(monkeypatch):
+    torch.manual_seed(0)
+    g = ConvGenerator((1, 8, 8), 3).eval()
+    z = torch.randn(50, 8)
+    one = g(z)
+    monkeypatch.setattr(image_gen, "CONV_CHUNK", 7)
+    assert torch.allclose(g(z), one, atol=1e-6)
+
+
+def test_resnet_generator_and_shape_errors():
+    g = ResNetGenerator((3, 32, 32), 10, code_dim=8, channels=(16, 8, 8))
+    assert g.generate(g.draw_labels(4)).shape == (4, 3, 32, 32)
+    with pytest.raises(InvalidParameterError, match="divisible by 4"):
+        ConvGenerator((1, 30, 30), 10)
+    with pytest.raises(UnknownNameError, match="conv"):
+        build_generator({"name": "gan"})
+
+
+def _assert_beats_chance(model, digits):
+    x, y = model.sample(1000, seed=0)
+    assert x.shape == (1000, 1, 8, 8) and np.bincount(y).min() == 100  # balanced labels
+    acc = image_classifier_scores(x, y, digits.x_test, digits.y_test, classifiers=("logreg",))["logreg_acc"]
+    assert 0.3 < acc < 0.99, acc  # chance is 0.1; a perfect score would mean something is off
+    return acc
+
+
+def test_tiny_dpntk_beats_chance_on_digits_and_loss_decreases(digits):
+    m = DPNTK(epsilon=10, ntk_width=100, **{**TINY, "iterations": 200}).fit(digits.x_train, digits.y_train,
+                                                                             dataset="digits")
+    assert m is not None and np.mean(m.losses_[-20:]) < 0.5 * m.losses_[0]
+    _assert_beats_chance(m, digits)
+
+
+def test_tiny_dpmerf_beats_chance_on_digits(digits):
+    m = DPMERF(epsilon=10, n_features=1000, length_scale=2.0, **{**TINY, "iterations": 200})
+    _assert_beats_chance(m.fit(digits.x_train, digits.y_train), digits)
+
+
+def test_generic_entk_path_trains_a_generator(digits):
+    m = DPNTK(epsilon=10, arch="fc_2l", widths=(16, 16), **{**TINY, "iterations": 10, "batch_size": 50})
+    m.fit(digits.x_train, digits.y_train)
+    assert len(m.losses_) == 10 and all(np.isfinite(m.losses_))
+
+
+def test_save_load_round_trip_samples_identically(digits, tmp_path):
+    m = DPNTK(epsilon=5, ntk_width=20, **TINY).fit(digits.x_train, digits.y_train, out=tmp_path / "m")
+    again = dpsynth.load(tmp_path / "m")
+    assert isinstance(again, DPNTK) and again.get_params() == m.get_params()
+    a, b = m.sample(30, seed=3), again.sample(30, seed=3)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert again.release_.ledger.total() == (5.0, 1e-5)
+
+
+def test_resume_spends_no_budget_reads_no_data_and_continues_exactly(digits, tmp_path):
+    budget = BudgetFile.open(tmp_path / "budget.json", "digits", 10.0, 1e-5)
+    kw = dict(epsilon=4, ntk_width=20, **{**TINY, "iterations": 20, "checkpoint_every": 10})
+    DPNTK(**kw).fit(digits.x_train, digits.y_train, dataset="digits", out=tmp_path / "a", budget=budget)
+    release_json = (tmp_path / "a" / "release" / "release.json").read_text()
+    resumed = DPNTK(**{**kw, "iterations": 40}).fit(Exploding(), None, out=tmp_path / "a", resume=True,
+                                                    budget=BudgetFile.open(tmp_path / "budget.json"))
+    assert len(BudgetFile.open(tmp_path / "budget.json").charges) == 1  # still the first release only
+    assert (tmp_path / "a" / "release" / "release.json").read_text() == release_json
+    # one uninterrupted 40-iteration run from the same release gives the same generator, bit for bit
+    straight = DPNTK(**{**kw, "iterations": 40})
+    straight.release_ = resumed.release_
+    straight._train(None, False)
+    assert len(resumed.losses_) == 40 and resumed.losses_ == straight.losses_
+    for (k, v), w in zip(resumed.generator_.state_dict().items(), straight.generator_.state_dict().values()):
+        assert torch.equal(v, w), k
+
+
+def test_refitting_a_folder_refuses_to_spend_again(digits, tmp_path):
+    DPNTK(epsilon=1, ntk_width=10, **{**TINY, "iterations": 2}).fit(digits.x_train, digits.y_train, out=tmp_path)
+    with pytest.raises(ArtifactError, match="spend privacy budget a second time"):
+        DPNTK(epsilon=1, ntk_width=10, **TINY).fit(digits.x_train, digits.y_train, out=tmp_path)
+    with pytest.raises(ArtifactError, match="nothing to resume"):
+        DPNTK(epsilon=1, ntk_width=10, **TINY).fit(Exploding(), None, out=tmp_path / "new", resume=True)
+
+
+def test_errors_name_the_problem(digits, tmp_path):
+    with pytest.raises(InvalidParameterError, match="n_classes must be given"):
+        DPNTK(epsilon=1).fit(Exploding(), None)
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        DPNTK(epsilon=0, n_classes=10).fit(Exploding(), None)
+    with pytest.raises(InvalidParameterError, match="batch_size"):
+        DPNTK(epsilon=1, n_classes=10, batch_size=0).fit(Exploding(), None)
+    with pytest.raises(InvalidParameterError, match="not fitted"):
+        DPNTK().sample(5)
+    with pytest.raises(ArtifactError, match="model.json is missing"):
+        dpsynth.load(tmp_path)
+
+
+def test_unconditional_variant(digits):
+    m = DPMERF(epsilon=10, n_features=200, conditional=False, iterations=5, batch_size=50)
+    m.fit(digits.x_train)
+    assert m.release_.tensors["embedding"].shape == (200,)
+    x, y = m.sample(10, seed=0)
+    assert x.shape == (10, 1, 8, 8) and y is None
