@@ -37,8 +37,10 @@ def test_generic_features_have_unit_norm_and_match_autograd(arch, widths):
         assert torch.allclose(phi[i], g / g.norm(), atol=1e-6)
 
 
-def test_fast_and_generic_paths_agree_on_features_embeddings_and_loss_gradients():
-    fm = _double(ENTKFeatures(12, "fc_1l", (16,), n_outputs=4, seed=3, chunk_size=8))
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
+def test_fast_and_generic_paths_agree_on_features_embeddings_and_loss_gradients(arch, widths):
+    fm = _double(ENTKFeatures(12, arch, widths, n_outputs=4, seed=3, chunk_size=8))
+    assert fm.fast
     x, y = _data()
     assert torch.allclose(fm.fast_features(x), fm.generic(x), atol=1e-10)
     onehot = torch.nn.functional.one_hot(y, 4).double() / len(x)

@@ -8,11 +8,13 @@ Two implementations behind one interface:
 
 * generic, for any ``nn.Module``: per-sample gradients with ``torch.func``
   (``vmap(grad(...))``), in chunks of ``chunk_size`` records;
-* a fast structured path for ``fc_1l`` (Linear -> ReLU -> LayerNorm -> Linear)
-  from per-sample factors: with v = W2^T 1, h = LN(relu(a)), a = W1 x + b1,
-  u = LN'(a)^T v masked by a > 0, the gradient is [u x^T, u, 1 h^T, 1]. Sums
-  of features weighted per sample (mean embeddings, the MMD loss and its
-  gradient) then need only (n x w) and (w x d) matrices, never n x P.
+* a fast structured path for the papers' MLPs and tabular CNN (``fc_1l``,
+  ``fc_2l``, ``cnn_2l``): each parameter's per-sample gradient is an outer
+  product of two small vectors (or a vector). For ``fc_1l`` (Linear -> ReLU ->
+  LayerNorm -> Linear), with v = W2^T 1, h = LN(relu(a)), a = W1 x + b1 and
+  u = LN'(a)^T v masked by a > 0, the gradient is [u x^T, u, 1 h^T, 1]. Norms
+  and sums of features weighted per sample (mean embeddings, the MMD loss and
+  its gradient) then need only (n x w) and (w x d) matrices, never n x P.
 """
 from __future__ import annotations
 
@@ -23,6 +25,17 @@ from torch.func import functional_call, grad, vmap
 from ..validation import check_positive
 from .base import FeatureMap, register
 from .networks import build_network, n_params
+
+
+FAST_ARCHS = ("fc_1l", "fc_2l", "cnn_2l")
+
+
+def _layernorm_backward(r: torch.Tensor, v: torch.Tensor, eps: float):
+    """h = LN(r) (no affine) and the gradient of <v, h> w.r.t. r, row-wise."""
+    mu = r.mean(1, keepdim=True)
+    sd = torch.sqrt(r.var(1, unbiased=False, keepdim=True) + eps)
+    h = (r - mu) / sd
+    return h, (v - v.mean() - h * (h * v).mean(1, keepdim=True)) / sd
 
 
 @register
@@ -38,7 +51,7 @@ class ENTKFeatures(FeatureMap):
         self.net = build_network(arch, self.input_dim, self.widths, self.n_outputs, self.seed)
         for p in self.net.parameters():
             p.requires_grad_(False)
-        self.fast = bool(fast) and arch == "fc_1l"
+        self.fast = bool(fast) and arch in FAST_ARCHS
         self._names = [n for n, _ in self.net.named_parameters()]
         self._params = {n: p.detach() for n, p in self.net.named_parameters()}
 
@@ -76,29 +89,56 @@ class ENTKFeatures(FeatureMap):
             out.append(g / g.norm(dim=1, keepdim=True))
         return torch.cat(out)
 
-    # -- fast fc_1l path -----------------------------------------------------------------
-    def factors(self, x: torch.Tensor):
-        """Per-sample factors (u, h, inv_norm) of the fc_1l gradient; differentiable in x."""
-        lin1, _, ln, lin2 = self.net
+    # -- fast structured path (fc_1l, fc_2l, cnn_2l) ---------------------------------------
+    def blocks(self, x: torch.Tensor):
+        """Per-sample gradient of the summed outputs as blocks, one per parameter tensor in
+        ``named_parameters`` order: ``(left, right)`` means the block is the outer product
+        left_i right_i^T (flattened row-major), ``(vec, None)`` a plain vector. Differentiable
+        in x. Returns (blocks, x as rows)."""
         x = self._flat(x)
-        a = torch.nn.functional.linear(x, lin1.weight, lin1.bias)
-        r = torch.relu(a)
-        mu = r.mean(1, keepdim=True)
-        sd = torch.sqrt(r.var(1, unbiased=False, keepdim=True) + ln.eps)
-        h = (r - mu) / sd
-        v = lin2.weight.sum(0)  # W2^T 1, the same for every x
-        g_r = (v - v.mean() - h * (h * v).mean(1, keepdim=True)) / sd
-        u = g_r * (a > 0).to(g_r.dtype)
-        sq = (u * u).sum(1) * ((x * x).sum(1) + 1.0) + self.n_outputs * ((h * h).sum(1) + 1.0)
-        return u, h, x, torch.rsqrt(sq)
+        n, C = x.shape[0], self.n_outputs
+        if self.arch == "fc_1l":
+            lin1, _, ln, lin2 = self.net
+            a = torch.nn.functional.linear(x, lin1.weight, lin1.bias)
+            h, g = _layernorm_backward(torch.relu(a), lin2.weight.sum(0), ln.eps)
+            u = g * (a > 0).to(g.dtype)
+            ones = torch.ones(n, C, dtype=x.dtype, device=x.device)
+            return [(u, x), (u, None), (ones, h), (ones, None)], x
+        if self.arch == "fc_2l":
+            lin1, _, lin2, ln, lin3 = self.net
+            a1 = torch.nn.functional.linear(x, lin1.weight, lin1.bias)
+            r1 = torch.relu(a1)
+            h, g2 = _layernorm_backward(torch.nn.functional.linear(r1, lin2.weight, lin2.bias),
+                                        lin3.weight.sum(0), ln.eps)
+            g1 = (g2 @ lin2.weight) * (a1 > 0).to(g2.dtype)
+            ones = torch.ones(n, C, dtype=x.dtype, device=x.device)
+            return [(g1, x), (g1, None), (g2, r1), (g2, None), (ones, h), (ones, None)], x
+        # cnn_2l: Conv1d(1, w1, k=1) -> ReLU -> flatten (w1 x d) -> Linear -> ReLU -> Linear
+        conv, fc1, fc2 = self.net.conv, self.net.fc1, self.net.fc2
+        a1 = conv.weight.reshape(1, -1, 1) * x[:, None, :] + conv.bias.reshape(1, -1, 1)   # (n, w1, d)
+        h1 = torch.relu(a1).flatten(1)
+        a2 = torch.nn.functional.linear(h1, fc1.weight, fc1.bias)
+        h2 = torch.relu(a2)
+        g2 = fc2.weight.sum(0) * (a2 > 0).to(a2.dtype)                                          # (n, w2)
+        g1 = ((g2 @ fc1.weight).reshape(a1.shape) * (a1 > 0).to(a1.dtype))                       # (n, w1, d)
+        ones = torch.ones(n, C, dtype=x.dtype, device=x.device)
+        return [((g1 * x[:, None, :]).sum(2), None), (g1.sum(2), None), (g2, h1), (g2, None), (ones, h2),
+                (ones, None)], x
+
+    @staticmethod
+    def _inv_norm(blocks) -> torch.Tensor:
+        sq = 0
+        for left, right in blocks:
+            sq = sq + (left * left).sum(1) * ((right * right).sum(1) if right is not None else 1.0)
+        return torch.rsqrt(sq)
 
     def fast_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Materialised features from the factors (same layout as ``generic``)."""
-        u, h, x, inv = self.factors(x)
-        n, C = x.shape[0], self.n_outputs
-        parts = [(u[:, :, None] * x[:, None, :]).reshape(n, -1), u,
-                 h[:, None, :].expand(n, C, -1).reshape(n, -1), torch.ones(n, C, dtype=u.dtype, device=u.device)]
-        return torch.cat(parts, 1) * inv[:, None]
+        """Materialised features from the blocks (same layout as ``generic``)."""
+        blocks, x = self.blocks(x)
+        n = x.shape[0]
+        parts = [left if right is None else (left[:, :, None] * right[:, None, :]).reshape(n, -1)
+                 for left, right in blocks]
+        return torch.cat(parts, 1) * self._inv_norm(blocks)[:, None]
 
     def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """sum_i phi(x_i) weights_i^T as a (P, K) matrix, without materialising phi.
@@ -107,21 +147,19 @@ class ENTKFeatures(FeatureMap):
         """
         if not self.fast:
             return self.generic(x).T.to(weights.dtype) @ weights
-        u, h, x, inv = self.factors(x)
-        cw = weights.to(u.dtype) * inv[:, None]                   # (n, K)
-        K, C = cw.shape[1], self.n_outputs
-        # (K, w*d): per column k only the samples with a non-zero weight contribute, so
-        # one-hot (class-conditional) weights cost one n x w x d product in total.
-        w1 = []
-        for k in range(K):
-            idx = torch.nonzero(cw[:, k], as_tuple=True)[0]
-            w1.append(((u[idx] * cw[idx, k, None]).T @ x[idx]).reshape(-1))
-        w1 = torch.stack(w1)
-        b1 = cw.T @ u                                            # (K, w)
-        hs = cw.T @ h                                            # (K, w)
-        w2 = hs[:, None, :].expand(K, C, -1).reshape(K, -1)      # (K, C*w)
-        b2 = cw.sum(0)[:, None].expand(K, C)                      # (K, C)
-        return torch.cat([w1, b1, w2, b2], 1).T
+        blocks, x = self.blocks(x)
+        cw = weights.to(x.dtype) * self._inv_norm(blocks)[:, None]          # (n, K)
+        # per column k only the samples with a non-zero weight contribute, so one-hot
+        # (class-conditional) weights cost one n x a x b product per outer block in total.
+        rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(cw.shape[1])]
+        out = []
+        for left, right in blocks:
+            if right is None:
+                out.append(cw.T @ left)                                        # (K, a)
+            else:
+                out.append(torch.stack([((left[i] * cw[i, k, None]).T @ right[i]).reshape(-1)
+                                        for k, i in enumerate(rows)]))         # (K, a*b)
+        return torch.cat(out, 1).T
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.fast_features(x) if self.fast else self.generic(x)
