@@ -110,30 +110,64 @@ def _atomic_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
+IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "ntk_width": 800}
+
+
+def _fit_inputs(args):
+    """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
+    from .data import Schema, get_info, load_dataset, load_preset, read_table
+    from .methods.presets import method_preset
+
+    if args.csv:
+        if not (args.schema and args.label):
+            raise InvalidParameterError("--csv needs --schema FILE.json (bounds, categories, label categories) "
+                                        "and --label COLUMN.")
+        schema = Schema.from_json(args.schema)
+        df = read_table(args.csv, schema, label=args.label)
+        return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
+            {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01}, {}
+    if not args.dataset:
+        raise InvalidParameterError("give --dataset NAME (see `dpsynth datasets`) or --csv FILE with --schema.")
+    info = get_info(args.dataset)
+    if info.kind == "table":
+        data = load_preset(args.dataset, seed=args.split_seed, data_dir=args.data_dir)
+        facts = {"preset": args.dataset, "split_seed": args.split_seed}
+        return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset}, \
+            method_preset(args.method, args.dataset), facts
+    data = load_dataset(args.dataset, data_dir=args.data_dir)
+    return (data.x_train, data.y_train), {"dataset": args.dataset}, \
+        {**IMAGE_DEFAULTS, "n_classes": data.n_classes}, {}
+
+
 def cmd_fit(args) -> int:
-    from .data import get_info, load_dataset
     from .methods import METHODS
     from .privacy import BudgetFile
 
-    info = get_info(args.dataset)
-    if info.kind != "image":
-        raise InvalidParameterError(
-            f"dataset {args.dataset!r} is a table; `dpsynth fit` handles image datasets "
-            f"(digits, mnist, fashion-mnist, cifar10) in this version."
-        )
     out = Path(args.out)
-    method_kwargs = {"dp-ntk": {"arch": args.arch, "ntk_width": args.ntk_width},
-                     "dp-merf": {"n_features": args.n_features, "length_scale": args.length_scale}}[args.method]
-    data = load_dataset(args.dataset, data_dir=args.data_dir)
-    model = METHODS[args.method](
-        epsilon=args.epsilon, delta=args.delta, n_classes=data.n_classes, iterations=args.iterations,
-        batch_size=args.batch_size, lr=args.lr, seed=args.seed, noise_seed=args.noise_seed, device=args.device,
-        checkpoint_every=args.checkpoint_every, progress=not args.quiet, **method_kwargs)
-    budget = BudgetFile.open(args.budget, args.dataset, args.budget_epsilon or args.epsilon, args.delta) \
-        if args.budget else None
-    model.fit(data.x_train, data.y_train, dataset=args.dataset, out=out, budget=budget, resume=args.resume)
+    data, fit_kwargs, defaults, facts = _fit_inputs(args)
+    given = {"iterations": args.iterations, "batch_size": args.batch_size, "lr": args.lr, "epsilon": args.epsilon,
+             "delta": args.delta, "code_dim": args.code_dim}
+    if args.method == "dp-ntk":
+        given.update({"arch": args.arch, "ntk_width": args.ntk_width,
+                      "widths": [int(w) for w in args.ntk_widths.split(",")] if args.ntk_widths else None})
+        if args.ntk_widths:
+            given["ntk_width"] = None
+    else:
+        given.update({"n_features": args.n_features, "length_scale": args.length_scale})
+    params = {**{k: v for k, v in defaults.items() if k in given or k == "n_classes"},
+              **{k: v for k, v in given.items() if v is not None}}
+    if params.get("epsilon") is None:
+        raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
+                                    "for images.")
+    params.setdefault("delta", 1e-5)
+    model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
+                                 checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
+    fit_kwargs["public_facts"] = facts
+    eps_budget = args.budget_epsilon or model.epsilon
+    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
+    model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
     eps, delta = model.release_.ledger.total()
-    print(f"fitted {args.method} on {args.dataset}: epsilon={eps:g}, delta={delta:g}; "
+    print(f"fitted {args.method} on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
           f"{len(model.losses_)} iterations, final loss {model.losses_[-1]:.4g}; saved to {out}")
     return 0
 
@@ -144,9 +178,20 @@ def cmd_sample(args) -> int:
     from .methods import load
 
     out = Path(args.out)
+    if out.suffix not in (".npz", ".csv", ".parquet"):
+        raise InvalidParameterError(f"--out must end in .npz (images) or .csv/.parquet (tables); got {out.name!r}.")
+    model = load(args.model)
+    if model.encoder_ is not None:
+        if out.suffix not in (".csv", ".parquet"):
+            raise InvalidParameterError(f"a table model writes .csv or .parquet; got --out {out.name!r}.")
+        df = model.sample(args.n, seed=args.seed)
+        tmp = _atomic_path(out)
+        df.to_csv(tmp, index=False) if out.suffix == ".csv" else df.to_parquet(tmp, index=False)
+        tmp.replace(out)
+        print(f"wrote {len(df)} rows x {df.shape[1]} columns to {out}")
+        return 0
     if out.suffix != ".npz":
         raise InvalidParameterError(f"--out must end in .npz (arrays x and y); got {out.name!r}.")
-    model = load(args.model)
     x, y = model.sample(args.n, seed=args.seed)
     tmp = _atomic_path(out)
     with open(tmp, "wb") as fh:
@@ -162,6 +207,8 @@ def cmd_evaluate(args) -> int:
     from .methods import load
 
     model = load(args.model)
+    if model.encoder_ is not None:
+        return _evaluate_table(args, model)
     name = model.release_.dataset.get("name", "")
     if name not in DATASETS:
         raise InvalidParameterError(
@@ -169,9 +216,10 @@ def cmd_evaluate(args) -> int:
             f"test split to evaluate on; use dpsynth.evaluation.image_classifier_scores with your own test data."
         )
     data = load_dataset(name, data_dir=args.data_dir)
-    x, y = model.sample(args.n, seed=args.seed)
+    n = args.n or 6000
+    x, y = model.sample(n, seed=args.seed)
     result = {"dataset": name, "method": model.method, "epsilon": model.release_.ledger.total()[0],
-              "delta": model.release_.ledger.total()[1], "n_synthetic": args.n}
+              "delta": model.release_.ledger.total()[1], "n_synthetic": n}
     result.update(image_classifier_scores(x, y, data.x_test, data.y_test, seed=args.seed))
     if args.frechet:
         from .evaluation.frechet import frechet_report
@@ -179,6 +227,33 @@ def cmd_evaluate(args) -> int:
         result.update(frechet_report(data, x, seed=args.seed))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
+    print(json.dumps(result))
+    return 0
+
+
+def _evaluate_table(args, model) -> int:
+    from .data import load_preset, read_table
+    from .evaluation.tabular import table_classifier_scores
+
+    facts, encoder = model.release_.dataset, model.encoder_
+    if args.test:
+        test = read_table(args.test, encoder.schema, label=encoder.schema.label)
+        train_real = read_table(args.real_train, encoder.schema, label=encoder.schema.label) if args.real_train else None
+    elif facts.get("preset"):
+        data = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=args.data_dir)
+        test, train_real = data.test, data.train
+    else:
+        raise InvalidParameterError("this model was fitted on a user table: pass --test FILE (same schema) to "
+                                    "evaluate on your real test split.")
+    n = args.n or int(facts["n_records"])
+    synth = model.sample(n, seed=args.seed)
+    result = {"dataset": facts.get("name"), "method": model.method, "epsilon": model.release_.ledger.total()[0],
+              "delta": model.release_.ledger.total()[1], "n_synthetic": n}
+    scores = table_classifier_scores(synth, test, encoder, seed=args.seed)
+    result.update({"binary": scores["binary"], "mean": scores["mean"], "classifiers": scores["classifiers"],
+                   "failures": scores["failures"]})
+    if train_real is not None and args.real:
+        result["real"] = table_classifier_scores(train_real, test, encoder, seed=args.seed)["mean"]
     print(json.dumps(result))
     return 0
 
@@ -215,16 +290,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator")
     s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf"])
-    s.add_argument("--dataset", required=True, help="a registered image dataset (see `dpsynth datasets`)")
-    s.add_argument("--epsilon", type=float, required=True)
-    s.add_argument("--delta", type=float, default=1e-5)
+    s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
+                   "preprocessing and settings (presets)")
+    s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
+    s.add_argument("--schema", help="JSON schema of --csv (see README: schema format)")
+    s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
+    s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
+    s.add_argument("--delta", type=float, default=None, help="default 1e-5")
     s.add_argument("--out", required=True, help="model folder (release/ is written before training)")
-    s.add_argument("--iterations", type=int, default=2000)
-    s.add_argument("--batch-size", type=int, default=5000, help="generator batch per step")
-    s.add_argument("--lr", type=float, default=0.01)
-    s.add_argument("--ntk-width", type=int, default=800, help="dp-ntk: width of the NTK network")
-    s.add_argument("--arch", default="fc_1l", choices=["fc_1l", "fc_2l", "cnn"], help="dp-ntk: NTK network")
-    s.add_argument("--n-features", type=int, default=10000, help="dp-merf: number of random features")
+    s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
+    s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
+    s.add_argument("--lr", type=float, help="default 0.01")
+    s.add_argument("--code-dim", type=int, help="generator code size (default 5 images, the preset's tables)")
+    s.add_argument("--ntk-width", type=int, help="dp-ntk: width of a one-hidden-layer NTK network (default 800)")
+    s.add_argument("--ntk-widths", help="dp-ntk: comma-separated widths, e.g. 30,200 for cnn_2l")
+    s.add_argument("--arch", choices=["fc_1l", "fc_2l", "cnn_2l", "cnn"], help="dp-ntk: NTK network "
+                   "(default fc_1l images, the preset's tables)")
+    s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
     s.add_argument("--length-scale", type=float, default=None, help="dp-merf: kernel length scale")
     s.add_argument("--seed", type=int, default=0, help="generator initialisation and training (not privacy noise)")
     s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")
@@ -241,13 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
     s.add_argument("--n", type=int, required=True)
-    s.add_argument("--out", required=True, help="FILE.npz with arrays x and y")
+    s.add_argument("--out", required=True, help="FILE.npz with arrays x and y (images), FILE.csv or "
+                   "FILE.parquet (tables)")
     s.add_argument("--seed", type=int, default=None)
     s.set_defaults(func=cmd_sample)
 
     s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
-    s.add_argument("--n", type=int, default=6000, help="synthetic training samples (balanced labels)")
+    s.add_argument("--n", type=int, default=None, help="synthetic training samples (default 6000 images with "
+                   "balanced labels; tables: as many as the private training rows)")
+    s.add_argument("--test", help="tables fitted with --csv: real test split (same schema)")
+    s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row")
+    s.add_argument("--real", action="store_true", help="tables: also score classifiers trained on the real "
+                   "training split (the 'real' row)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--frechet", action="store_true", help="also a Frechet distance on features of a CNN "
                    "classifier trained by dpsynth on the real training set (cached; not Inception FID)")

@@ -94,8 +94,9 @@ class TableEncoder:
         return df
 
     def to_dict(self) -> dict:
-        return {"schema": self.schema.to_dict(), "dtypes": self.dtypes}
+        # a list keeps the column order through JSON writers that sort keys
+        return {"schema": self.schema.to_dict(), "dtypes": [[c, t] for c, t in self.dtypes.items()]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TableEncoder":
-        return cls(Schema.from_dict(d["schema"]), d.get("dtypes"))
+        return cls(Schema.from_dict(d["schema"]), dict(d.get("dtypes") or []))

@@ -102,7 +102,7 @@ class KernelGeneratorMethod:
 
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
-            budget: BudgetFile | None = None, resume: bool = False):
+            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None):
         """Release the private embedding (once), then train the generator. Returns self.
 
         Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
@@ -112,8 +112,10 @@ class KernelGeneratorMethod:
 
         ``out``: a folder; the release is saved there before training, with checkpoints.
         ``resume=True`` with a folder that already holds a release reuses it and the last
-        checkpoint: no private data is read and no budget is spent.
+        checkpoint: no private data is read and no budget is spent. ``public_facts`` are stored
+        in the release (e.g. the preset and split seed a benchmark table came from).
         """
+        self._public_facts = dict(public_facts or {})
         out = Path(out) if out is not None else None
         has_release = out is not None and (out / "release" / META_FILE).exists()
         if isinstance(X, pd.DataFrame) and not has_release:
@@ -159,7 +161,7 @@ class KernelGeneratorMethod:
             fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
             n_classes=n_classes if self.conditional else None, accountant=self.accountant,
             seed=self.noise_seed, dataset=dataset, budget=budget,
-            public_facts={"record_shape": list(shape), "method": self.method},
+            public_facts={"record_shape": list(shape), "method": self.method, **self._public_facts},
         )
 
     def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
@@ -172,7 +174,8 @@ class KernelGeneratorMethod:
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
             n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share,
-            public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict()},
+            public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict(),
+                          **self._public_facts},
         )
 
     @property
