@@ -94,10 +94,14 @@ def test_fit_sample_evaluate_resume_on_digits(capsys, tmp_path):
 
 
 def test_fit_sample_bad_input(capsys, tmp_path):
-    code, _, err = run(capsys, "sample", str(tmp_path), "--n", "5", "--out", str(tmp_path / "x.csv"))
-    assert code == 2 and ".npz" in err
+    code, _, err = run(capsys, "sample", str(tmp_path), "--n", "5", "--out", str(tmp_path / "x.txt"))
+    assert code == 2 and ".npz" in err and ".csv" in err
     code, _, err = run(capsys, "sample", str(tmp_path), "--n", "5", "--out", str(tmp_path / "x.npz"))
     assert code == 2 and "model.json is missing" in err and not (tmp_path / "x.npz").exists()
     code, _, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "nope", "--epsilon", "1",
                        "--out", str(tmp_path / "m"))
     assert code == 2 and "digits" in err and not (tmp_path / "m").exists()
+    code, _, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "digits", "--out", str(tmp_path / "m"))
+    assert code == 2 and "--epsilon is required" in err and not (tmp_path / "m").exists()
+    code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", "x.csv", "--out", str(tmp_path / "m"))
+    assert code == 2 and "--schema" in err

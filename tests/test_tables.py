@@ -1,0 +1,157 @@
+"""Tables: encoding, mixed-head generator, private class proportions, DataFrame fit/sample, CLI."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import dpsynth
+from dpsynth import DPMERF, DPNTK, Schema, calibrate_sigma, mean_embedding
+from dpsynth.cli import main
+from dpsynth.data.encoding import TableEncoder
+from dpsynth.errors import InvalidParameterError, SchemaError
+from dpsynth.features import MixedRFF
+
+from conftest import require_data
+
+SCHEMA = {
+    "columns": [
+        {"name": "age", "type": "numeric", "bounds": [17, 90], "integer": True},
+        {"name": "score", "type": "numeric", "bounds": [-1.0, 1.0]},
+        {"name": "colour", "type": "categorical", "categories": ["red", "green", "blue"]},
+        {"name": "smoker", "type": "categorical", "categories": ["no", "yes"]},
+    ],
+    "label": "y", "label_categories": ["neg", "pos"],
+}
+
+
+def toy_table(n=400, seed=0):
+    """y depends on age and colour, so a model can learn something."""
+    g = np.random.default_rng(seed)
+    age = g.integers(17, 91, n)
+    colour = g.choice(["red", "green", "blue"], n)
+    pos = (age > 50) ^ (colour == "blue")
+    return pd.DataFrame({"age": age, "score": g.uniform(-1, 1, n).round(3), "colour": colour,
+                         "smoker": g.choice(["no", "yes"], n), "y": np.where(pos, "pos", "neg")})
+
+
+TINY = dict(iterations=30, batch_size=100, noise_seed=0, n_features=200)
+
+
+def test_encode_decode_round_trip_keeps_values_order_and_dtypes():
+    df = toy_table(50)[["score", "y", "colour", "age", "smoker"]]  # any column order
+    enc = TableEncoder(Schema.from_dict(SCHEMA))
+    X, y = enc.encode(df)
+    assert X.shape == (50, 2 + 3 + 2) and X.min() >= 0 and X.max() <= 1
+    assert np.allclose(X[:, 2:5].sum(1), 1) and np.allclose(X[:, 5:].sum(1), 1)
+    back = TableEncoder.from_dict(json.loads(json.dumps(enc.to_dict(), sort_keys=True))).decode(
+        X, y, categorical="argmax")
+    assert list(back.columns) == list(df.columns) and (back.dtypes == df.dtypes).all()
+    pd.testing.assert_frame_equal(back.drop(columns="score"), df.drop(columns="score"))
+    assert np.allclose(back["score"], df["score"], atol=1e-6)
+
+
+def test_missing_bounds_are_refused_not_read_from_data():
+    bad = json.loads(json.dumps(SCHEMA))
+    del bad["columns"][0]["bounds"]
+    with pytest.raises(SchemaError, match="no declared bounds"):
+        TableEncoder(Schema.from_dict(bad))
+
+
+def test_mixed_rff_norm_bound_and_neighbouring_sensitivity():
+    enc = TableEncoder(Schema.from_dict(SCHEMA))
+    fm = MixedRFF(2, 2, 5, n_features=64, length_scale=0.5, seed=0)
+    X, y = enc.encode(toy_table(60))
+    X = torch.tensor(X)
+    assert torch.allclose(fm(X.double()).norm(dim=1), torch.ones(60, dtype=torch.float64), atol=1e-12)
+    soft = torch.rand(20, 7)  # anything, even non-encoded rows: the bound still holds
+    assert (fm(soft.double()).norm(dim=1) <= 1 + 1e-12).all()
+    mu = mean_embedding(fm, X, torch.tensor(y), 2)
+    X2, y2 = X.clone(), torch.tensor(y).clone()
+    X2[3] = torch.tensor([1.0, 0.0, 0, 0, 1, 1, 0]) if X[3, 4] == 0 else torch.tensor([0.0, 1.0, 1, 0, 0, 0, 1])
+    y2[3] = 1 - y2[3]
+    assert 1 / 60 < (mu - mean_embedding(fm, X2, y2, 2)).norm() <= 2 / 60 + 1e-12
+
+
+def test_class_proportions_release_shares_one_calibrated_plan():
+    df = toy_table(400)
+    m = DPMERF(epsilon=1.0, proportions_share=0.2, **TINY).fit(df, label="y", schema=SCHEMA)
+    props, emb = m.release_.ledger.entries
+    assert props.budget_id == emb.budget_id and m.release_.ledger.total() == (1.0, 1e-5)
+    assert props.sensitivity == pytest.approx(math.sqrt(2) / 400) and emb.sensitivity == pytest.approx(2 / 400)
+    sigma = calibrate_sigma(1.0, 1e-5)  # one release at (1, 1e-5): the plan composes exactly to it
+    assert 1 / props.noise_multiplier ** 2 + 1 / emb.noise_multiplier ** 2 == pytest.approx(1 / sigma ** 2, rel=1e-3)
+    assert props.noise_multiplier == pytest.approx(sigma / math.sqrt(0.2), rel=1e-3)
+    p = m.release_.tensors["class_proportions"]
+    true = (df["y"] == "pos").mean()
+    assert p.shape == (2,) and abs(float(p[1]) - true) < 0.1 and float(p[1]) != true  # noisy, but close
+
+
+def test_public_parts_do_not_depend_on_the_private_rows():
+    """Same schema and size, different rows: feature map, facts and noise scales are identical."""
+    a = DPNTK(epsilon=1, arch="fc_1l", ntk_width=16, iterations=2, batch_size=50, noise_seed=0)
+    b = DPNTK(epsilon=1, arch="fc_1l", ntk_width=16, iterations=2, batch_size=50, noise_seed=0)
+    a.fit(toy_table(300, seed=1), label="y", schema=SCHEMA)
+    b.fit(toy_table(300, seed=2), label="y", schema=SCHEMA)
+    assert a.release_.feature_spec == b.release_.feature_spec
+    assert a.release_.dataset == b.release_.dataset
+    assert [e.noise_std for e in a.release_.ledger.entries] == [e.noise_std for e in b.release_.ledger.entries]
+    assert a.generator_.spec() == b.generator_.spec()
+
+
+def test_sampling_returns_valid_categories_and_bounded_numbers(tmp_path):
+    m = DPNTK(epsilon=2, arch="cnn_2l", widths=(4, 8), **{k: v for k, v in TINY.items() if k != "n_features"})
+    m.fit(toy_table(), label="y", schema=SCHEMA, out=tmp_path / "m")
+    s = dpsynth.load(tmp_path / "m").sample(500, seed=0)
+    assert list(s.columns) == ["age", "score", "colour", "smoker", "y"] and len(s) == 500
+    assert s["age"].between(17, 90).all() and (s["age"] == s["age"].round()).all()
+    assert s["score"].between(-1, 1).all()
+    assert set(s["colour"]) <= {"red", "green", "blue"} and set(s["smoker"]) <= {"no", "yes"}
+    assert set(s["y"]) == {"neg", "pos"}
+    Schema.from_dict(SCHEMA).validate(s)  # the schema's own validation accepts every row
+
+
+def test_table_errors_name_the_problem():
+    df = toy_table(50)
+    with pytest.raises(InvalidParameterError, match="needs its schema"):
+        DPMERF(epsilon=1).fit(df, label="y")
+    with pytest.raises(InvalidParameterError, match="must agree"):
+        DPMERF(epsilon=1).fit(df, label="colour", schema=SCHEMA)
+    with pytest.raises(InvalidParameterError, match="class-conditionally"):
+        DPMERF(epsilon=1, conditional=False).fit(df, label="y", schema=SCHEMA)
+
+
+def test_cli_fit_sample_evaluate_user_csv(tmp_path, capsys):
+    toy_table(400, seed=0).to_csv(tmp_path / "train.csv", index=False)
+    toy_table(300, seed=1).to_csv(tmp_path / "test.csv", index=False)
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    code = main(["fit", "--method", "dp-merf", "--csv", str(tmp_path / "train.csv"), "--schema",
+                 str(tmp_path / "schema.json"), "--label", "y", "--epsilon", "5", "--iterations", "200",
+                 "--batch-size", "200", "--n-features", "300", "--noise-seed", "0", "-q", "--out", str(tmp_path / "m")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "m"), "--n", "20", "--out", str(tmp_path / "s.csv")]) == 0
+    assert list(pd.read_csv(tmp_path / "s.csv").columns) == ["age", "score", "colour", "smoker", "y"]
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["binary"] and len(result["classifiers"]) == 12
+    assert 0.55 < result["mean"]["roc_auc"] < 1.0  # learned the age/colour signal (chance 0.5)
+    code = main(["evaluate", str(tmp_path / "m")])
+    assert code == 2 and "--test" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tiny_fit_on_adult_beats_majority_baseline():
+    require_data("adult")
+    from dpsynth.data import load_preset
+    from dpsynth.evaluation.tabular import table_classifier_scores
+
+    d = load_preset("adult", seed=0)
+    m = DPMERF(epsilon=1, iterations=300, batch_size=200, n_features=500).fit(d.train, label="income",
+                                                                              schema=d.schema)
+    r = table_classifier_scores(m.sample(5000, seed=0), d.test, m.encoder_,
+                                classifiers=["logistic_regression", "gaussian_nb"])
+    assert 0.6 < r["mean"]["roc_auc"] < 0.95  # majority-class baseline: 0.5
