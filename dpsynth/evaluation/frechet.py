@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 import torch
