@@ -18,8 +18,10 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	rm -rf runs/demo
-	$(BIN)/dpsynth demo --out runs/demo
-	$(BIN)/dpsynth inspect runs/demo/release
+	$(BIN)/dpsynth fit --method dp-ntk --dataset digits --epsilon 10 --delta 1e-5 --iterations 600 \
+		--batch-size 500 --out runs/demo
+	$(BIN)/dpsynth evaluate runs/demo --n 2000
+	$(BIN)/dpsynth inspect runs/demo
 
 test: $(STAMP)
 	DPSYNTH_DATA_DIR=$${DPSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q

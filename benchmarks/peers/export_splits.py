@@ -1,0 +1,31 @@
+"""Write the preset splits (train.csv, test.csv, schema.json) for peers run in their own venv.
+
+    .venv/bin/python benchmarks/peers/export_splits.py --dataset adult cervical --seeds 0 1 2
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dpsynth.data import load_preset
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dataset", nargs="+", default=["adult"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--out", default="benchmarks/out/splits")
+    args = p.parse_args()
+    for name in args.dataset:
+        for seed in args.seeds:
+            d = load_preset(name, seed=seed)
+            folder = Path(args.out) / f"{name}_s{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            d.train.to_csv(folder / "train.csv", index=False)
+            d.test.to_csv(folder / "test.csv", index=False)
+            d.schema.to_json(folder / "schema.json")
+            print(folder, len(d.train), len(d.test))
+
+
+if __name__ == "__main__":
+    main()
