@@ -137,3 +137,29 @@ def test_unconditional_variant(digits):
     assert m.release_.tensors["embedding"].shape == (200,)
     x, y = m.sample(10, seed=0)
     assert x.shape == (10, 1, 8, 8) and y is None
+
+
+def test_frechet_distance_closed_form_and_named_network(digits):
+    from dpsynth.evaluation.frechet import frechet_distance, frechet_report
+
+    g = np.random.default_rng(0)
+    a = g.normal(size=(4000, 3))
+    assert frechet_distance(a, a) == pytest.approx(0, abs=1e-6)
+    # equal covariances: the distance is the squared mean shift
+    assert frechet_distance(a, a + [1.0, 2.0, 0.0]) == pytest.approx(5.0, rel=1e-6)
+    real = frechet_report(digits, digits.x_train.numpy())
+    noise = frechet_report(digits, np.random.default_rng(1).random((1437, 1, 8, 8)).astype(np.float32))
+    assert real["fd_network"] == "dpsynth-cnn/digits"
+    assert 0 < real["fd"] < noise["fd"] / 5
+
+
+def test_colour_32x32_uses_resnet_generator_and_generic_cnn_entk():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(64, 3, 32, 32, generator=g), torch.randint(0, 10, (64,), generator=g)
+    m = DPNTK(epsilon=10, arch="cnn", ntk_width=2, n_classes=10, iterations=3, batch_size=8, noise_seed=0,
+              generator={"name": "resnet", "code_dim": 8, "channels": [8, 8, 8]})
+    m.fit(x, y)
+    assert m.generator_.spec()["name"] == "resnet" and not m.release_.feature_spec["fast"]
+    assert m.release_.tensors["embedding"].shape == (2 * 3 * 9 + 2 + 2 * 1024 * 10 + 10, 10)
+    xs, ys = m.sample(4, seed=0)
+    assert xs.shape == (4, 3, 32, 32) and np.isfinite(m.losses_).all()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -91,11 +92,14 @@ def frechet_distance(f1: np.ndarray, f2: np.ndarray) -> float:
     """||m1 - m2||^2 + tr(S1 + S2 - 2 (S1 S2)^(1/2)) of two feature sets (rows = samples)."""
     m1, m2 = f1.mean(0), f2.mean(0)
     s1, s2 = np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
-    covmean, _ = linalg.sqrtm(s1 @ s2, disp=False)
-    if not np.isfinite(covmean).all():
-        eps = 1e-6 * np.eye(len(m1))
-        covmean = linalg.sqrtm((s1 + eps) @ (s2 + eps))
-    covmean = covmean.real
+    with warnings.catch_warnings():
+        # dead ReLU units give singular covariances; a tiny ridge keeps sqrtm well defined
+        warnings.simplefilter("ignore", linalg.LinAlgWarning)
+        covmean = linalg.sqrtm(s1 @ s2)
+        if not np.isfinite(covmean).all():
+            ridge = 1e-6 * np.eye(len(m1))
+            covmean = linalg.sqrtm((s1 + ridge) @ (s2 + ridge))
+    covmean = np.real(covmean)
     return float(((m1 - m2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
 
 

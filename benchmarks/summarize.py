@@ -1,0 +1,71 @@
+"""Markdown tables (mean +- standard deviation over seeds) from the benchmark JSON lines.
+
+    .venv/bin/python benchmarks/summarize.py [--image benchmarks/out/image.jsonl]
+        [--tables benchmarks/out/tables.jsonl] [--peers benchmarks/out/peers.jsonl]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def _rows(path):
+    p = Path(path)
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
+
+
+def _fmt(values) -> str:
+    v = np.asarray(values, dtype=float)
+    return f"{v.mean():.3f}" if len(v) == 1 else f"{v.mean():.3f} +- {v.std(ddof=1):.3f} (n={len(v)})"
+
+
+def image_table(rows) -> str:
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["method"], r["epsilon"], r["iterations"], r["batch_size"])].append(r)
+    out = ["| dataset | method | epsilon | iterations x batch | LogReg acc | MLP acc | LogReg F1 | MLP F1 | fit s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for (ds, m, eps, it, b), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
+        out.append(f"| {ds} | {m} | {eps:g} | {it} x {b} | {_fmt([r['logreg_acc'] for r in rs])} | "
+                   f"{_fmt([r['mlp_acc'] for r in rs])} | {_fmt([r['logreg_f1'] for r in rs])} | "
+                   f"{_fmt([r['mlp_f1'] for r in rs])} | {np.mean([r['fit_s'] for r in rs]):.0f} |")
+    return "\n".join(out)
+
+
+def table_table(rows, key="method", name_key="dataset") -> str:
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r[name_key], r[key])].append(r)
+    out = ["| dataset | method | ROC-AUC | PR-AUC | F1 (multi-class) | fit s | seeds |", "|---|---|---|---|---|---|---|"]
+    for (ds, m), rs in sorted(groups.items()):
+        def col(k):
+            vals = [r["mean"][k] for r in rs if k in r["mean"]]
+            return _fmt(vals) if vals else "-"
+        fit = np.mean([r.get("fit_s", 0.0) for r in rs])
+        out.append(f"| {ds} | {m} | {col('roc_auc')} | {col('pr_auc')} | {col('f1')} | {fit:.0f} | {len(rs)} |")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--image", default="benchmarks/out/image.jsonl")
+    p.add_argument("--tables", default="benchmarks/out/tables.jsonl")
+    p.add_argument("--peers", default="benchmarks/out/peers.jsonl")
+    args = p.parse_args()
+    if _rows(args.image):
+        print(image_table(_rows(args.image)), "\n")
+    if _rows(args.tables):
+        print(table_table(_rows(args.tables)), "\n")
+    peers = _rows(args.peers)
+    for r in peers:
+        r["dataset"] = r["folder"].rsplit("_s", 1)[0]
+    if peers:
+        print(table_table(peers))
+
+
+if __name__ == "__main__":
+    main()
