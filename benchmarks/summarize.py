@@ -52,12 +52,13 @@ def table_table(rows, key="method", name_key="dataset") -> str:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--image", default="benchmarks/out/image.jsonl")
+    p.add_argument("--image", nargs="+", default=["benchmarks/out/image.jsonl", "benchmarks/out/paper_settings.jsonl"])
     p.add_argument("--tables", default="benchmarks/out/tables.jsonl")
     p.add_argument("--peers", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
-    if _rows(args.image):
-        print(image_table(_rows(args.image)), "\n")
+    image = [r for path in args.image for r in _rows(path)]
+    if image:
+        print(image_table(image), "\n")
     if _rows(args.tables):
         print(table_table(_rows(args.tables)), "\n")
     peers = _rows(args.peers)
