@@ -42,7 +42,7 @@ TINY = dict(iterations=30, batch_size=100, noise_seed=0, n_features=200)
 
 def test_encode_decode_round_trip_keeps_values_order_and_dtypes():
     df = toy_table(50)[["score", "y", "colour", "age", "smoker"]]  # any column order
-    enc = TableEncoder(Schema.from_dict(SCHEMA))
+    enc = TableEncoder.for_frame(Schema.from_dict(SCHEMA), df)
     X, y = enc.encode(df)
     assert X.shape == (50, 2 + 3 + 2) and X.min() >= 0 and X.max() <= 1
     assert np.allclose(X[:, 2:5].sum(1), 1) and np.allclose(X[:, 5:].sum(1), 1)

@@ -31,6 +31,11 @@ class TableEncoder:
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
         self.dtypes = dict(dtypes or {})
 
+    @classmethod
+    def for_frame(cls, schema: Schema, df: pd.DataFrame) -> "TableEncoder":
+        """An encoder that restores ``df``'s column order and dtypes (its structure, not statistics)."""
+        return cls(schema, {c: str(t) for c, t in df.dtypes.items()})
+
     @property
     def n_numeric(self) -> int:
         return len(self.numeric)
@@ -45,8 +50,6 @@ class TableEncoder:
 
     def encode(self, df: pd.DataFrame, *, with_label: bool = True):
         """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema."""
-        if with_label and self.schema.label:
-            self.dtypes = {c: str(t) for c, t in df.dtypes.items()}  # structure, not statistics
         clean = self.schema.validate(df, require_label=with_label and self.schema.label is not None)
         parts = []
         for c in self.numeric:

@@ -168,7 +168,7 @@ class KernelGeneratorMethod:
         if not self.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
         self.n_classes = schema.n_classes  # public: the declared label categories
-        encoder = TableEncoder(schema, dtypes={c: str(t) for c, t in df.dtypes.items()})  # structure only
+        encoder = TableEncoder.for_frame(schema, df)
         fmap = self.table_feature_map(encoder, schema.n_classes)
         return release_mean_embedding(
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
