@@ -8,7 +8,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 
-def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int = 2) -> Path:
+def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int | None = None) -> Path:
     """One row per class (label written on the left), ``per_class`` images per row.
 
     ``x`` is (n, C, H, W) in [0, 1]; written atomically.
@@ -17,6 +17,7 @@ def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int
     n_cls = int(y.max()) + 1 if len(y) else 1
     classes = classes or [str(c) for c in range(n_cls)]
     c, h, w = x.shape[1:]
+    scale = scale or max(2, -(-56 // max(h, w)))  # tiles at least 56 px: 8x8 digits x7, 28x28 x2
     h2, w2, pad, label_w = h * scale, w * scale, 2, 70
     canvas = Image.new("RGB", (label_w + per_class * (w2 + pad), n_cls * (h2 + pad)), "white")
     draw = ImageDraw.Draw(canvas)
