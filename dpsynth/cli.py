@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from ._io import atomic_write
 from .errors import DpsynthError, InvalidParameterError
 
 
@@ -106,10 +107,6 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _atomic_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp")
-
-
 IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "ntk_width": 800}
 
 
@@ -185,18 +182,15 @@ def cmd_sample(args) -> int:
         if out.suffix not in (".csv", ".parquet"):
             raise InvalidParameterError(f"a table model writes .csv or .parquet; got --out {out.name!r}.")
         df = model.sample(args.n, seed=args.seed)
-        tmp = _atomic_path(out)
-        df.to_csv(tmp, index=False) if out.suffix == ".csv" else df.to_parquet(tmp, index=False)
-        tmp.replace(out)
+        with atomic_write(out) as tmp:
+            df.to_csv(tmp, index=False) if out.suffix == ".csv" else df.to_parquet(tmp, index=False)
         print(f"wrote {len(df)} rows x {df.shape[1]} columns to {out}")
         return 0
     if out.suffix != ".npz":
         raise InvalidParameterError(f"--out must end in .npz (arrays x and y); got {out.name!r}.")
     x, y = model.sample(args.n, seed=args.seed)
-    tmp = _atomic_path(out)
-    with open(tmp, "wb") as fh:
+    with atomic_write(out) as tmp, open(tmp, "wb") as fh:
         np.savez_compressed(fh, x=x, **({"y": y} if y is not None else {}))
-    tmp.replace(out)
     print(f"wrote {args.n} samples to {out} (x {tuple(x.shape)}" + (", y)" if y is not None else ")"))
     return 0
 
@@ -218,8 +212,7 @@ def cmd_evaluate(args) -> int:
     data = load_dataset(name, data_dir=args.data_dir)
     n = args.n or 6000
     x, y = model.sample(n, seed=args.seed)
-    result = {"dataset": name, "method": model.method, "epsilon": model.release_.ledger.total()[0],
-              "delta": model.release_.ledger.total()[1], "n_synthetic": n}
+    result = _result_header(model, n)
     result.update(image_classifier_scores(x, y, data.x_test, data.y_test, seed=args.seed))
     if args.frechet:
         from .evaluation.frechet import frechet_report
@@ -229,6 +222,12 @@ def cmd_evaluate(args) -> int:
     result["samples_png"] = str(grid)
     print(json.dumps(result))
     return 0
+
+
+def _result_header(model, n: int) -> dict:
+    eps, delta = model.release_.ledger.total()
+    return {"dataset": model.release_.dataset.get("name"), "method": model.method, "epsilon": eps,
+            "delta": delta, "n_synthetic": n}
 
 
 def _evaluate_table(args, model) -> int:
@@ -247,8 +246,7 @@ def _evaluate_table(args, model) -> int:
                                     "evaluate on your real test split.")
     n = args.n or int(facts["n_records"])
     synth = model.sample(n, seed=args.seed)
-    result = {"dataset": facts.get("name"), "method": model.method, "epsilon": model.release_.ledger.total()[0],
-              "delta": model.release_.ledger.total()[1], "n_synthetic": n}
+    result = _result_header(model, n)
     scores = table_classifier_scores(synth, test, encoder, seed=args.seed)
     result.update({"binary": scores["binary"], "mean": scores["mean"], "classifiers": scores["classifiers"],
                    "failures": scores["failures"]})

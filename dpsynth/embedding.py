@@ -106,10 +106,9 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
     tensors = {}
     if proportions_share is not None:
+        sigma_props, sigma_emb = (k * sigma for k in plan.multipliers)
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
-        tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, plan.multipliers[0] * sigma,
-                                                          noise)
-        sigma_emb = plan.multipliers[1] * sigma
+        tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, sigma_props, noise)
     else:
         sigma_emb = sigma
     tensors["embedding"] = gaussian_mechanism(mu, sensitivity, sigma_emb, noise)
@@ -125,7 +124,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     if proportions_share is not None:  # same plan, same budget_id: paid for once
         entries = (LedgerEntry(
             mechanism="gaussian", description=f"class proportions ({proportions_share:g} of the plan's privacy)",
-            epsilon=epsilon, delta=delta, noise_multiplier=float(plan.multipliers[0] * sigma),
+            epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_props),
             sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy,
             dataset=dataset, n_records=m, budget_id=entry.budget_id), entry)
     if budget is not None:

@@ -157,3 +157,17 @@ def test_exhausted_budget_refuses_before_data_is_read(tmp_path):
     with pytest.raises(PrivacyBudgetError):
         release_mean_embedding(RandomFourierFeatures(5, 8), Exploding(), None, epsilon=0.1, delta=1e-6,
                                budget=budget)
+
+
+def test_atomic_write_replaces_on_success_and_leaves_nothing_on_failure(tmp_path):
+    from dpsynth._io import atomic_write
+
+    target = tmp_path / "out.txt"
+    with atomic_write(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new"
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("crash mid-write")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

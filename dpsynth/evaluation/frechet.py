@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import warnings
 
 import numpy as np
@@ -21,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from scipy import linalg
 from torch import nn
 
+from .._io import atomic_write
 from ..data.fetch import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -81,9 +81,8 @@ def feature_cnn_for(data, seed: int = 0) -> FeatureCNN:
     with torch.no_grad():
         acc = float((net(data.x_test).argmax(1) == data.y_test).double().mean())
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{stem}.tmp"
-    save_file(net.state_dict(), str(tmp))
-    os.replace(tmp, weights)
+    with atomic_write(weights) as tmp:
+        save_file(net.state_dict(), str(tmp))
     meta_path.write_text(json.dumps({"dataset": data.name, "test_accuracy": acc, "version": NET_VERSION}))
     return net
 

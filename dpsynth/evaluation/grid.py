@@ -1,11 +1,12 @@
 """A labelled grid of images as a PNG (pillow; no plotting library needed)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from .._io import atomic_write
 
 
 def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int | None = None) -> Path:
@@ -29,7 +30,6 @@ def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int
             tile = Image.fromarray(img[:, :, 0] if c == 1 else img).convert("RGB").resize((w2, h2), Image.NEAREST)
             canvas.paste(tile, (label_w + col * (w2 + pad), top))
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    canvas.save(tmp, format="PNG")
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        canvas.save(tmp, format="PNG")
     return path

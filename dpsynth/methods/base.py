@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
+from .._io import atomic_write
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.schema import Schema
@@ -118,23 +118,23 @@ class KernelGeneratorMethod:
         self._public_facts = dict(public_facts or {})
         out = Path(out) if out is not None else None
         has_release = out is not None and (out / "release" / META_FILE).exists()
-        if isinstance(X, pd.DataFrame) and not has_release:
-            schema = _as_schema(schema, label)
-            self.n_classes = schema.n_classes  # public: the declared label categories
-        elif has_release and resume and self.n_classes is None:
-            self.n_classes = Release.load(out / "release").dataset.get("n_classes")
-        self._validate()
+        if has_release and not resume:
+            raise ArtifactError(
+                f"{out} already holds a release; fitting again would spend privacy budget a second "
+                f"time. Pass resume=True (CLI: --resume) to continue training from it, or a new folder."
+            )
+        if resume and not has_release:
+            raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
         if has_release:
-            if not resume:
-                raise ArtifactError(
-                    f"{out} already holds a release; fitting again would spend privacy budget a second "
-                    f"time. Pass resume=True (CLI: --resume) to continue training from it, or a new folder."
-                )
             self.release_ = Release.load(out / "release")
             logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
-        else:
-            if resume:
-                raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
+            if self.n_classes is None:
+                self.n_classes = self.release_.dataset.get("n_classes")
+        elif isinstance(X, pd.DataFrame):
+            schema = _as_schema(schema, label)
+            self.n_classes = schema.n_classes  # public: the declared label categories
+        self._validate()
+        if not has_release:
             if isinstance(X, pd.DataFrame):
                 self.release_ = self._release_table(X, label, schema, dataset, budget)
             else:
@@ -167,7 +167,6 @@ class KernelGeneratorMethod:
     def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
         if not self.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
-        self.n_classes = schema.n_classes  # public: the declared label categories
         encoder = TableEncoder.for_frame(schema, df)
         fmap = self.table_feature_map(encoder, schema.n_classes)
         return release_mean_embedding(
@@ -213,8 +212,8 @@ class KernelGeneratorMethod:
         fmap = build_feature_map(self.release_.feature_spec)
         self.losses_ = train_generator(
             self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
-            conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out, resume=resume and has_checkpoint(out),
-            device=self.device,
+            conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
+            resume=resume and has_checkpoint(out), device=self.device,
         )
         self.generator_.cpu().eval()
 
@@ -260,15 +259,13 @@ class KernelGeneratorMethod:
         directory.mkdir(parents=True, exist_ok=True)
         if not (directory / "release" / META_FILE).exists():
             self.release_.save(directory / "release")
-        tmp = directory / f".{GENERATOR_FILE}.tmp"
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()}, str(tmp))
-        os.replace(tmp, directory / GENERATOR_FILE)
+        with atomic_write(directory / GENERATOR_FILE) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()}, str(tmp))
         meta = {"format": "dpsynth-model", "library_version": __version__, "method": self.method,
                 "params": self.get_params(), "generator_spec": self.generator_.spec(),
                 "final_loss": self.losses_[-1] if self.losses_ else None, "iterations_done": len(self.losses_)}
-        tmp = directory / f".{MODEL_META}.tmp"
-        tmp.write_text(json.dumps(meta, indent=2))
-        os.replace(tmp, directory / MODEL_META)
+        with atomic_write(directory / MODEL_META) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2))
         return directory
 
     @classmethod
