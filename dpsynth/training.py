@@ -74,8 +74,7 @@ def embedding_loss(feature_map: FeatureMap, target: torch.Tensor, x: torch.Tenso
         weights = torch.nn.functional.one_hot(labels, n_classes).to(x.dtype) / b
         if proportions is not None:
             weights = weights / proportions.to(device=x.device, dtype=x.dtype)[labels, None]
-    mu_q = feature_map.weighted_sum(x, weights)
-    return ((target - mu_q.to(target.dtype)) ** 2).sum()
+    return feature_map.mmd_loss(target, x, weights)
 
 
 class _State:

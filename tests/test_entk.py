@@ -59,6 +59,37 @@ def test_fast_and_generic_paths_agree_on_features_embeddings_and_loss_gradients(
     assert torch.allclose(xg1.grad, xg2.grad, atol=1e-5 * xg2.grad.abs().max().item())
 
 
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (64,)), ("fc_2l", (16, 64)), ("cnn_2l", (6, 40))])
+@pytest.mark.parametrize("kind", ["onehot", "weighted", "unconditional"])
+def test_gram_loss_matches_the_materialised_loss_and_gradient(arch, widths, kind):
+    """Small batches against wide blocks take the Gram route of ``mmd_loss``; it must give
+    the same loss and gradient as ||T - sum_i phi_i w_i^T||^2 built from generic features."""
+    fm = _double(ENTKFeatures(12, arch, widths, n_outputs=4, seed=5))
+    x, y = _data(n=4)
+    n_blocks_dims = [(l.shape[1], 1 if r is None else r.shape[1]) for l, r in fm.blocks(x)[0]]
+    assert 4 * sum(a + b for a, b in n_blocks_dims) < sum(a * b for a, b in n_blocks_dims)  # Gram route taken
+    if kind == "unconditional":
+        w = torch.full((4, 1), 1 / 4, dtype=torch.float64)
+    else:
+        w = torch.nn.functional.one_hot(y, 4).double() / 4
+        if kind == "weighted":
+            w = w * torch.tensor([0.5, 2.0, 1.5, 3.0], dtype=torch.float64)
+    xr, yr = _data(n=30, seed=9)
+    target = fm.generic(xr).T @ (torch.nn.functional.one_hot(yr, 4).double() / 30)[:, :w.shape[1]] + 0.003
+    xg1 = x.clone().requires_grad_(True)
+    loss1 = fm.mmd_loss(target, xg1, w)
+    loss1.backward()
+    xg2 = x.clone().requires_grad_(True)
+    loss2 = ((target - fm.generic(xg2).T @ w) ** 2).sum()
+    loss2.backward()
+    assert loss1.item() == pytest.approx(loss2.item(), rel=1e-9)
+    assert torch.allclose(xg1.grad, xg2.grad, atol=1e-9 * xg2.grad.abs().max().item())
+    # a new target (same feature map) is not served from the cached transposed target
+    target2 = target * 2
+    assert fm.mmd_loss(target2, x, w).item() == pytest.approx(((target2 - fm.generic(x).T @ w) ** 2).sum().item(),
+                                                               rel=1e-9)
+
+
 def test_entk_release_has_sensitivity_two_over_m_and_spec_rebuilds():
     fm = ENTKFeatures(12, "fc_1l", (8,), n_outputs=4, seed=0)
     x, y = _data(n=50)

@@ -44,6 +44,11 @@ class FeatureMap(ABC):
         (e-NTK of fc_1l) override this to avoid materialising phi."""
         return self(x).to(weights.dtype).T @ weights
 
+    def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """||target - sum_i phi(x_i) weights_i^T||_F^2, the generator's training loss
+        (``target`` is (D, K)). Structured maps override this with a cheaper equivalent."""
+        return ((target - self.weighted_sum(x, weights).to(target.dtype)) ** 2).sum()
+
 
 def build_feature_map(spec: dict) -> FeatureMap:
     spec = dict(spec)
