@@ -117,8 +117,8 @@ def _fit_inputs(args):
 
     if args.csv:
         if not (args.schema and args.label):
-            raise InvalidParameterError("--csv needs --schema FILE.json (bounds, categories, label categories) "
-                                        "and --label COLUMN.")
+            raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
+                                        "or --infer-schema SHARE; label categories) and --label COLUMN.")
         schema = Schema.from_json(args.schema)
         df = read_table(args.csv, schema, label=args.label)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
@@ -157,6 +157,11 @@ def cmd_fit(args) -> int:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
                                     "for images.")
     params.setdefault("delta", 1e-5)
+    if args.infer_schema is not None:
+        if not args.csv:
+            raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
+                                        "categories; built-in datasets come with a public schema.")
+        params["schema_share"] = args.infer_schema
     model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
                                  checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
     fit_kwargs["public_facts"] = facts
@@ -232,12 +237,14 @@ def _result_header(model, n: int) -> dict:
 
 def _evaluate_table(args, model) -> int:
     from .data import load_preset, read_table
+    from .data.private_schema import declared_part
     from .evaluation.tabular import table_classifier_scores
 
     facts, encoder = model.release_.dataset, model.encoder_
     if args.test:
-        test = read_table(args.test, encoder.schema, label=encoder.schema.label)
-        train_real = read_table(args.real_train, encoder.schema, label=encoder.schema.label) if args.real_train else None
+        declared = declared_part(encoder.schema)  # raw rows; inferred bounds/categories apply in encode
+        test = read_table(args.test, declared, label=encoder.schema.label)
+        train_real = read_table(args.real_train, declared, label=encoder.schema.label) if args.real_train else None
     elif facts.get("preset"):
         data = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=args.data_dir)
         test, train_real = data.test, data.train
@@ -293,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
     s.add_argument("--schema", help="JSON schema of --csv (see README: schema format)")
     s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--infer-schema", type=float, default=None, metavar="SHARE",
+                   help="--csv: release the bounds / categories the schema leaves out from the data, with "
+                   "this share of the privacy plan (e.g. 0.1); recorded in the ledger")
     s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
     s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
     s.add_argument("--delta", type=float, default=None, help="default 1e-5")

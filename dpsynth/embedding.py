@@ -16,7 +16,7 @@ import torch
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .privacy.budget import BudgetFile
-from .privacy.calibration import PrivacyPlan, calibrate_sigma
+from .privacy.calibration import PrivacyPlan, calibrate_sigma, shared_plan
 from .privacy.ledger import Ledger, LedgerEntry
 from .privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .release import Release
@@ -49,7 +49,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            dataset: str = "", budget: BudgetFile | None = None,
                            plan: PrivacyPlan | None = None, noise_multiplier: float | None = None,
                            batch_size: int = 1024, public_facts: dict | None = None,
-                           proportions_share: float | None = None) -> Release:
+                           proportions_share: float | None = None, multipliers: dict | None = None,
+                           noise: NoiseSource | None = None, prior_entries: tuple = ()) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
 
     Order of work: validate parameters, calibrate sigma from (epsilon, delta) and the
@@ -65,6 +66,12 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     (epsilon, delta) together; the proportions get ``proportions_share`` of the
     privacy (1/sigma^2 adds up over releases): noise multipliers
     sigma/sqrt(1 - share) for the embedding and sigma/sqrt(share) for the proportions.
+
+    Part of a larger plan (e.g. with private schema inference before it): the caller
+    calibrates ``noise_multiplier`` for ``plan``, passes the multipliers of this function's
+    releases (``{"class_proportions": ..., "embedding": ...}``, relative to it), the same
+    ``noise`` source, and the ledger entries already released under the plan
+    (``prior_entries``: their budget id is reused, the budget is charged once, here).
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -79,13 +86,17 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
             raise InvalidParameterError(
                 f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
             )
+    if multipliers is not None and (plan is None or noise_multiplier is None):
+        raise InvalidParameterError("multipliers need the joint plan and its calibrated noise_multiplier.")
+    if proportions_share is not None and multipliers is None:
         share = float(proportions_share)
-        plan = PrivacyPlan((1 / share ** 0.5, 1 / (1 - share) ** 0.5))
+        plan, multipliers = shared_plan({"class_proportions": share, "embedding": 1 - share})
+    multipliers = multipliers or {}
     plan = plan or PrivacyPlan((1.0,))
     sigma = noise_multiplier if noise_multiplier is not None else calibrate_sigma(epsilon, delta, plan, accountant)
     if budget is not None:
         budget.check(epsilon, delta)
-    noise = NoiseSource(seed)  # before any private row is touched
+    noise = noise or NoiseSource(seed)  # before any private row is touched
 
     # ---- private data from here on -------------------------------------------------
     if callable(X):
@@ -105,12 +116,11 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     sensitivity = 2.0 * feature_map.norm_bound / m
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
     tensors = {}
+    sigma_emb = sigma * multipliers.get("embedding", 1.0)
     if proportions_share is not None:
-        sigma_props, sigma_emb = (k * sigma for k in plan.multipliers)
+        sigma_props = sigma * multipliers["class_proportions"]
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
         tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, sigma_props, noise)
-    else:
-        sigma_emb = sigma
     tensors["embedding"] = gaussian_mechanism(mu, sensitivity, sigma_emb, noise)
     # ---- end of private data ------------------------------------------------------------
 
@@ -119,6 +129,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         mechanism="gaussian", description=f"{what} under {feature_map.spec()['name']} features",
         epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_emb), sensitivity=sensitivity,
         accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy, dataset=dataset, n_records=m,
+        **({"budget_id": prior_entries[0].budget_id} if prior_entries else {}),
     )
     entries = (entry,)
     if proportions_share is not None:  # same plan, same budget_id: paid for once
@@ -127,6 +138,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
             epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_props),
             sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy,
             dataset=dataset, n_records=m, budget_id=entry.budget_id), entry)
+    entries = tuple(prior_entries) + entries
     if budget is not None:
         budget.charge(epsilon, delta, entry.description, entry.budget_id)
     facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}

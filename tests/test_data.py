@@ -216,8 +216,8 @@ def test_user_table_errors_name_the_problem(tmp_path):
         schema.validate(_frame().drop(columns=["score"]))
     with pytest.raises(DataValidationError, match="the table is empty"):
         schema.validate(_frame().iloc[:0])
-    with pytest.raises(SchemaError, match="categorical column 'c' needs a non-empty 'categories' list"):
-        Schema.from_dict({"columns": [{"name": "c", "type": "categorical"}]})
+    with pytest.raises(SchemaError, match="categorical column 'c': 'categories' must be a non-empty list"):
+        Schema.from_dict({"columns": [{"name": "c", "type": "categorical", "categories": []}]})
     with pytest.raises(SchemaError, match="bounds must be two finite numbers lo < hi"):
         Schema.from_dict({"columns": [{"name": "c", "type": "numeric", "bounds": [3, 1]}]})
     with pytest.raises(SchemaError, match="needs 'label_categories' with at least 2 classes"):

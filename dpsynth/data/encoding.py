@@ -14,18 +14,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SchemaError
+from .private_schema import conform, inferred_columns, require_complete
 from .schema import Schema
 
 
 class TableEncoder:
     def __init__(self, schema: Schema, dtypes: dict | None = None):
-        missing = [c.name for c in schema.columns if c.kind == "numeric" and c.bounds is None]
-        if missing:
-            raise SchemaError(
-                f"numeric column(s) {missing} have no declared bounds. dpsynth scales numeric columns "
-                f"with public bounds and never reads them from the private data: add \"bounds\": [lo, hi] "
-                f"to each in the schema."
-            )
+        require_complete(schema)
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
@@ -49,7 +44,11 @@ class TableEncoder:
         return self.n_numeric + sum(self.category_sizes)
 
     def encode(self, df: pd.DataFrame, *, with_label: bool = True):
-        """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema."""
+        """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema;
+        columns whose bounds or categories were inferred privately are first clipped / mapped
+        to them (:func:`~dpsynth.data.private_schema.conform`)."""
+        if inferred_columns(self.schema):
+            df = conform(df, self.schema)
         clean = self.schema.validate(df, require_label=with_label and self.schema.label is not None)
         parts = []
         for c in self.numeric:

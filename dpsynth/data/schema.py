@@ -32,11 +32,11 @@ class Column:
             raise SchemaError(
                 f"column {self.name!r}: type must be 'numeric' or 'categorical'; got {self.kind!r}."
             )
-        if self.kind == "categorical":
+        if self.kind == "categorical" and self.categories is not None:
             if not self.categories:
                 raise SchemaError(
-                    f"categorical column {self.name!r} needs a non-empty 'categories' list "
-                    f"(dpsynth does not read categories from private data)."
+                    f"categorical column {self.name!r}: 'categories' must be a non-empty list, or left "
+                    f"out to have them inferred privately (--infer-schema)."
                 )
             if len(set(map(str, self.categories))) != len(self.categories):
                 raise SchemaError(f"categorical column {self.name!r} lists a category twice.")
@@ -56,7 +56,7 @@ class Column:
                 d["bounds"] = list(self.bounds)
             if self.integer:
                 d["integer"] = True
-        else:
+        elif self.categories is not None:
             d["categories"] = list(self.categories)
         return d
 
@@ -170,7 +170,9 @@ class Schema:
                     f"column {col.name!r} has {int(s.isna().sum())} missing value(s); impute or drop "
                     f"them first, or declare a category for missing values."
                 )
-            if col.kind == "categorical":
+            if col.kind == "categorical" and col.categories is None:
+                out[col.name] = s.astype(str)   # categories to be inferred privately
+            elif col.kind == "categorical":
                 allowed = {str(c) for c in col.categories}
                 bad = sorted(set(s.astype(str)) - allowed)
                 if bad:

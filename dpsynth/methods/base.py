@@ -25,6 +25,8 @@ from safetensors.torch import load_file, save_file
 from .._io import atomic_write
 from .._version import __version__
 from ..data.encoding import TableEncoder
+from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
+                                   require_complete, schema_ledger_entry)
 from ..data.schema import Schema
 from ..embedding import release_mean_embedding
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
@@ -32,6 +34,8 @@ from ..features.base import FeatureMap, build_feature_map
 from ..generators import build_generator
 from ..generators import default_generator_spec
 from ..privacy.budget import BudgetFile
+from ..privacy.calibration import calibrate_sigma, shared_plan
+from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
 from ..training import TrainConfig, default_device, has_checkpoint, train_generator
 from ..validation import check_delta, check_epsilon, check_positive
@@ -58,14 +62,14 @@ class KernelGeneratorMethod:
                  lr_step: int = 100, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
-                 proportions_share: float = 0.1):
+                 proportions_share: float = 0.1, schema_share: float | None = None):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
         self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
-        self.code_dim, self.proportions_share = code_dim, proportions_share
+        self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
 
     # -- hooks ---------------------------------------------------------------------------
     def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
@@ -82,7 +86,7 @@ class KernelGeneratorMethod:
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress", "code_dim", "proportions_share"]
+                "progress", "code_dim", "proportions_share", "schema_share"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
     def train_config(self) -> TrainConfig:
@@ -92,6 +96,12 @@ class KernelGeneratorMethod:
     def _validate(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta)
+        if self.schema_share is not None and not (
+                0 < float(self.schema_share) < 1 and float(self.schema_share) + float(self.proportions_share) < 1):
+            raise InvalidParameterError(
+                f"schema_share must be a number in (0, 1) leaving room for proportions_share="
+                f"{self.proportions_share} and the embedding; got {self.schema_share!r} (try 0.1)."
+            )
         self.train_config()
         if self.conditional and (self.n_classes is None or int(self.n_classes) < 2):
             raise InvalidParameterError(
@@ -167,6 +177,29 @@ class KernelGeneratorMethod:
     def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
         if not self.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
+        todo = SchemaInference.of(schema)
+        if todo and self.schema_share is None:
+            require_complete(schema)  # raises, naming the columns and the fixes
+        joint = {}
+        if todo:  # schema inference joins the plan: calibrate all of it before reading a row
+            shares = {"schema": self.schema_share, "class_proportions": self.proportions_share}
+            plan, mults = shared_plan({**shares, "embedding": 1 - sum(shares.values())})
+            delta_t = todo.threshold_delta(self.delta)
+            sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
+            if budget is not None:
+                budget.check(self.epsilon, self.delta)
+            noise = NoiseSource(self.noise_seed)
+            std = sigma * mults["schema"] * todo.sensitivity
+            tau = todo.category_threshold(std, self.delta) if todo.categorical else None
+            # ---- private data: one Gaussian release of counts, then post-processing ------------
+            stats = release_schema_statistics(df, todo, sigma * mults["schema"], noise)
+            schema = complete_schema(schema, stats, std, tau)
+            del stats
+            entry = schema_ledger_entry(todo, sigma * mults["schema"], tau, delta_t, epsilon=self.epsilon,
+                                        delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
+                                        seed_policy=noise.policy, dataset=dataset, n_records=len(df))
+            joint = {"plan": plan, "noise_multiplier": sigma, "multipliers": mults, "noise": noise,
+                     "prior_entries": (entry,)}
         encoder = TableEncoder.for_frame(schema, df)
         fmap = self.table_feature_map(encoder, schema.n_classes)
         return release_mean_embedding(
@@ -174,7 +207,7 @@ class KernelGeneratorMethod:
             n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict(),
-                          **self._public_facts},
+                          **self._public_facts}, **joint,
         )
 
     @property
@@ -284,7 +317,8 @@ def _as_schema(schema, label) -> Schema:
         raise InvalidParameterError(
             "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
             "categories, the label and its categories): pass schema=Schema(...) or a path to its JSON. "
-            "dpsynth never reads bounds or categories from the private data."
+            "dpsynth never reads bounds or categories from the private data unless asked to, with "
+            "budget (leave them out of the schema and pass schema_share=0.1)."
         )
     if isinstance(schema, (str, Path)):
         schema = Schema.from_json(schema)

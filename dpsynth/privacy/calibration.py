@@ -226,3 +226,22 @@ def dpsgd_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
 def classical_sigma(epsilon: float, delta: float) -> float:
     """The textbook sqrt(2 ln(1.25/delta))/epsilon (valid only for epsilon < 1); for comparison."""
     return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+
+def shared_plan(shares: dict[str, float]) -> tuple[PrivacyPlan, dict[str, float]]:
+    """One budget split between named one-shot Gaussian releases by explicit shares.
+
+    Privacy adds up as 1/sigma^2 over Gaussian releases, so release k run at noise
+    multiplier ``sigma / sqrt(share_k)`` uses ``share_k`` of what one release at ``sigma``
+    would: with shares summing to 1 the plan costs exactly one release at ``sigma``.
+    Returns the plan (multipliers in the dict's order) and name -> multiplier.
+    """
+    bad = {k: v for k, v in shares.items() if not 0 < float(v) <= 1}
+    total = sum(float(v) for v in shares.values())
+    if bad or abs(total - 1) > 1e-9:
+        raise InvalidParameterError(
+            f"privacy shares must be numbers in (0, 1] that add up to 1; got {dict(shares)} (sum {total:g}). "
+            f"Lower the other shares (e.g. proportions_share, schema_share) so the embedding keeps a part."
+        )
+    mults = {k: 1 / float(v) ** 0.5 for k, v in shares.items()}
+    return PrivacyPlan(tuple(mults.values())), mults

@@ -1,0 +1,198 @@
+"""Completing a schema from the private table, paid for with privacy budget.
+
+A schema should come from public knowledge. When the user cannot declare some numeric
+bounds or category lists and asks dpsynth to find them (``schema_share=...``, CLI
+``--infer-schema SHARE``), they are released here with the Gaussian mechanism as one part
+of the fit's privacy plan, and recorded in the ledger. Nothing is inferred silently.
+
+The data-touching function is :func:`release_schema_statistics` (small, tested); the
+rest is post-processing of its output.
+
+* **Numeric bounds.** Each column's values are counted in a fixed, data-independent grid of
+  geometric bins (edges 0 and +-2^(k/4), k = -40..160: about 1e-3 to 1e12, 19 % wide). The
+  bounds are the outer edges of the lowest and highest bins whose noisy count clears
+  ``NUMERIC_THRESHOLD_SIGMAS`` noise standard deviations (the bin of the largest noisy
+  count when none does). Values outside them are clipped before encoding.
+* **Categories.** Each observed value's count gets Gaussian noise and is kept if it clears
+  the threshold ``tau = 1 + std * z``. A value held by one record can appear in one of two
+  neighbouring tables only; it is released with probability ``P[1 + N(0, std^2) > tau]``,
+  so the thresholding adds ``delta_threshold`` = (number of inferred categorical columns) x
+  that probability to delta (a union bound), on top of the Gaussian plan's delta. Values
+  that are not kept are mapped to the catch-all category ``OTHER``, which every inferred
+  category list ends with.
+* **Sensitivity.** A record adds one count to one bin (or value) of every inferred column,
+  so replacing a record moves at most two counts per column by 1: L2 sensitivity
+  sqrt(2 c) for c inferred columns, jointly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import norm
+
+from ..errors import DataValidationError, SchemaError
+from ..privacy.ledger import LedgerEntry
+from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
+from .schema import Column, Schema
+
+#: catch-all category for values whose noisy count did not clear the threshold
+OTHER = "(other)"
+#: numeric bins: a bin bounds the data when its noisy count exceeds this many noise stds
+#: (about 400 bins per column: the chance that any empty bin clears it is below 1e-4)
+NUMERIC_THRESHOLD_SIGMAS = 5.0
+#: share of delta that the category thresholds use when categories are inferred
+THRESHOLD_DELTA_SHARE = 0.5
+
+
+def bin_edges() -> np.ndarray:
+    """The public grid: 0 and +-2^(k/4) for k = -40..160, ascending (403 edges, 402 bins)."""
+    pos = 2.0 ** (np.arange(-40, 161) / 4.0)
+    return np.concatenate([-pos[::-1], [0.0], pos])
+
+
+@dataclass(frozen=True)
+class SchemaInference:
+    """What will be inferred (public: decided from the schema alone, before any row is read)."""
+
+    numeric: tuple[str, ...]
+    categorical: tuple[str, ...]
+
+    @classmethod
+    def of(cls, schema: Schema) -> "SchemaInference":
+        return cls(tuple(c.name for c in schema.columns if c.kind == "numeric" and c.bounds is None),
+                   tuple(c.name for c in schema.columns if c.kind == "categorical" and c.categories is None))
+
+    def __bool__(self) -> bool:
+        return bool(self.numeric or self.categorical)
+
+    @property
+    def sensitivity(self) -> float:
+        return math.sqrt(2 * (len(self.numeric) + len(self.categorical)))
+
+    def threshold_delta(self, delta: float) -> float:
+        """The part of delta the category thresholds use (0 when no categories are inferred)."""
+        return THRESHOLD_DELTA_SHARE * delta if self.categorical else 0.0
+
+    def category_threshold(self, noise_std: float, delta: float) -> float:
+        """tau with (number of inferred categorical columns) x P[1 + N(0, std^2) > tau] = threshold delta."""
+        per_column = self.threshold_delta(delta) / len(self.categorical)
+        return 1.0 + noise_std * float(norm.isf(per_column))
+
+
+def release_schema_statistics(df: pd.DataFrame, inference: SchemaInference, noise_multiplier: float,
+                              noise: NoiseSource) -> dict[str, dict]:
+    """Noisy counts for the columns to infer (data-touching: reads ``df``).
+
+    Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
+    columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
+    ones: one Gaussian release of all these counts, at ``noise_multiplier`` times the joint
+    sensitivity ``inference.sensitivity``. The observed values are private until thresholded:
+    callers pass this only to :func:`complete_schema`.
+    """
+    edges = bin_edges()
+    sens = inference.sensitivity
+    out: dict[str, dict] = {}
+    for name in inference.numeric:
+        try:
+            values = pd.to_numeric(df[name]).to_numpy(dtype=float)
+        except (ValueError, TypeError) as exc:
+            raise DataValidationError(f"numeric column {name!r} holds non-numbers: {exc}") from exc
+        if not np.all(np.isfinite(values)):
+            raise DataValidationError(f"numeric column {name!r} holds missing or infinite values.")
+        idx = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
+        counts = torch.as_tensor(np.bincount(idx, minlength=len(edges) - 1), dtype=torch.float64)
+        out[name] = {"edges": edges, "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+    for name in inference.categorical:
+        column = df[name]
+        if column.isna().any():
+            raise DataValidationError(f"column {name!r} has missing values; impute or drop them first.")
+        vc = column.astype(str).value_counts(sort=False)
+        counts = torch.as_tensor(vc.to_numpy(dtype=float), dtype=torch.float64)
+        out[name] = {"values": list(vc.index), "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+    return out
+
+
+def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
+                    category_threshold: float | None) -> Schema:
+    """Post-processing: the schema with the noisy statistics turned into bounds and categories
+    (bounds of columns declared ``integer`` rounded outwards)."""
+    columns = []
+    for col in schema.columns:
+        s = stats.get(col.name)
+        if s is None:
+            columns.append(col)
+        elif col.kind == "numeric":
+            counts, edges = s["counts"].numpy(), s["edges"]
+            kept = np.nonzero(counts > NUMERIC_THRESHOLD_SIGMAS * noise_std)[0]
+            lo_bin, hi_bin = (kept[0], kept[-1]) if len(kept) else (int(np.argmax(counts)),) * 2
+            lo, hi = float(edges[lo_bin]), float(edges[hi_bin + 1])
+            if col.integer:
+                lo, hi = float(math.floor(lo)), float(math.ceil(hi))
+                hi = hi if hi > lo else lo + 1.0
+            columns.append(replace(col, bounds=(lo, hi)))
+        else:
+            kept = sorted(v for v, c in zip(s["values"], s["counts"].tolist()) if c > category_threshold)
+            columns.append(Column(col.name, "categorical", categories=[v for v in kept if v != OTHER] + [OTHER]))
+    inferred = sorted(stats)
+    notes = {**schema.notes, "dp_inferred_columns": inferred}
+    return Schema(columns, schema.label, schema.label_categories, f"{schema.source}+dp-inferred", notes)
+
+
+def inferred_columns(schema: Schema) -> list[str]:
+    """Columns whose bounds or categories were released privately (empty for a public schema)."""
+    return list(schema.notes.get("dp_inferred_columns", []))
+
+
+def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """The table fitted to an inferred schema: numbers clipped to the inferred bounds and
+    categories that were not kept mapped to ``OTHER``. Applied to the private rows inside the
+    fit (a per-record transformation, so the sensitivity of later releases holds) and to real
+    test rows before evaluation. Columns with declared bounds and categories are left as is."""
+    df = df.copy()
+    for name in inferred_columns(schema):
+        col = schema.column(name)
+        if col.kind == "numeric":
+            df[name] = pd.to_numeric(df[name]).clip(*col.bounds)
+        else:
+            values = df[name].astype(str)
+            df[name] = values.where(values.isin(set(col.categories)), OTHER)
+    return df
+
+
+def declared_part(schema: Schema) -> Schema:
+    """The schema as the user declared it, before inference (to read raw tables against)."""
+    names = set(inferred_columns(schema))
+    if not names:
+        return schema
+    cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
+            else replace(c, categories=None) if c.name in names else c for c in schema.columns]
+    return Schema(cols, schema.label, schema.label_categories, schema.source, schema.notes)
+
+
+def schema_ledger_entry(inference: SchemaInference, noise_multiplier: float, threshold: float | None,
+                        threshold_delta: float, **common) -> LedgerEntry:
+    parts = []
+    if inference.numeric:
+        parts.append(f"numeric bounds of {list(inference.numeric)} (noisy counts in {len(bin_edges()) - 1} "
+                     f"geometric bins)")
+    if inference.categorical:
+        parts.append(f"categories of {list(inference.categorical)} (noisy counts kept above {threshold:.4g}; "
+                     f"the thresholds use delta {threshold_delta:.3g} of the plan's delta)")
+    return LedgerEntry(mechanism="gaussian", description="schema inference: " + "; ".join(parts),
+                       noise_multiplier=float(noise_multiplier), sensitivity=inference.sensitivity, **common)
+
+
+def require_complete(schema: Schema) -> None:
+    """Refuse a schema with missing bounds or categories, naming them and the two fixes."""
+    todo = SchemaInference.of(schema)
+    if todo:
+        raise SchemaError(
+            f"the schema leaves out bounds of numeric column(s) {list(todo.numeric)} and categories of "
+            f"categorical column(s) {list(todo.categorical)}. dpsynth never reads them from the private "
+            f"data silently: declare them in the schema, or let dpsynth infer them privately with a share "
+            f"of the budget (schema_share=0.1 in Python, --infer-schema 0.1 on the command line)."
+        )
