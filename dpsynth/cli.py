@@ -223,6 +223,10 @@ def cmd_evaluate(args) -> int:
         from .evaluation.frechet import frechet_report
 
         result.update(frechet_report(data, x, seed=args.seed))
+    if args.inception_weights:
+        from .evaluation.inception import inception_report
+
+        result.update(inception_report(args.inception_weights, data.x_test.numpy(), x))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
     print(json.dumps(result))
@@ -346,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--real", action="store_true", help="tables: also score classifiers trained on the real "
                    "training split (the 'real' row)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--inception-weights", metavar="FILE", help="images: also the FID on Inception-v3 with these "
+                   "weights (pytorch-fid's pt_inception-2015-12-05 .pth, or torchvision's; never downloaded)")
     s.add_argument("--frechet", action="store_true", help="also a Frechet distance on features of a CNN "
                    "classifier trained by dpsynth on the real training set (cached; not Inception FID)")
     s.add_argument("--data-dir", default=None)
