@@ -149,9 +149,11 @@ class ENTKFeatures(FeatureMap):
             return self.generic(x).T.to(weights.dtype) @ weights
         blocks, x = self.blocks(x)
         cw = weights.to(x.dtype) * self._inv_norm(blocks)[:, None]          # (n, K)
-        # per column k only the samples with a non-zero weight contribute, so one-hot
-        # (class-conditional) weights cost one n x a x b product per outer block in total.
-        rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(cw.shape[1])]
+        K = cw.shape[1]
+        if K > 1 and bool(((cw != 0).sum(1) <= 1).all()):
+            return self._grouped_sum(blocks, cw)
+        # general weights: per column k only the samples with a non-zero weight contribute
+        rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(K)]
         out = []
         for left, right in blocks:
             if right is None:
@@ -159,6 +161,37 @@ class ENTKFeatures(FeatureMap):
             else:
                 out.append(torch.stack([((left[i] * cw[i, k, None]).T @ right[i]).reshape(-1)
                                         for k, i in enumerate(rows)]))         # (K, a*b)
+        return torch.cat(out, 1).T
+
+    @staticmethod
+    def _grouped_sum(blocks, cw: torch.Tensor) -> torch.Tensor:
+        """``weighted_sum`` for one-hot-like weights (one non-zero per row: class-conditional).
+
+        Rows are grouped by their class into a zero-padded (K, n_max, .) layout with one
+        differentiable index_copy per factor, and every outer block becomes one batched
+        product (K, a, n_max) @ (K, n_max, b): no per-class gathers and scatters (which cost
+        a full-size zero fill each in the backward pass)."""
+        n, K = cw.shape
+        k_of = cw.abs().argmax(1)
+        c = cw.gather(1, k_of[:, None]).squeeze(1)                             # the row's weight
+        counts = torch.bincount(k_of, minlength=K)
+        n_max = int(counts.max())
+        order = torch.argsort(k_of, stable=True)
+        starts = torch.cumsum(counts, 0) - counts
+        k_sorted = k_of[order]
+        dest = k_sorted * n_max + (torch.arange(n, device=cw.device) - starts[k_sorted])
+
+        def grouped(t):                                                        # (n, a) -> (K, n_max, a)
+            pad = t.new_zeros(K * n_max, t.shape[1])
+            return pad.index_copy(0, dest, t[order]).reshape(K, n_max, t.shape[1])
+
+        out = []
+        for left, right in blocks:
+            if right is None:
+                out.append(cw.T @ left)                                        # (K, a)
+            else:
+                prod = torch.bmm(grouped(left * c[:, None]).transpose(1, 2), grouped(right))
+                out.append(prod.reshape(K, -1))                                # (K, a*b)
         return torch.cat(out, 1).T
 
     def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
