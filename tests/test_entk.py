@@ -112,3 +112,15 @@ def test_bad_architecture_arguments():
         ENTKFeatures(12, "fc_2l", (8,))
     with pytest.raises(InvalidParameterError, match="arch 'cnn' is for 3x32x32 images"):
         ENTKFeatures(12, "cnn", (8,))
+
+
+def test_batches_are_memory_bounded_and_do_not_change_the_embedding():
+    mnist = ENTKFeatures(784, "fc_1l", (800,), n_outputs=10)
+    cervical = ENTKFeatures(56, "cnn_2l", (800, 1000), n_outputs=2)
+    assert mnist.batch_rows() == 96 * 2**20 // (4 * (2 * 784 + 4 * 800))          # about 5,000 images
+    assert cervical.batch_rows() == 96 * 2**20 // (4 * (4 * 800 * 56 + 4 * 1000 + 2 * 56))  # 137 rows
+    fm = ENTKFeatures(12, "fc_1l", (16,), n_outputs=4, seed=2)
+    x, y = _data(n=150)
+    one = mean_embedding(fm, x.float(), y, 4, batch_size=150)
+    assert torch.allclose(mean_embedding(fm, x.float(), y, 4), one, atol=1e-7)
+    assert torch.allclose(mean_embedding(fm, x.float(), y, 4, batch_size=7), one, atol=1e-7)

@@ -39,6 +39,17 @@ class FeatureMap(ABC):
         """Move the map's tensors to ``device`` (for training on a GPU); returns self."""
         return self
 
+    #: working memory a batch of records may take while computing features (bytes)
+    BATCH_BYTES = 96 * 2**20
+
+    def row_floats(self) -> int:
+        """Floats of working memory per record (materialised features, twice)."""
+        return 2 * self.out_dim
+
+    def batch_rows(self) -> int:
+        """Records per batch when streaming a dataset through the map (memory-bounded)."""
+        return int(max(64, min(8192, self.BATCH_BYTES // (4 * self.row_floats()))))
+
     def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """sum_i phi(x_i) weights_i^T as a (D, K) matrix. Feature maps with structure
         (e-NTK of fc_1l) override this to avoid materialising phi."""

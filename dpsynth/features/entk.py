@@ -64,6 +64,14 @@ class ENTKFeatures(FeatureMap):
         self._params = {n: p.detach() for n, p in self.net.named_parameters()}
         return self
 
+    def row_floats(self) -> int:
+        if not self.fast:
+            return 2 * self.out_dim
+        d, w = self.input_dim, self.widths
+        if self.arch == "cnn_2l":        # the (w1 x d) first-layer activations, a few copies
+            return 4 * w[0] * d + 4 * w[1] + 2 * d
+        return 2 * d + 4 * sum(w)          # fc_1l / fc_2l: inputs and per-layer factors, grouped copies
+
     def spec(self) -> dict:
         return {"name": self.name, "input_dim": self.input_dim, "arch": self.arch, "widths": list(self.widths),
                 "n_outputs": self.n_outputs, "seed": self.seed, "chunk_size": self.chunk_size, "fast": self.fast}
@@ -144,74 +152,74 @@ class ENTKFeatures(FeatureMap):
         """sum_i phi(x_i) weights_i^T as a (P, K) matrix, without materialising phi.
 
         ``weights`` is (n, K) (e.g. one-hot labels divided by m). Differentiable in x.
+        The fast path returns the transpose of a contiguous (K, P) matrix.
         """
         if not self.fast:
             return self.generic(x).T.to(weights.dtype) @ weights
         blocks, x = self.blocks(x)
-        cw = weights.to(x.dtype) * self._inv_norm(blocks)[:, None]          # (n, K)
+        return self._sum_columns(blocks, weights.to(x.dtype)).T
+
+    def _sum_columns(self, blocks, weights: torch.Tensor) -> torch.Tensor:
+        """(K, P) contiguous: column k of the weighted feature sum, from the blocks."""
+        cw = weights * self._inv_norm(blocks)[:, None]                          # (n, K)
         K = cw.shape[1]
         if K > 1 and bool(((cw != 0).sum(1) <= 1).all()):
-            return self._grouped_sum(blocks, cw)
-        # general weights: per column k only the samples with a non-zero weight contribute
-        rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(K)]
-        out = []
-        for left, right in blocks:
-            if right is None:
-                out.append(cw.T @ left)                                        # (K, a)
-            else:
-                out.append(torch.stack([((left[i] * cw[i, k, None]).T @ right[i]).reshape(-1)
-                                        for k, i in enumerate(rows)]))         # (K, a*b)
-        return torch.cat(out, 1).T
+            outer = self._grouped_outer(cw)
+        else:  # general weights: per column k only the samples with a non-zero weight contribute
+            rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(K)]
+
+            def outer(left, right):
+                return torch.stack([((left[i] * cw[i, k, None]).T @ right[i]).reshape(-1)
+                                    for k, i in enumerate(rows)])
+        return torch.cat([cw.T @ left if right is None else outer(left, right) for left, right in blocks], 1)
 
     @staticmethod
-    def _grouped_sum(blocks, cw: torch.Tensor) -> torch.Tensor:
-        """``weighted_sum`` for one-hot-like weights (one non-zero per row: class-conditional).
+    def _grouped_outer(cw: torch.Tensor):
+        """For one-hot-like weights (one non-zero per row: class-conditional), a function
+        (left, right) -> (K, a*b) with row k = sum over class-k rows of c_i left_i right_i^T.
 
-        Rows are grouped by their class into a zero-padded (K, n_max, .) layout with one
-        differentiable index_copy per factor, and every outer block becomes one batched
-        product (K, a, n_max) @ (K, n_max, b): no per-class gathers and scatters (which cost
-        a full-size zero fill each in the backward pass)."""
+        Rows are placed by class into a zero-padded (K, n_max, .) layout with one
+        differentiable index_copy per factor, and each outer block is one batched product
+        (K, a, n_max) @ (K, n_max, b): no per-class gathers and scatters (each of which costs a
+        full-size zero fill in the backward pass)."""
         n, K = cw.shape
         k_of = cw.abs().argmax(1)
-        c = cw.gather(1, k_of[:, None]).squeeze(1)                             # the row's weight
+        c = cw.gather(1, k_of[:, None])                                         # (n, 1): the row's weight
         counts = torch.bincount(k_of, minlength=K)
         n_max = int(counts.max())
         order = torch.argsort(k_of, stable=True)
         starts = torch.cumsum(counts, 0) - counts
-        k_sorted = k_of[order]
-        dest = k_sorted * n_max + (torch.arange(n, device=cw.device) - starts[k_sorted])
+        slot = torch.empty_like(k_of)                                           # row i -> k n_max + rank in class
+        slot[order] = k_of[order] * n_max + torch.arange(n, device=cw.device) - starts[k_of[order]]
 
-        def grouped(t):                                                        # (n, a) -> (K, n_max, a)
-            pad = t.new_zeros(K * n_max, t.shape[1])
-            return pad.index_copy(0, dest, t[order]).reshape(K, n_max, t.shape[1])
+        def grouped(t):                                                         # (n, a) -> (K, n_max, a)
+            return t.new_zeros(K * n_max, t.shape[1]).index_copy_(0, slot, t).reshape(K, n_max, t.shape[1])
 
-        out = []
-        for left, right in blocks:
-            if right is None:
-                out.append(cw.T @ left)                                        # (K, a)
-            else:
-                prod = torch.bmm(grouped(left * c[:, None]).transpose(1, 2), grouped(right))
-                out.append(prod.reshape(K, -1))                                # (K, a*b)
-        return torch.cat(out, 1).T
+        def outer(left, right):
+            return torch.bmm(grouped(left * c).transpose(1, 2), grouped(right)).reshape(K, -1)
+        return outer
 
     def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """||T - sum_i phi_i w_i^T||^2 = ||T||^2 - 2 sum_i <T w_i, phi_i> + sum_ij (w_i.w_j)(phi_i.phi_j).
+        """||T - sum_i phi_i w_i^T||^2, from the blocks (computed once).
 
-        For a small batch against wide outer-product blocks (the tabular ``cnn_2l``: a 1000 x
-        44,800 block at batch 200) this never builds the (P, K) generated embedding: the cross
-        term reads T one block at a time and phi_i.phi_j comes from Gram matrices of the block
-        factors, sum over blocks of (l_i.l_j)(r_i.r_j). Chosen when the Gram matrices are
-        cheaper than the embedding (n (a + b) < a b summed over blocks); same value and gradient.
+        Two routes, same value and gradient. Usually the generated (K, P) embedding is built
+        and compared with the target (held transposed, contiguous). For a small batch against
+        wide outer-product blocks (the tabular ``cnn_2l``: a 1000 x 44,800 block at batch 200)
+        it is never built: ||T - S||^2 = ||T||^2 - 2 sum_i <T w_i, phi_i> + sum_ij (w_i.w_j)
+        (phi_i.phi_j), where the cross term reads T one block at a time and phi_i.phi_j comes
+        from Gram matrices of the block factors, sum over blocks of (l_i.l_j)(r_i.r_j). The Gram
+        route is taken when it is cheaper (n (a + b) < a b summed over blocks).
         """
         if not self.fast:
             return super().mmd_loss(target, x, weights)
         blocks, x = self.blocks(x)
+        weights = weights.to(x.dtype)
+        t, t_sq = self._columns(target.to(x.dtype))                            # (K, P) contiguous, ||T||^2
         n = x.shape[0]
         dims = [(left.shape[1], 1 if right is None else right.shape[1]) for left, right in blocks]
         if n * sum(a + b for a, b in dims) >= sum(a * b for a, b in dims):
-            return super().mmd_loss(target, x, weights)
-        cw = weights.to(x.dtype) * self._inv_norm(blocks)[:, None]         # (n, K)
-        t, t_sq = self._columns(target.to(x.dtype))                        # (K, P) contiguous, ||T||^2
+            return ((t - self._sum_columns(blocks, weights)) ** 2).sum()
+        cw = weights * self._inv_norm(blocks)[:, None]                         # (n, K)
         rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(cw.shape[1])]
         cross, gram, offset = 0.0, 0.0, 0
         for (left, right), (a, b) in zip(blocks, dims):
