@@ -97,7 +97,7 @@ class KernelGeneratorMethod:
         check_epsilon(self.epsilon)
         check_delta(self.delta)
         if self.schema_share is not None and not (
-                0 < float(self.schema_share) < 1 and float(self.schema_share) + float(self.proportions_share) < 1):
+                0 < float(self.schema_share) < 1 and float(self.schema_share) + float(self.proportions_share or 0) < 1):
             raise InvalidParameterError(
                 f"schema_share must be a number in (0, 1) leaving room for proportions_share="
                 f"{self.proportions_share} and the embedding; got {self.schema_share!r} (try 0.1)."
@@ -183,6 +183,7 @@ class KernelGeneratorMethod:
         joint = {}
         if todo:  # schema inference joins the plan: calibrate all of it before reading a row
             shares = {"schema": self.schema_share, "class_proportions": self.proportions_share}
+            shares = {k: v for k, v in shares.items() if v}
             plan, mults = shared_plan({**shares, "embedding": 1 - sum(shares.values())})
             delta_t = todo.threshold_delta(self.delta)
             sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
