@@ -45,8 +45,9 @@ def table_table(rows, key="method", name_key="dataset") -> str:
         def col(k):
             vals = [r["mean"][k] for r in rs if k in r["mean"]]
             return _fmt(vals) if vals else "-"
-        fit = np.mean([r.get("fit_s", 0.0) for r in rs])
-        out.append(f"| {ds} | {m} | {col('roc_auc')} | {col('pr_auc')} | {col('f1')} | {fit:.0f} | {len(rs)} |")
+        fits = [r["fit_s"] for r in rs if "fit_s" in r]
+        fit = f"{np.mean(fits):.0f}" if fits else "-"
+        out.append(f"| {ds} | {m} | {col('roc_auc')} | {col('pr_auc')} | {col('f1')} | {fit} | {len(rs)} |")
     return "\n".join(out)
 
 

@@ -45,10 +45,13 @@ def main():
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--real", action="store_true", help="also the classifiers trained on real data")
     p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations")
+    p.add_argument("--ntk-widths", default=None, help="override the DP-NTK preset's widths, e.g. 30,20")
     p.add_argument("--out", default="benchmarks/out/tables.jsonl")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     overrides = {"iterations": args.iterations} if args.iterations else {}
+    if args.ntk_widths:
+        overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
     for name in args.dataset:
         for seed in args.seeds:
             data = load_preset(name, seed=seed)
