@@ -17,6 +17,19 @@ def _double(fm):
     return fm
 
 
+def _assert_same_loss_and_gradient(loss_fn, reference_fn, x, rel):
+    """Both losses of a fresh copy of ``x``: equal values and gradients w.r.t. x, up to ``rel``."""
+    grads, values = [], []
+    for fn in (loss_fn, reference_fn):
+        xg = x.clone().requires_grad_(True)
+        loss = fn(xg)
+        loss.backward()
+        values.append(loss.item())
+        grads.append(xg.grad)
+    assert values[0] == pytest.approx(values[1], rel=rel)
+    assert torch.allclose(grads[0], grads[1], atol=rel * grads[1].abs().max().item())
+
+
 @pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
 def test_generic_features_have_unit_norm_and_match_autograd(arch, widths):
     fm = ENTKFeatures(12, arch, widths, n_outputs=4, seed=1, chunk_size=5)
@@ -49,14 +62,8 @@ def test_fast_and_generic_paths_agree_on_features_embeddings_and_loss_gradients(
     assert (fast - slow).abs().max() < 1e-5 * slow.abs().max()
     # the MMD loss and its gradient w.r.t. generated samples
     target = slow.detach() + 0.01
-    xg1 = x.clone().requires_grad_(True)
-    loss1 = ((target - fm.weighted_sum(xg1, onehot)) ** 2).sum()
-    loss1.backward()
-    xg2 = x.clone().requires_grad_(True)
-    loss2 = ((target - fm.generic(xg2).T @ onehot) ** 2).sum()
-    loss2.backward()
-    assert loss1.item() == pytest.approx(loss2.item(), rel=1e-5)
-    assert torch.allclose(xg1.grad, xg2.grad, atol=1e-5 * xg2.grad.abs().max().item())
+    _assert_same_loss_and_gradient(lambda xg: ((target - fm.weighted_sum(xg, onehot)) ** 2).sum(),
+                                   lambda xg: ((target - fm.generic(xg).T @ onehot) ** 2).sum(), x, rel=1e-5)
 
 
 @pytest.mark.parametrize("arch,widths", [("fc_1l", (64,)), ("fc_2l", (16, 64)), ("cnn_2l", (6, 40))])
@@ -76,14 +83,8 @@ def test_gram_loss_matches_the_materialised_loss_and_gradient(arch, widths, kind
             w = w * torch.tensor([0.5, 2.0, 1.5, 3.0], dtype=torch.float64)
     xr, yr = _data(n=30, seed=9)
     target = fm.generic(xr).T @ (torch.nn.functional.one_hot(yr, 4).double() / 30)[:, :w.shape[1]] + 0.003
-    xg1 = x.clone().requires_grad_(True)
-    loss1 = fm.mmd_loss(target, xg1, w)
-    loss1.backward()
-    xg2 = x.clone().requires_grad_(True)
-    loss2 = ((target - fm.generic(xg2).T @ w) ** 2).sum()
-    loss2.backward()
-    assert loss1.item() == pytest.approx(loss2.item(), rel=1e-9)
-    assert torch.allclose(xg1.grad, xg2.grad, atol=1e-9 * xg2.grad.abs().max().item())
+    _assert_same_loss_and_gradient(lambda xg: fm.mmd_loss(target, xg, w),
+                                   lambda xg: ((target - fm.generic(xg).T @ w) ** 2).sum(), x, rel=1e-9)
     # a new target (same feature map) is not served from the cached transposed target
     target2 = target * 2
     assert fm.mmd_loss(target2, x, w).item() == pytest.approx(((target2 - fm.generic(x).T @ w) ** 2).sum().item(),

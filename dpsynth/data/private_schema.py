@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from scipy.stats import norm
 
-from ..errors import DataValidationError, SchemaError
+from ..errors import SchemaError
 from ..privacy.ledger import LedgerEntry
 from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .schema import Column, Schema
@@ -85,7 +85,8 @@ class SchemaInference:
 
 def release_schema_statistics(df: pd.DataFrame, inference: SchemaInference, noise_multiplier: float,
                               noise: NoiseSource) -> dict[str, dict]:
-    """Noisy counts for the columns to infer (data-touching: reads ``df``).
+    """Noisy counts for the columns to infer (data-touching: reads ``df``, a table already
+    checked by :meth:`Schema.validate`: numbers finite, no missing values).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
     columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
@@ -97,20 +98,12 @@ def release_schema_statistics(df: pd.DataFrame, inference: SchemaInference, nois
     sens = inference.sensitivity
     out: dict[str, dict] = {}
     for name in inference.numeric:
-        try:
-            values = pd.to_numeric(df[name]).to_numpy(dtype=float)
-        except (ValueError, TypeError) as exc:
-            raise DataValidationError(f"numeric column {name!r} holds non-numbers: {exc}") from exc
-        if not np.all(np.isfinite(values)):
-            raise DataValidationError(f"numeric column {name!r} holds missing or infinite values.")
+        values = df[name].to_numpy(dtype=float)
         idx = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
         counts = torch.as_tensor(np.bincount(idx, minlength=len(edges) - 1), dtype=torch.float64)
         out[name] = {"edges": edges, "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
     for name in inference.categorical:
-        column = df[name]
-        if column.isna().any():
-            raise DataValidationError(f"column {name!r} has missing values; impute or drop them first.")
-        vc = column.astype(str).value_counts(sort=False)
+        vc = df[name].astype(str).value_counts(sort=False)
         counts = torch.as_tensor(vc.to_numpy(dtype=float), dtype=torch.float64)
         out[name] = {"values": list(vc.index), "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
     return out

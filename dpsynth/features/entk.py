@@ -66,7 +66,7 @@ class ENTKFeatures(FeatureMap):
 
     def row_floats(self) -> int:
         if not self.fast:
-            return 2 * self.out_dim
+            return super().row_floats()
         d, w = self.input_dim, self.widths
         if self.arch == "cnn_2l":        # the (w1 x d) first-layer activations, a few copies
             return 4 * w[0] * d + 4 * w[1] + 2 * d
@@ -157,16 +157,25 @@ class ENTKFeatures(FeatureMap):
         if not self.fast:
             return self.generic(x).T.to(weights.dtype) @ weights
         blocks, x = self.blocks(x)
-        return self._sum_columns(blocks, weights.to(x.dtype)).T
+        return self._sum_columns(blocks, self._scaled(blocks, weights, x)).T
 
-    def _sum_columns(self, blocks, weights: torch.Tensor) -> torch.Tensor:
-        """(K, P) contiguous: column k of the weighted feature sum, from the blocks."""
-        cw = weights * self._inv_norm(blocks)[:, None]                          # (n, K)
+    def _scaled(self, blocks, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(n, K) weights times each record's inverse gradient norm (what normalises phi)."""
+        return weights.to(x.dtype) * self._inv_norm(blocks)[:, None]
+
+    @staticmethod
+    def _rows(cw: torch.Tensor) -> list[torch.Tensor]:
+        """Per column k, the records with a non-zero weight (the only ones that contribute)."""
+        return [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(cw.shape[1])]
+
+    def _sum_columns(self, blocks, cw: torch.Tensor) -> torch.Tensor:
+        """(K, P) contiguous: column k of sum_i phi_i cw_ik / inv_norm_i, i.e. of the weighted
+        feature sum, from the blocks and the scaled weights ``cw`` (see ``_scaled``)."""
         K = cw.shape[1]
         if K > 1 and bool(((cw != 0).sum(1) <= 1).all()):
             outer = self._grouped_outer(cw)
-        else:  # general weights: per column k only the samples with a non-zero weight contribute
-            rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(K)]
+        else:  # general weights
+            rows = self._rows(cw)
 
             def outer(left, right):
                 return torch.stack([((left[i] * cw[i, k, None]).T @ right[i]).reshape(-1)
@@ -213,14 +222,13 @@ class ENTKFeatures(FeatureMap):
         if not self.fast:
             return super().mmd_loss(target, x, weights)
         blocks, x = self.blocks(x)
-        weights = weights.to(x.dtype)
+        cw = self._scaled(blocks, weights, x)                                  # (n, K)
         t, t_sq = self._columns(target.to(x.dtype))                            # (K, P) contiguous, ||T||^2
         n = x.shape[0]
         dims = [(left.shape[1], 1 if right is None else right.shape[1]) for left, right in blocks]
         if n * sum(a + b for a, b in dims) >= sum(a * b for a, b in dims):
-            return ((t - self._sum_columns(blocks, weights)) ** 2).sum()
-        cw = weights * self._inv_norm(blocks)[:, None]                         # (n, K)
-        rows = [torch.nonzero(cw[:, k], as_tuple=True)[0] for k in range(cw.shape[1])]
+            return ((t - self._sum_columns(blocks, cw)) ** 2).sum()
+        rows = self._rows(cw)
         cross, gram, offset = 0.0, 0.0, 0
         for (left, right), (a, b) in zip(blocks, dims):
             tb, offset = t[:, offset:offset + a * b], offset + a * b

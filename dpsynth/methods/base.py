@@ -190,13 +190,14 @@ class KernelGeneratorMethod:
             if budget is not None:
                 budget.check(self.epsilon, self.delta)
             noise = NoiseSource(self.noise_seed)
-            std = sigma * mults["schema"] * todo.sensitivity
+            sigma_schema = sigma * mults["schema"]
+            std = sigma_schema * todo.sensitivity
             tau = todo.category_threshold(std, self.delta) if todo.categorical else None
             # ---- private data: one Gaussian release of counts, then post-processing ------------
-            stats = release_schema_statistics(df, todo, sigma * mults["schema"], noise)
+            stats = release_schema_statistics(schema.validate(df), todo, sigma_schema, noise)
             schema = complete_schema(schema, stats, std, tau)
             del stats
-            entry = schema_ledger_entry(todo, sigma * mults["schema"], tau, delta_t, epsilon=self.epsilon,
+            entry = schema_ledger_entry(todo, sigma_schema, tau, delta_t, epsilon=self.epsilon,
                                         delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
                                         seed_policy=noise.policy, dataset=dataset, n_records=len(df))
             joint = {"plan": plan, "noise_multiplier": sigma, "multipliers": mults, "noise": noise,
