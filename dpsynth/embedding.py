@@ -29,21 +29,12 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
                    n_classes: int | None = None, batch_size: int | None = None) -> torch.Tensor:
     """(1/m) sum_i phi(x_i) e_{y_i}^T as a (D, C) float64 matrix; (D,) if ``y`` is None.
 
-    Streams over ``X`` in batches (default: ``feature_map.batch_rows()``, about 96 MiB of
-    working memory); memory is O(batch_size * per-record working floats + D * C).
+    Streams over ``X`` in batches (:meth:`FeatureMap.class_sums`; default batch
+    ``feature_map.batch_rows()``, about 96 MiB of working memory); memory is
+    O(batch_size * per-record working floats + D * C).
     """
-    m = X.shape[0]
-    batch_size = batch_size or feature_map.batch_rows()
-    acc = torch.zeros((n_classes if y is not None else 1, feature_map.out_dim), dtype=torch.float64)  # (C, D)
-    for start in range(0, m, batch_size):
-        xb = X[start:start + batch_size]
-        if y is None:
-            weights = torch.ones(xb.shape[0], 1, dtype=torch.float64)
-        else:
-            weights = torch.nn.functional.one_hot(y[start:start + batch_size], n_classes).to(torch.float64)
-        acc += feature_map.weighted_sum(xb, weights).T  # a contiguous (C, D) view for structured maps
-    acc = acc.T.contiguous() if y is not None else acc[0]
-    return acc / m
+    sums = feature_map.class_sums(X, y, n_classes, batch_size)                  # (C, D) float64
+    return (sums.T.contiguous() if y is not None else sums[0]) / X.shape[0]
 
 
 def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float,

@@ -125,3 +125,22 @@ def test_batches_are_memory_bounded_and_do_not_change_the_embedding():
     one = mean_embedding(fm, x.float(), y, 4, batch_size=150)
     assert torch.allclose(mean_embedding(fm, x.float(), y, 4), one, atol=1e-7)
     assert torch.allclose(mean_embedding(fm, x.float(), y, 4, batch_size=7), one, atol=1e-7)
+
+
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
+def test_release_route_sums_match_the_generic_features(arch, widths):
+    """``class_sums`` (records sorted by class, chunked, accumulated in place) gives the sums
+    of the materialised generic features: class-conditional with an empty class, chunks that
+    straddle nothing and chunks of 7, and unconditional."""
+    fm = _double(ENTKFeatures(12, arch, widths, n_outputs=5, seed=4))
+    x, y = _data(n=40, classes=4)                                  # class 4 of 5 has no record
+    phi = fm.generic(x)
+    expected = torch.nn.functional.one_hot(y, 5).double().T @ phi
+    for rows in (None, 7):
+        got = fm.class_sums(x, y, 5, batch_size=rows)
+        assert got.shape == (5, fm.out_dim) and got.dtype == torch.float64
+        assert torch.allclose(got, expected, atol=1e-10)
+        assert torch.equal(got[4], torch.zeros(fm.out_dim, dtype=torch.float64))
+    assert torch.allclose(fm.class_sums(x, None, batch_size=7)[0], phi.sum(0), atol=1e-10)
+    # and mean_embedding is those sums over the public m, in the (D, C) layout
+    assert torch.allclose(mean_embedding(fm, x, y, 5), expected.T / 40, atol=1e-12)

@@ -55,6 +55,22 @@ class FeatureMap(ABC):
         (e-NTK of fc_1l) override this to avoid materialising phi."""
         return self(x).to(weights.dtype).T @ weights
 
+    def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
+                   batch_size: int | None = None) -> torch.Tensor:
+        """sum_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix, (1, D) if ``y`` is None: what a
+        mean embedding sums. Streams over ``X`` in batches of ``batch_size`` records (default
+        :meth:`batch_rows`); structured maps override this with a faster route."""
+        batch_size = batch_size or self.batch_rows()
+        acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
+        for start in range(0, X.shape[0], batch_size):
+            xb = X[start:start + batch_size]
+            if y is None:
+                weights = torch.ones(xb.shape[0], 1, dtype=torch.float64)
+            else:
+                weights = torch.nn.functional.one_hot(y[start:start + batch_size], n_classes).to(torch.float64)
+            acc += self.weighted_sum(xb, weights).T
+        return acc
+
     def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """||target - sum_i phi(x_i) weights_i^T||_F^2, the generator's training loss
         (``target`` is (D, K)). Structured maps override this with a cheaper equivalent."""
