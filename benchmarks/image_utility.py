@@ -76,7 +76,7 @@ def main():
     p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=5000)
     p.add_argument("--ntk-width", type=int, default=800)
-    p.add_argument("--lr-step", type=int, default=100, help="StepLR step size (lr x 0.9 every N iterations)")
+    p.add_argument("--lr-step", type=int, default=1500, help="StepLR step size (lr x 0.9 every N iterations)")
     p.add_argument("--grids", default=None, help="folder for sample grids")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--out", default="benchmarks/out/image.jsonl")

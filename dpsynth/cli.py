@@ -107,7 +107,7 @@ def cmd_demo(args) -> int:
     return 0
 
 
-IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "ntk_width": 800}
+IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "lr_step": 1500, "ntk_width": 800}
 
 
 def _fit_inputs(args):
@@ -122,7 +122,7 @@ def _fit_inputs(args):
         schema = Schema.from_json(args.schema)
         df = read_table(args.csv, schema, label=args.label)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
-            {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01}, {}
+            {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}, {}
     if not args.dataset:
         raise InvalidParameterError("give --dataset NAME (see `dpsynth datasets`) or --csv FILE with --schema.")
     info = get_info(args.dataset)
@@ -142,7 +142,8 @@ def cmd_fit(args) -> int:
 
     out = Path(args.out)
     data, fit_kwargs, defaults, facts = _fit_inputs(args)
-    given = {"iterations": args.iterations, "batch_size": args.batch_size, "lr": args.lr, "epsilon": args.epsilon,
+    given = {"iterations": args.iterations, "batch_size": args.batch_size, "lr": args.lr, "lr_step": args.lr_step,
+             "epsilon": args.epsilon,
              "delta": args.delta, "code_dim": args.code_dim}
     if args.method == "dp-ntk":
         given.update({"arch": args.arch, "ntk_width": args.ntk_width,
@@ -314,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
     s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
     s.add_argument("--lr", type=float, help="default 0.01")
+    s.add_argument("--lr-step", type=int, help="multiply the learning rate by 0.9 every N iterations (default 1500 "
+                   "images, as the DP-NTK authors' code; 100 tables)")
     s.add_argument("--code-dim", type=int, help="generator code size (default 5 images, the preset's tables)")
     s.add_argument("--ntk-width", type=int, help="dp-ntk: width of a one-hidden-layer NTK network (default 800)")
     s.add_argument("--ntk-widths", help="dp-ntk: comma-separated widths, e.g. 30,200 for cnn_2l")

@@ -36,7 +36,7 @@ class TrainConfig:
     batch_size: int = 5000
     lr: float = 0.01
     lr_decay: float = 0.9       # StepLR gamma
-    lr_step: int = 100          # StepLR step size, in iterations
+    lr_step: int = 1500         # StepLR step size, in iterations (the DP-NTK authors' code: 1,500)
     checkpoint_every: int = 200
     seed: int = 0               # generator codes and labels (not privacy noise)
     progress: bool = False

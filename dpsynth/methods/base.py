@@ -59,7 +59,7 @@ class KernelGeneratorMethod:
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
-                 lr_step: int = 100, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
+                 lr_step: int = 1500, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
                  proportions_share: float = 0.1, schema_share: float | None = None):
