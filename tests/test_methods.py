@@ -37,6 +37,28 @@ def test_conv_generator_is_the_papers_mnist_architecture():
     x = g.generate(g.draw_labels(7))
     assert x.shape == (7, 1, 28, 28) and 0 <= x.min() and x.max() <= 1
     assert build_generator(json.loads(json.dumps(g.spec()))).spec() == g.spec()
+    # the authors' ConvCondGen: no ReLU after the second BN, bilinear (align_corners) upsampling
+    assert [type(m).__name__ for m in g.fc] == ["Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d"]
+    g.eval()
+    z = torch.randn(6, 15)
+    F = torch.nn.functional
+    h = g.fc(z).reshape(6, 16, 7, 7)
+    h = torch.relu(g.conv[1](F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)))
+    expected = torch.sigmoid(g.conv[4](F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)))
+    assert torch.allclose(g(z), expected, atol=1e-6)
+
+
+def test_conv_generators_saved_before_the_architecture_options_rebuild_unchanged():
+    old = ConvGenerator((1, 28, 28), 10, upsample="nearest", relu_after_fc=True)
+    spec = old.spec()
+    legacy = {k: v for k, v in spec.items() if k not in ("upsample", "relu_after_fc")}   # an older model.json
+    again = build_generator(legacy)
+    assert again.spec() == spec and [type(m).__name__ for m in again.fc][-1] == "ReLU"
+    again.load_state_dict(old.state_dict())
+    z = torch.randn(4, 15)
+    assert torch.equal(again.eval()(z), old.eval()(z))
+    with pytest.raises(InvalidParameterError, match="upsample must be 'bilinear'"):
+        ConvGenerator(upsample="bicubic")
 
 
 @pytest.mark.parametrize("k", [3, 5, 7])
@@ -47,7 +69,7 @@ def test_phase_decomposed_upsample_conv_equals_upsample_then_conv(k):
     conv.double()
     ref = conv(torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"))
     assert torch.allclose(image_gen.upsample_conv(x, conv), ref, atol=1e-12)
-    g = ConvGenerator((1, 8, 8), 3, kernel_size=k).eval()
+    g = ConvGenerator((1, 8, 8), 3, kernel_size=k, upsample="nearest").eval()
     z = torch.randn(50, 8)
     naive = g.conv(g.fc(z).reshape(50, 16, 2, 2))   # the Sequential as declared: upsample, conv, ...
     assert torch.allclose(g(z), naive, atol=1e-6)

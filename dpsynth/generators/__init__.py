@@ -12,7 +12,8 @@ def build_generator(spec: dict) -> ConditionalGenerator:
     kind = spec.pop("name", None)
     if kind not in GENERATORS:
         raise unknown_name("generator", str(kind), GENERATORS)
-    return GENERATORS[kind](**spec)
+    cls = GENERATORS[kind]
+    return cls(**{**getattr(cls, "LEGACY_SPEC", {}), **spec})
 
 
 __all__ = ["ConditionalGenerator", "ConvGenerator", "GENERATORS", "ResNetGenerator", "TableGenerator",

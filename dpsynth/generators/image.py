@@ -6,9 +6,12 @@ rebuilds the same architecture with :func:`build_generator`.
 
 * :class:`ConvGenerator`: the papers' (Fashion-)MNIST generator, for any
   ``C x H x W`` with H, W divisible by 4: code + one-hot -> FC(hidden) -> BN ->
-  ReLU -> FC(c0 * H/4 * W/4) -> BN -> ReLU -> reshape -> upsample x2 -> conv ->
-  ReLU -> upsample x2 -> conv -> sigmoid. With the defaults and 1x28x28 this is
-  code 5 + 10 labels, FC 200 -> FC 784 -> 16x7x7 -> 8x14x14 -> 1x28x28.
+  ReLU -> FC(c0 * H/4 * W/4) -> BN -> reshape -> upsample x2 -> conv -> ReLU ->
+  upsample x2 -> conv -> sigmoid. With the defaults and 1x28x28 this is code 5 +
+  10 labels, FC 200 -> FC 784 -> 16x7x7 -> 8x14x14 -> 1x28x28, bilinear
+  upsampling (align_corners=True), as the DP-NTK / DP-MERF authors' ``ConvCondGen``.
+  ``upsample="nearest"`` and ``relu_after_fc=True`` give the variant dpsynth used
+  before (and that older saved generators are rebuilt with).
 * :class:`ResNetGenerator`: ResNet-style up-sampling blocks for 32x32 colour.
 """
 from __future__ import annotations
@@ -61,9 +64,15 @@ def upsample_conv(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
 class ConvGenerator(ConditionalGenerator):
     name = "conv"
 
+    #: spec values of generators saved before these options existed
+    LEGACY_SPEC = {"upsample": "nearest", "relu_after_fc": True}
+
     def __init__(self, image_shape=(1, 28, 28), n_classes: int = 10, code_dim: int = 5, hidden: int = 200,
-                 channels=(16, 8), kernel_size: int = 5):
+                 channels=(16, 8), kernel_size: int = 5, upsample: str = "bilinear", relu_after_fc: bool = False):
         super().__init__(n_classes, code_dim)
+        if upsample not in ("bilinear", "nearest"):
+            raise InvalidParameterError(f"upsample must be 'bilinear' (the papers') or 'nearest'; got {upsample!r}.")
+        self.upsample, self.relu_after_fc = upsample, bool(relu_after_fc)
         self.image_shape = _shape(image_shape)
         c, h, w = self.image_shape
         if h % 4 or w % 4:
@@ -76,11 +85,13 @@ class ConvGenerator(ConditionalGenerator):
         pad = (self.kernel_size - 1) // 2
         self.fc = nn.Sequential(
             nn.Linear(self.code_dim + self.n_classes, self.hidden), nn.BatchNorm1d(self.hidden), nn.ReLU(),
-            nn.Linear(self.hidden, c0 * (h // 4) * (w // 4)), nn.BatchNorm1d(c0 * (h // 4) * (w // 4)), nn.ReLU(),
+            nn.Linear(self.hidden, c0 * (h // 4) * (w // 4)), nn.BatchNorm1d(c0 * (h // 4) * (w // 4)),
+            *([nn.ReLU()] if self.relu_after_fc else []),
         )
+        up = {"mode": "bilinear", "align_corners": True} if upsample == "bilinear" else {"mode": "nearest"}
         self.conv = nn.Sequential(
-            nn.Upsample(scale_factor=2), nn.Conv2d(c0, c1, self.kernel_size, padding=pad), nn.ReLU(),
-            nn.Upsample(scale_factor=2), nn.Conv2d(c1, c, self.kernel_size, padding=pad), nn.Sigmoid(),
+            nn.Upsample(scale_factor=2, **up), nn.Conv2d(c0, c1, self.kernel_size, padding=pad), nn.ReLU(),
+            nn.Upsample(scale_factor=2, **up), nn.Conv2d(c1, c, self.kernel_size, padding=pad), nn.Sigmoid(),
         )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
@@ -88,12 +99,14 @@ class ConvGenerator(ConditionalGenerator):
         x = self.fc(z).reshape(z.shape[0], self.channels[0], h // 4, w // 4)
         x = x.contiguous(memory_format=torch.channels_last)   # oneDNN's fast layout on CPU
         up1, conv1, act1, up2, conv2, act2 = self.conv
-        return act2(upsample_conv(act1(upsample_conv(x, conv1)), conv2))
+        if self.upsample == "nearest":
+            return act2(upsample_conv(act1(upsample_conv(x, conv1)), conv2))
+        return act2(conv2(up2(act1(conv1(up1(x))))))
 
     def spec(self) -> dict:
         return {"name": self.name, "image_shape": list(self.image_shape), "n_classes": self.n_classes,
                 "code_dim": self.code_dim, "hidden": self.hidden, "channels": list(self.channels),
-                "kernel_size": self.kernel_size}
+                "kernel_size": self.kernel_size, "upsample": self.upsample, "relu_after_fc": self.relu_after_fc}
 
 
 class _UpBlock(nn.Module):
