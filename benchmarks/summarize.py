@@ -23,14 +23,23 @@ def _fmt(values) -> str:
     return f"{v.mean():.3f}" if len(v) == 1 else f"{v.mean():.3f} +- {v.std(ddof=1):.3f} (n={len(v)})"
 
 
+def _setup(r) -> str:
+    """Generator variant and learning-rate schedule of an image run (rows written before these
+    were recorded used the nearest-upsampling generator with a ReLU after the FC block and
+    lr_step 100)."""
+    g = r.get("generator") or {"upsample": "nearest", "relu_after_fc": True}
+    arch = g.get("upsample", "nearest") + ("+relu" if g.get("relu_after_fc", True) else "")
+    return f"{arch}, lr step {r.get('lr_step', 100)}"
+
+
 def image_table(rows) -> str:
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["dataset"], r["method"], r["epsilon"], r["iterations"], r["batch_size"])].append(r)
-    out = ["| dataset | method | epsilon | iterations x batch | LogReg acc | MLP acc | LogReg F1 | MLP F1 | fit s |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for (ds, m, eps, it, b), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
-        out.append(f"| {ds} | {m} | {eps:g} | {it} x {b} | {_fmt([r['logreg_acc'] for r in rs])} | "
+        groups[(r["dataset"], r["method"], r["epsilon"], r["iterations"], r["batch_size"], _setup(r))].append(r)
+    out = ["| dataset | method | epsilon | iterations x batch | generator, schedule | LogReg acc | MLP acc | LogReg F1 "
+           "| MLP F1 | fit s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, m, eps, it, b, setup), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
+        out.append(f"| {ds} | {m} | {eps:g} | {it} x {b} | {setup} | {_fmt([r['logreg_acc'] for r in rs])} | "
                    f"{_fmt([r['mlp_acc'] for r in rs])} | {_fmt([r['logreg_f1'] for r in rs])} | "
                    f"{_fmt([r['mlp_f1'] for r in rs])} | {np.mean([r['fit_s'] for r in rs]):.0f} |")
     return "\n".join(out)
@@ -85,7 +94,8 @@ def comparison_table(ours, peers) -> str:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--image", nargs="+", default=["benchmarks/out/image.jsonl", "benchmarks/out/paper_settings.jsonl"])
+    p.add_argument("--image", nargs="+", default=["benchmarks/out/image.jsonl", "benchmarks/out/paper_settings.jsonl",
+                                                  "benchmarks/out/lr_schedule.jsonl", "benchmarks/out/generator_arch.jsonl"])
     p.add_argument("--tables", default="benchmarks/out/tables.jsonl")
     p.add_argument("--peers", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
