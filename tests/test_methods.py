@@ -37,9 +37,10 @@ def test_conv_generator_is_the_papers_mnist_architecture():
     x = g.generate(g.draw_labels(7))
     assert x.shape == (7, 1, 28, 28) and 0 <= x.min() and x.max() <= 1
     assert build_generator(json.loads(json.dumps(g.spec()))).spec() == g.spec()
-    # the authors' ConvCondGen: no ReLU after the second BN, bilinear (align_corners) upsampling
+    # the authors' ConvCondGen: no ReLU after the second BN; their bilinear (align_corners) upsampling
     assert [type(m).__name__ for m in g.fc] == ["Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d"]
-    g.eval()
+    assert g.upsample == "nearest"
+    g = ConvGenerator((1, 28, 28), 10, upsample="bilinear").eval()
     z = torch.randn(6, 15)
     F = torch.nn.functional
     h = g.fc(z).reshape(6, 16, 7, 7)
@@ -57,7 +58,7 @@ def test_conv_generators_saved_before_the_architecture_options_rebuild_unchanged
     again.load_state_dict(old.state_dict())
     z = torch.randn(4, 15)
     assert torch.equal(again.eval()(z), old.eval()(z))
-    with pytest.raises(InvalidParameterError, match="upsample must be 'bilinear'"):
+    with pytest.raises(InvalidParameterError, match="upsample must be 'nearest' \\(default\\) or 'bilinear'"):
         ConvGenerator(upsample="bicubic")
 
 
@@ -69,7 +70,7 @@ def test_phase_decomposed_upsample_conv_equals_upsample_then_conv(k):
     conv.double()
     ref = conv(torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"))
     assert torch.allclose(image_gen.upsample_conv(x, conv), ref, atol=1e-12)
-    g = ConvGenerator((1, 8, 8), 3, kernel_size=k, upsample="nearest").eval()
+    g = ConvGenerator((1, 8, 8), 3, kernel_size=k).eval()
     z = torch.randn(50, 8)
     naive = g.conv(g.fc(z).reshape(50, 16, 2, 2))   # the Sequential as declared: upsample, conv, ...
     assert torch.allclose(g(z), naive, atol=1e-6)

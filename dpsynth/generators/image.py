@@ -8,10 +8,13 @@ rebuilds the same architecture with :func:`build_generator`.
   ``C x H x W`` with H, W divisible by 4: code + one-hot -> FC(hidden) -> BN ->
   ReLU -> FC(c0 * H/4 * W/4) -> BN -> reshape -> upsample x2 -> conv -> ReLU ->
   upsample x2 -> conv -> sigmoid. With the defaults and 1x28x28 this is code 5 +
-  10 labels, FC 200 -> FC 784 -> 16x7x7 -> 8x14x14 -> 1x28x28, bilinear
-  upsampling (align_corners=True), as the DP-NTK / DP-MERF authors' ``ConvCondGen``.
-  ``upsample="nearest"`` and ``relu_after_fc=True`` give the variant dpsynth used
-  before (and that older saved generators are rebuilt with).
+  10 labels, FC 200 -> FC 784 -> 16x7x7 -> 8x14x14 -> 1x28x28, as the DP-NTK /
+  DP-MERF authors' ``ConvCondGen``. They upsampled bilinearly (align_corners=True):
+  ``upsample="bilinear"``; the default nearest upsampling scored the same on MNIST
+  (benchmarks/RESULTS.md) and runs as one phase-decomposed convolution per block
+  (:func:`upsample_conv`), 1.6x faster per run. ``relu_after_fc=True`` (a ReLU
+  after the second BN) is the variant dpsynth used before, which scored lower;
+  older saved generators are rebuilt with it.
 * :class:`ResNetGenerator`: ResNet-style up-sampling blocks for 32x32 colour.
 """
 from __future__ import annotations
@@ -68,10 +71,10 @@ class ConvGenerator(ConditionalGenerator):
     LEGACY_SPEC = {"upsample": "nearest", "relu_after_fc": True}
 
     def __init__(self, image_shape=(1, 28, 28), n_classes: int = 10, code_dim: int = 5, hidden: int = 200,
-                 channels=(16, 8), kernel_size: int = 5, upsample: str = "bilinear", relu_after_fc: bool = False):
+                 channels=(16, 8), kernel_size: int = 5, upsample: str = "nearest", relu_after_fc: bool = False):
         super().__init__(n_classes, code_dim)
         if upsample not in ("bilinear", "nearest"):
-            raise InvalidParameterError(f"upsample must be 'bilinear' (the papers') or 'nearest'; got {upsample!r}.")
+            raise InvalidParameterError(f"upsample must be 'nearest' (default) or 'bilinear' (the authors'); got {upsample!r}.")
         self.upsample, self.relu_after_fc = upsample, bool(relu_after_fc)
         self.image_shape = _shape(image_shape)
         c, h, w = self.image_shape
