@@ -96,7 +96,8 @@ class _State:
             for key, value in st.items():
                 tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
         tensors["rng"] = self.rng.get_state()
-        meta = {"iteration": self.iteration, "losses": self.losses, "config": asdict(config),
+        spec = self.generator.spec() if hasattr(self.generator, "spec") else None
+        meta = {"iteration": self.iteration, "losses": self.losses, "config": asdict(config), "generator_spec": spec,
                 "param_groups": opt["param_groups"], "scheduler": self.scheduler.state_dict()}
         tmp_t, tmp_m = directory / f".{CKPT_TENSORS}.tmp", directory / f".{CKPT_META}.tmp"
         save_file(tensors, str(tmp_t))
@@ -126,6 +127,15 @@ class _State:
 
 def has_checkpoint(directory) -> bool:
     return directory is not None and (Path(directory) / CKPT_META).exists()
+
+
+def checkpoint_generator_spec(directory) -> dict | None:
+    """The spec of the generator a checkpoint holds (None: written before specs were saved, or
+    unreadable; loading the checkpoint itself reports the latter)."""
+    try:
+        return json.loads((Path(directory) / CKPT_META).read_text()).get("generator_spec")
+    except (OSError, ValueError):
+        return None
 
 
 def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target: torch.Tensor,

@@ -138,6 +138,22 @@ def test_resume_spends_no_budget_reads_no_data_and_continues_exactly(digits, tmp
         assert torch.equal(v, w), k
 
 
+def test_resume_continues_the_checkpointed_generator_architecture(digits, tmp_path):
+    """A resume rebuilds the generator the checkpoint holds, not this version's default; a
+    checkpoint written before generator specs were saved gets the legacy architecture."""
+    kw = dict(epsilon=4, ntk_width=20, **{**TINY, "iterations": 4, "checkpoint_every": 2})
+    variant = {"name": "conv", "upsample": "bilinear", "relu_after_fc": True}
+    DPNTK(**kw, generator=variant).fit(digits.x_train, digits.y_train, out=tmp_path / "a")
+    resumed = DPNTK(**{**kw, "iterations": 6}).fit(Exploding(), None, out=tmp_path / "a", resume=True)
+    assert resumed.generator_.upsample == "bilinear" and resumed.generator_.relu_after_fc
+    meta_path = tmp_path / "a" / "checkpoint.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["generator_spec"]
+    meta_path.write_text(json.dumps(meta))
+    old = DPNTK(**{**kw, "iterations": 8}).fit(Exploding(), None, out=tmp_path / "a", resume=True)
+    assert old.generator_.upsample == "nearest" and old.generator_.relu_after_fc   # ConvGenerator.LEGACY_SPEC
+
+
 def test_refitting_a_folder_refuses_to_spend_again(digits, tmp_path):
     DPNTK(epsilon=1, ntk_width=10, **{**TINY, "iterations": 2}).fit(digits.x_train, digits.y_train, out=tmp_path)
     with pytest.raises(ArtifactError, match="spend privacy budget a second time"):

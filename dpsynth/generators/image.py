@@ -74,7 +74,8 @@ class ConvGenerator(ConditionalGenerator):
                  channels=(16, 8), kernel_size: int = 5, upsample: str = "nearest", relu_after_fc: bool = False):
         super().__init__(n_classes, code_dim)
         if upsample not in ("bilinear", "nearest"):
-            raise InvalidParameterError(f"upsample must be 'nearest' (default) or 'bilinear' (the authors'); got {upsample!r}.")
+            raise InvalidParameterError(
+                f"upsample must be 'nearest' (default) or 'bilinear' (the authors'); got {upsample!r}.")
         self.upsample, self.relu_after_fc = upsample, bool(relu_after_fc)
         self.image_shape = _shape(image_shape)
         c, h, w = self.image_shape

@@ -37,7 +37,8 @@ from ..privacy.budget import BudgetFile
 from ..privacy.calibration import calibrate_sigma, shared_plan
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
-from ..training import TrainConfig, default_device, has_checkpoint, train_generator
+from ..generators import GENERATORS
+from ..training import TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint, train_generator
 from ..validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
@@ -241,9 +242,15 @@ class KernelGeneratorMethod:
         return {"image_shape": shape, "n_classes": n_classes, **self.generator}
 
     def _train(self, out: Path | None, resume: bool) -> None:
+        spec = self._generator_spec()
+        if resume and has_checkpoint(out):
+            # continue the generator the checkpoint holds, even if this version's defaults differ;
+            # a checkpoint without a spec predates the options in the class's LEGACY_SPEC
+            legacy = getattr(GENERATORS.get(spec["name"]), "LEGACY_SPEC", {})
+            spec = checkpoint_generator_spec(out) or {k: v for k, v in spec.items() if k not in legacy}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.generator_ = build_generator(self._generator_spec())
+            self.generator_ = build_generator(spec)
         fmap = build_feature_map(self.release_.feature_spec)
         self.losses_ = train_generator(
             self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
