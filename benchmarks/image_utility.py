@@ -63,7 +63,8 @@ def run(args, data, method, eps, seed):
         save_image_grid(x, y, Path(args.grids) / f"{data.name}_{method}_eps{eps:g}_s{seed}.png", classes=data.classes)
     return {"dataset": data.name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
             "iterations": args.iterations, "batch_size": args.batch_size, "ntk_width": args.ntk_width,
-            "lr_step": args.lr_step, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1), "final_loss": model.losses_[-1],
+            "lr_step": args.lr_step, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
+            "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
             **scores}
@@ -80,7 +81,8 @@ def main():
     p.add_argument("--ntk-width", type=int, default=800)
     p.add_argument("--lr-step", type=int, default=1500, help="StepLR step size (lr x 0.9 every N iterations)")
     p.add_argument("--generator", default=None,
-                   help='generator spec as JSON, e.g. \'{"name": "conv", "upsample": "nearest"}\' (default: the papers\')')
+                   help='generator spec as JSON, e.g. \'{"name": "conv", "upsample": "bilinear"}\' '
+                        "(default: dpsynth's conv generator)")
     p.add_argument("--grids", default=None, help="folder for sample grids")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--out", default="benchmarks/out/image.jsonl")

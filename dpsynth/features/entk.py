@@ -176,11 +176,6 @@ class ENTKFeatures(FeatureMap):
         blocks, x = self.blocks(x)
         return self._sum_columns(blocks, self._scaled(blocks, weights, x)).T
 
-    @staticmethod
-    def _one_per_row(weights: torch.Tensor) -> bool:
-        """At most one non-zero weight per record (class-conditional, or unconditional)."""
-        return bool(((weights != 0).sum(1) <= 1).all())
-
     #: records per step of the release route: its (rows x width) temporaries stay in cache
     CHUNK_ROWS = 2048
 
@@ -197,16 +192,14 @@ class ENTKFeatures(FeatureMap):
         p0 = next(self.net.parameters())
         out = torch.zeros(K, self.out_dim, dtype=p0.dtype, device=p0.device)
         if y is None:
-            groups = [(0, None, X.shape[0])]
+            groups = [(0, None)]
         else:
             y = torch.as_tensor(y).long()
-            order = torch.argsort(y, stable=True)
             counts = torch.bincount(y, minlength=K).tolist()
-            starts = [sum(counts[:k]) for k in range(K)]
-            groups = [(k, order[starts[k]:starts[k] + counts[k]], counts[k]) for k in range(K)]
+            groups = list(enumerate(torch.split(torch.argsort(y, stable=True), counts)))   # records of class k
         with torch.no_grad():
-            for k, index, count in groups:
-                for start in range(0, count, rows):
+            for k, index in groups:
+                for start in range(0, X.shape[0] if index is None else len(index), rows):
                     xb = X[start:start + rows] if index is None else X[index[start:start + rows]]
                     blocks, xb = self.blocks(xb.to(p0.device))
                     inv = self._inv_norm(blocks)
@@ -234,7 +227,7 @@ class ENTKFeatures(FeatureMap):
         """(K, P) contiguous: column k of sum_i phi_i cw_ik / inv_norm_i, i.e. of the weighted
         feature sum, from the blocks and the scaled weights ``cw`` (see ``_scaled``)."""
         K = cw.shape[1]
-        if K > 1 and self._one_per_row(cw):
+        if K > 1 and bool(((cw != 0).sum(1) <= 1).all()):    # one class per record
             outer = self._grouped_outer(cw)
         else:  # general weights
             rows = self._rows(cw)

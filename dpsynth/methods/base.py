@@ -31,13 +31,11 @@ from ..data.schema import Schema
 from ..embedding import release_mean_embedding
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
-from ..generators import build_generator
-from ..generators import default_generator_spec
+from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import calibrate_sigma, shared_plan
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
-from ..generators import GENERATORS
 from ..training import TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint, train_generator
 from ..validation import check_delta, check_epsilon, check_positive
 

@@ -1,9 +1,10 @@
 """The papers' per-dataset settings for tables (epsilon=1, delta=1e-5).
 
 DP-NTK: Table 5 of the DP-NTK paper ("iter" read as generator iterations, batch 200,
-lr 0.01, decayed x0.9 every 100 iterations as in all dpsynth table results; NTK network and widths; code size ``d_code``). DP-MERF: the paper gives no
-per-dataset table for these runs; dpsynth uses one fixed setting for all tables
-(2,000 random features, a data-independent length scale, batch 200, 2,000 iterations).
+lr 0.01, decayed x0.9 every 100 iterations as in all dpsynth table results; NTK network
+and widths; code size ``d_code``). DP-MERF: the paper gives no per-dataset table for these
+runs; dpsynth uses one fixed setting for all tables (2,000 random features, a
+data-independent length scale, batch 200, 2,000 iterations).
 """
 from __future__ import annotations
 
