@@ -62,7 +62,7 @@ def run(args, data, method, eps, seed):
         Path(args.grids).mkdir(parents=True, exist_ok=True)
         save_image_grid(x, y, Path(args.grids) / f"{data.name}_{method}_eps{eps:g}_s{seed}.png", classes=data.classes)
     return {"dataset": data.name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
-            "iterations": args.iterations, "batch_size": args.batch_size, "ntk_width": args.ntk_width,
+            "iterations": args.iterations, "batch_size": args.batch_size, "features": model.method_params(),
             "lr_step": args.lr_step, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
