@@ -18,9 +18,14 @@ def _rows(path):
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
 
 
-def _fmt(values) -> str:
+def _mean_sd(values) -> str:
+    """'mean' for one value, 'mean +- sample sd' for several."""
     v = np.asarray(values, dtype=float)
-    return f"{v.mean():.3f}" if len(v) == 1 else f"{v.mean():.3f} +- {v.std(ddof=1):.3f} (n={len(v)})"
+    return f"{v.mean():.3f}" + (f" +- {v.std(ddof=1):.3f}" if len(v) > 1 else "")
+
+
+def _fmt(values) -> str:
+    return _mean_sd(values) + (f" (n={len(values)})" if len(values) > 1 else "")
 
 
 def _setup(r) -> str:
@@ -36,8 +41,7 @@ def _metric_cell(columns) -> str:
     """'mean +- sd / mean +- sd (n=..)' for several metrics measured on the same runs."""
     if not columns or not columns[0]:
         return "not run"
-    parts = [f"{np.mean(v):.3f}" + (f" +- {np.std(v, ddof=1):.3f}" if len(v) > 1 else "") for v in columns]
-    return " / ".join(parts) + f" (n={len(columns[0])})"
+    return " / ".join(_mean_sd(v) for v in columns) + f" (n={len(columns[0])})"
 
 
 #: DP-NTK paper, Table 2 (5 seeds, delta 1e-5, LogReg / MLP accuracy): DP-NTK and DP-MERF rows
