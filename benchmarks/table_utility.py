@@ -31,7 +31,7 @@ def run(data, method, seed, overrides):
     params = {**method_preset(method, data.name), **overrides}
     t = time.perf_counter()
     model = METHODS[method](seed=seed, **params).fit(data.train, label=data.schema.label, schema=data.schema,
-                                                     dataset=data.name)
+                                                     dataset=data.name, privacy_unit=data.privacy_unit)
     fit_s = time.perf_counter() - t
     synth = model.sample(len(data.train), seed=seed)
     scores = table_classifier_scores(synth, data.test, model.encoder_, seed=seed)

@@ -129,7 +129,8 @@ def _fit_inputs(args):
     if info.kind == "table":
         data = load_preset(args.dataset, seed=args.split_seed, data_dir=args.data_dir)
         facts = {"preset": args.dataset, "split_seed": args.split_seed}
-        return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset}, \
+        return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset,
+                               "privacy_unit": data.privacy_unit}, \
             method_preset(args.method, args.dataset), facts
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \

@@ -17,7 +17,7 @@ from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, calibrate_sigma, shared_plan
-from .privacy.ledger import Ledger, LedgerEntry
+from .privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from .privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .release import Release
 from .validation import check_delta, check_epsilon, check_features, check_labels, warn_delta_vs_n
@@ -43,7 +43,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            plan: PrivacyPlan | None = None, noise_multiplier: float | None = None,
                            batch_size: int | None = None, public_facts: dict | None = None,
                            proportions_share: float | None = None, multipliers: dict | None = None,
-                           noise: NoiseSource | None = None, prior_entries: tuple = ()) -> Release:
+                           noise: NoiseSource | None = None, prior_entries: tuple = (),
+                           privacy_unit: str = PRIVACY_UNIT) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
 
     Order of work: validate parameters, calibrate sigma from (epsilon, delta) and the
@@ -65,6 +66,11 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     releases (``{"class_proportions": ..., "embedding": ...}``, relative to it), the same
     ``noise`` source, and the ledger entries already released under the plan
     (``prior_entries``: their budget id is reused, the budget is charged once, here).
+
+    ``privacy_unit`` says what one record is (recorded in every ledger entry; presets say that
+    the guarantee covers their preprocessed training split). Checks on the private data never
+    decide whether a release happens beyond the input domain (finite numbers, labels in
+    0..n_classes-1): a dataset whose labels hold one class is released like any other.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -99,7 +105,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     X_t = torch.as_tensor(Xa, dtype=torch.float32)
     y_t = None
     if conditional:
-        ya = check_labels(y, m)
+        ya = check_labels(y, m)   # how many classes are present is private: never checked
         if ya.max() >= n_classes:
             raise DataValidationError(
                 f"labels must lie in 0..{n_classes - 1} for n_classes={n_classes}; found {int(ya.max())}."
@@ -121,7 +127,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     entry = LedgerEntry(
         mechanism="gaussian", description=f"{what} under {feature_map.spec()['name']} features",
         epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_emb), sensitivity=sensitivity,
-        accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy, dataset=dataset, n_records=m,
+        accountant=accountant, plan=plan.to_dict(), noise_source=noise.policy, dataset=dataset, n_records=m,
+        neighbouring="replace_one", privacy_unit=privacy_unit,
         **({"budget_id": prior_entries[0].budget_id} if prior_entries else {}),
     )
     entries = (entry,)
@@ -129,8 +136,9 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         entries = (LedgerEntry(
             mechanism="gaussian", description=f"class proportions ({proportions_share:g} of the plan's privacy)",
             epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_props),
-            sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), seed_policy=noise.policy,
-            dataset=dataset, n_records=m, budget_id=entry.budget_id), entry)
+            sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), noise_source=noise.policy,
+            dataset=dataset, n_records=m, budget_id=entry.budget_id, neighbouring="replace_one",
+            privacy_unit=privacy_unit), entry)
     entries = tuple(prior_entries) + entries
     if budget is not None:
         budget.charge(epsilon, delta, entry.description, entry.budget_id)

@@ -98,7 +98,10 @@ def check_features(X, name: str = "X") -> np.ndarray:
     return arr
 
 
-def check_labels(y, n_rows: int, name: str = "y", *, min_classes: int = 2) -> np.ndarray:
+def check_labels(y, n_rows: int, name: str = "y") -> np.ndarray:
+    """Integer labels >= 0, one per row. How many classes are present is NOT checked: the labels
+    are private, and an error that depends on them (one class present, or two) would tell
+    neighbouring datasets apart. The number of classes is public (``n_classes``)."""
     arr = np.asarray(y.detach().cpu().numpy() if hasattr(y, "detach") else y)
     if arr.ndim != 1:
         raise DataValidationError(f"{name} must be one-dimensional; got shape {arr.shape}.")
@@ -116,10 +119,4 @@ def check_labels(y, n_rows: int, name: str = "y", *, min_classes: int = 2) -> np
             )
     if arr.size and arr.min() < 0:
         raise DataValidationError(f"{name} must hold labels >= 0; found {int(arr.min())}.")
-    n_present = np.unique(arr).size
-    if n_present < min_classes:
-        raise DataValidationError(
-            f"{name} holds {n_present} distinct class(es); at least {min_classes} are needed for a "
-            f"class-conditional model. Use the unconditional variant or add data of other classes."
-        )
     return arr.astype(np.int64)

@@ -40,7 +40,7 @@ def toy_table(n=400, seed=0):
 TINY = dict(iterations=30, batch_size=100, noise_seed=0, n_features=200)
 
 
-def test_encode_decode_round_trip_keeps_values_order_and_dtypes():
+def test_encode_decode_round_trip_keeps_values_order_and_schema_dtypes():
     df = toy_table(50)[["score", "y", "colour", "age", "smoker"]]  # any column order
     enc = TableEncoder.for_frame(Schema.from_dict(SCHEMA), df)
     X, y = enc.encode(df)
@@ -48,7 +48,7 @@ def test_encode_decode_round_trip_keeps_values_order_and_dtypes():
     assert np.allclose(X[:, 2:5].sum(1), 1) and np.allclose(X[:, 5:].sum(1), 1)
     back = TableEncoder.from_dict(json.loads(json.dumps(enc.to_dict(), sort_keys=True))).decode(
         X, y, categorical="argmax")
-    assert list(back.columns) == list(df.columns) and (back.dtypes == df.dtypes).all()
+    assert list(back.columns) == list(df.columns) and (back.dtypes == df.dtypes).all()  # toy dtypes = schema's
     pd.testing.assert_frame_equal(back.drop(columns="score"), df.drop(columns="score"))
     assert np.allclose(back["score"], df["score"], atol=1e-6)
 

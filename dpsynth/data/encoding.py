@@ -18,18 +18,44 @@ from .private_schema import conform, inferred_columns, require_complete
 from .schema import Schema
 
 
+def schema_dtype(kind: str, integer: bool = False, categories=None) -> str:
+    """The pandas dtype of a generated column, from its declaration only: integer numeric
+    columns int64, other numeric columns float64, categorical columns int64 / float64 when every
+    declared category is such a number, pandas' text type ``str`` when every one is text, else
+    object (the declared values)."""
+    if kind == "numeric":
+        return "int64" if integer else "float64"
+    values = list(categories or [])
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "int64"
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return "float64"
+    if values and all(isinstance(v, str) for v in values):
+        return "str"
+    return "object"
+
+
 class TableEncoder:
-    def __init__(self, schema: Schema, dtypes: dict | None = None):
+    def __init__(self, schema: Schema, columns: list[str] | None = None):
         require_complete(schema)
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
-        self.dtypes = dict(dtypes or {})
+        self.columns = list(columns or [])
 
     @classmethod
     def for_frame(cls, schema: Schema, df: pd.DataFrame) -> "TableEncoder":
-        """An encoder that restores ``df``'s column order and dtypes (its structure, not statistics)."""
-        return cls(schema, {c: str(t) for c, t in df.dtypes.items()})
+        """An encoder that restores ``df``'s column order (its column names; never its dtypes or
+        any value)."""
+        return cls(schema, [str(c) for c in df.columns])
+
+    @property
+    def dtypes(self) -> dict[str, str]:
+        """Output dtype of every column, from the schema (see :func:`schema_dtype`)."""
+        out = {c.name: schema_dtype(c.kind, c.integer, c.categories) for c in self.schema.columns}
+        if self.schema.label:
+            out[self.schema.label] = schema_dtype("categorical", categories=self.schema.label_categories)
+        return out
 
     @property
     def n_numeric(self) -> int:
@@ -85,20 +111,17 @@ class TableEncoder:
         if y is not None and self.schema.label:
             out[self.schema.label] = np.asarray(self.schema.label_categories, dtype=object)[np.asarray(y)]
         df = pd.DataFrame(out)
-        order = [c for c in self.dtypes if c in df.columns] or list(df.columns)
+        order = [c for c in self.columns if c in df.columns]
         df = df[order + [c for c in df.columns if c not in order]]
-        for col, dtype in self.dtypes.items():
-            if col in df.columns:
-                try:
-                    df[col] = df[col].astype(dtype)
-                except (ValueError, TypeError):
-                    pass  # e.g. categories declared as text for an integer-typed column
-        return df
+        return df.astype({c: t for c, t in self.dtypes.items() if c in df.columns})
 
     def to_dict(self) -> dict:
         # a list keeps the column order through JSON writers that sort keys
-        return {"schema": self.schema.to_dict(), "dtypes": [[c, t] for c, t in self.dtypes.items()]}
+        return {"schema": self.schema.to_dict(), "columns": list(self.columns)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TableEncoder":
-        return cls(Schema.from_dict(d["schema"]), dict(d.get("dtypes") or []))
+        """Releases written by dpsynth 0.1 stored the private frame's dtypes as ``dtypes``:
+        only their column order is used; the types come from the schema."""
+        columns = d.get("columns") or [c for c, _ in d.get("dtypes") or []]
+        return cls(Schema.from_dict(d["schema"]), columns)

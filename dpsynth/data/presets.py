@@ -1,10 +1,28 @@
 """The papers' preprocessing of the tabular benchmarks, as named, seeded presets.
 
 From the DP-MERF / DP-HP / DP-NTK reference code (see REFERENCE_NOTES.md):
-label definition, majority-class undersampling rate, train/test split. Unlike
-the reference, the undersampling and the split are seeded. Where the publisher
-split the data (adult, isolet) the halves are pooled and re-split as the
+label definition, majority-class undersampling rate, train/test split. Where the
+publisher split the data (adult, isolet) the halves are pooled and re-split as the
 reference did, for comparability.
+
+Neighbour-preserving by construction: every step is a rule applied to each raw record on
+its own, so changing one raw record changes at most one row of the training split (that
+row is replaced, added or removed) and nothing else.
+
+* Undersampling and the split use a per-record coin: record i (by its position in the raw
+  file) draws two uniforms from the seeded generator, whatever its values; it is dropped if
+  its class is undersampled at rate r and its first coin is >= r, and goes to the test split
+  if its second coin is < the test share. (The reference drew a fixed number of majority
+  rows with ``rng.choice`` and split with stratification: one changed label then reshuffled
+  thousands of rows.) Sizes and class shares therefore vary slightly with the seed.
+* Missing values (cervical) are filled with public constants (each numeric column's lower
+  schema bound, "0" for binary columns), never with statistics of the data.
+
+The DP guarantee of a preset run covers rows of this preprocessed training split (replace-one
+neighbours of the split, its size m public; the ledger's ``privacy_unit`` says so). It is not
+a guarantee about the raw file: a changed raw record can add or remove a training row, which
+changes m, and m is published as a fact of the release. The per-record rules keep the effect
+of one raw record to that one row.
 """
 from __future__ import annotations
 
@@ -12,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 from ..errors import unknown_name
 from .schema import Column, Schema
@@ -33,8 +50,9 @@ PRESETS = {
     "census": Preset("census", "census", 0.2, {"- 50000": 0.2},
                      "majority class (- 50000) kept at 20 %; 80/20 split (offline: test half only)"),
     "cervical": Preset("cervical", "cervical", 0.2, {"0": 0.3},
-                       "rows with >= 10 missing values dropped; numeric columns median-filled and binary "
-                       "columns zero-filled (public benchmark statistics); class 0 kept at 30 %; 80/20 split"),
+                       "rows with >= 10 missing values dropped; numeric columns filled with their lower "
+                       "schema bound and binary columns with 0 (public constants); class 0 kept at 30 %; "
+                       "80/20 split"),
     "credit": Preset("credit", "credit", 0.2, {"0": 0.002},
                      "columns Time..Amount; class 0 kept at 0.2 %; 80/20 split"),
     "epileptic": Preset("epileptic", "epileptic", 0.3, {},
@@ -47,6 +65,11 @@ PRESETS = {
 }
 
 
+#: what one record of a preset's training data is (recorded in the ledger)
+PRIVACY_UNIT = ("one row of the preset's preprocessed training split (per-record rules: one changed raw record "
+                "changes at most one training row, replacing, adding or removing it)")
+
+
 @dataclass
 class PresetData:
     name: str
@@ -55,22 +78,34 @@ class PresetData:
     schema: Schema
     preset: Preset
     seed: int
+    #: what one record of ``train`` is, for the ledger of a fit on it
+    privacy_unit: str = PRIVACY_UNIT
 
 
-def _undersample(df: pd.DataFrame, label: str, rates: dict, rng: np.random.Generator) -> pd.DataFrame:
-    keep = np.ones(len(df), dtype=bool)
-    for cls, rate in rates.items():
-        idx = np.flatnonzero(df[label].to_numpy() == cls)
-        n_keep = int(round(rate * idx.size))
-        drop = rng.choice(idx, size=idx.size - n_keep, replace=False)
-        keep[drop] = False
-    return df.loc[keep].reset_index(drop=True)
+def per_record_split(df: pd.DataFrame, label: str, rates: dict, test_size: float,
+                     rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, test): record i is kept unless its class is undersampled at rate r and its coin
+    u_i >= r, and goes to test when its second coin v_i < ``test_size``. The coins are drawn
+    for every position before any value is looked at, so they do not depend on the data."""
+    u, v = rng.random(len(df)), rng.random(len(df))
+    labels = df[label].astype(str).to_numpy()
+    rate = np.ones(len(df))
+    for cls, r in rates.items():
+        rate[labels == str(cls)] = r
+    keep = u < rate
+    test = v < test_size
+    return (df.loc[keep & ~test].reset_index(drop=True), df.loc[keep & test].reset_index(drop=True))
 
 
 def _cervical_clean(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """Rows with >= 10 missing values dropped (a per-record rule), then public fill values:
+    each numeric column's lower schema bound (0 for the counts and durations, 1 for the
+    time-since-diagnosis columns whose value is missing when there was no diagnosis), "0" for
+    the binary columns. The reference filled medians of the whole file (train and test): one
+    record could then move every filled value."""
     df = df.loc[df.isna().sum(axis=1) < 10].reset_index(drop=True)
     for c in schema.numeric:
-        df[c] = df[c].fillna(df[c].median())
+        df[c] = df[c].fillna(schema.column(c).bounds[0])
     for c in schema.categorical:
         df[c] = df[c].fillna("0")
     return df
@@ -98,10 +133,8 @@ def load_preset(name: str, seed: int = 0, data_dir=None, download=None) -> Prese
         nums = [c for c in schema.columns if c.kind == "numeric"]
         schema = Schema(nums + cats, schema.label, schema.label_categories, schema.source)
         df = df[[c.name for c in schema.columns] + [schema.label]]
-    rng = np.random.default_rng(seed)
-    df = _undersample(df, schema.label, p.undersample, rng)
-    train, test = train_test_split(df, test_size=p.test_size, random_state=seed, stratify=df[schema.label])
-    return PresetData(name, train.reset_index(drop=True), test.reset_index(drop=True), schema, p, seed)
+    train, test = per_record_split(df, schema.label, p.undersample, p.test_size, np.random.default_rng(seed))
+    return PresetData(name, train, test, schema, p, seed)
 
 
-__all__ = ["PRESETS", "Preset", "PresetData", "load_preset", "Column"]
+__all__ = ["PRESETS", "PRIVACY_UNIT", "Preset", "PresetData", "load_preset", "per_record_split", "Column"]

@@ -16,6 +16,20 @@ from ..errors import unknown_name
 FEATURE_MAPS: dict[str, type] = {}
 
 
+def bounded_rows(phi: torch.Tensor, bound: float) -> torch.Tensor:
+    """Each record's feature row, made safe for a sum whose sensitivity is ``2 * bound / m``.
+
+    A rule applied to every record on its own (it never looks at other records): a row with a
+    non-finite entry (an input so large that the features overflowed) becomes 0, and a row whose
+    norm exceeds ``bound`` (by floating-point rounding, or a map whose bound is not exact) is
+    scaled back to norm ``bound``. Rows within the bound are unchanged. Returns float64.
+    """
+    phi = phi.to(torch.float64)
+    phi = torch.where(torch.isfinite(phi).all(1, keepdim=True), phi, 0.0)
+    norms = torch.linalg.vector_norm(phi, dim=1, keepdim=True)
+    return phi * torch.clamp(bound / norms, max=1.0).nan_to_num(1.0)     # norm 0: 0 / 0 -> keep 0
+
+
 def register(cls):
     FEATURE_MAPS[cls.name] = cls
     return cls
@@ -58,18 +72,22 @@ class FeatureMap(ABC):
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None) -> torch.Tensor:
         """sum_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix, (1, D) if ``y`` is None: what a
-        mean embedding sums. Streams over ``X`` in batches of ``batch_size`` records (default
-        :meth:`batch_rows`); structured maps override this with a faster route."""
+        mean embedding sums, accumulated in float64. Streams over ``X`` in batches of
+        ``batch_size`` records (default :meth:`batch_rows`). Every record's row goes through
+        :func:`bounded_rows` first, so no record adds more than ``norm_bound`` (or anything
+        non-finite) whatever its values. Structured maps override this with a faster route that
+        keeps the same guarantee."""
         batch_size = batch_size or self.batch_rows()
         acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
-        for start in range(0, X.shape[0], batch_size):
-            xb = X[start:start + batch_size]
-            if y is None:
-                weights = torch.ones(xb.shape[0], 1, dtype=torch.float64)
-            else:
-                weights = torch.nn.functional.one_hot(y[start:start + batch_size], n_classes).to(torch.float64)
-            acc += self.weighted_sum(xb, weights).T
-        return acc
+        with torch.no_grad():
+            for start in range(0, X.shape[0], batch_size):
+                phi = bounded_rows(self(X[start:start + batch_size]), self.norm_bound)
+                acc = acc.to(phi.device)
+                if y is None:
+                    acc[0] += phi.sum(0)
+                else:
+                    acc.index_add_(0, y[start:start + batch_size].to(phi.device), phi)
+        return acc.cpu()
 
     def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """||target - sum_i phi(x_i) weights_i^T||_F^2, the generator's training loss

@@ -183,14 +183,17 @@ class ENTKFeatures(FeatureMap):
                    batch_size: int | None = None) -> torch.Tensor:
         """The release route (no gradient): records sorted by class once, then each class in
         chunks of ``CHUNK_ROWS`` records whose block factors are multiplied straight into that
-        class's row of one float32 (K, P) accumulator (``addmm_``). No per-batch (K, P) result,
-        no zero padding, cache-sized temporaries; same sums as the base class (tested)."""
+        class's row of one float64 (K, P) accumulator (``addmm_``; the per-record factors stay
+        float32). No per-batch (K, P) result, no zero padding; same sums as the base class
+        (tested). A record whose gradient is not finite or is zero (an input so large that the
+        network overflowed) contributes 0: the per-record rule of :func:`bounded_rows`, applied
+        to the blocks."""
         if not self.fast:
             return super().class_sums(X, y, n_classes, batch_size)
         K = int(n_classes) if y is not None else 1
         rows = int(batch_size or min(self.batch_rows(), self.CHUNK_ROWS))
         p0 = next(self.net.parameters())
-        out = torch.zeros(K, self.out_dim, dtype=p0.dtype, device=p0.device)
+        out = torch.zeros(K, self.out_dim, dtype=torch.float64, device=p0.device)
         if y is None:
             groups = [(0, None)]
         else:
@@ -202,7 +205,7 @@ class ENTKFeatures(FeatureMap):
                 for start in range(0, X.shape[0] if index is None else len(index), rows):
                     xb = X[start:start + rows] if index is None else X[index[start:start + rows]]
                     blocks, xb = self.blocks(xb.to(p0.device))
-                    inv = self._inv_norm(blocks)
+                    inv, blocks = self._safe_inv_norm(blocks)                   # float64 from here
                     offset = 0
                     for left, right in blocks:
                         width = left.shape[1] * (1 if right is None else right.shape[1])
@@ -212,7 +215,25 @@ class ENTKFeatures(FeatureMap):
                         else:
                             dst.view(left.shape[1], -1).addmm_((left * inv[:, None]).T, right)
                         offset += width
-        return out.double()
+        return out.cpu()
+
+    @classmethod
+    def _safe_inv_norm(cls, blocks):
+        """(1 / ||g_i|| in float64 per record, the blocks in float64). The inverse norm is 0 where
+        a record's blocks are not finite or its gradient norm is 0 or overflows: such a record
+        then adds nothing. Each distinct factor is converted once (fc_1l shares u and 1)."""
+        finite = torch.ones(blocks[0][0].shape[0], dtype=torch.bool, device=blocks[0][0].device)
+        for t in {id(t): t for block in blocks for t in block if t is not None}.values():
+            finite &= torch.isfinite(t).all(1)
+        cache: dict[int, torch.Tensor] = {}
+
+        def wide(t):
+            if t is not None and id(t) not in cache:
+                cache[id(t)] = torch.where(finite[:, None], t.double(), 0.0)
+            return None if t is None else cache[id(t)]
+        blocks64 = [(wide(left), wide(right)) for left, right in blocks]
+        inv = cls._inv_norm(blocks64)
+        return torch.where(finite & torch.isfinite(inv), inv, 0.0), blocks64
 
     def _scaled(self, blocks, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """(n, K) weights times each record's inverse gradient norm (what normalises phi)."""

@@ -34,6 +34,7 @@ from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import calibrate_sigma, shared_plan
+from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
 from ..training import TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint, train_generator
@@ -111,7 +112,8 @@ class KernelGeneratorMethod:
 
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
-            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None):
+            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
+            privacy_unit: str = PRIVACY_UNIT):
         """Release the private embedding (once), then train the generator. Returns self.
 
         Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
@@ -123,8 +125,11 @@ class KernelGeneratorMethod:
         ``resume=True`` with a folder that already holds a release reuses it and the last
         checkpoint: no private data is read and no budget is spent. ``public_facts`` are stored
         in the release (e.g. the preset and split seed a benchmark table came from).
+        ``privacy_unit`` says what one record of ``X`` is, for the ledger (presets pass theirs:
+        the guarantee covers their preprocessed training split).
         """
         self._public_facts = dict(public_facts or {})
+        self._privacy_unit = privacy_unit
         out = Path(out) if out is not None else None
         has_release = out is not None and (out / "release" / META_FILE).exists()
         if has_release and not resume:
@@ -169,7 +174,7 @@ class KernelGeneratorMethod:
         return release_mean_embedding(
             fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
             n_classes=n_classes if self.conditional else None, accountant=self.accountant,
-            seed=self.noise_seed, dataset=dataset, budget=budget,
+            seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
             public_facts={"record_shape": list(shape), "method": self.method, **self._public_facts},
         )
 
@@ -198,7 +203,8 @@ class KernelGeneratorMethod:
             del stats
             entry = schema_ledger_entry(todo, sigma_schema, tau, delta_t, epsilon=self.epsilon,
                                         delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
-                                        seed_policy=noise.policy, dataset=dataset, n_records=len(df))
+                                        noise_source=noise.policy, dataset=dataset, n_records=len(df),
+                                        privacy_unit=self._privacy_unit)
             joint = {"plan": plan, "noise_multiplier": sigma, "multipliers": mults, "noise": noise,
                      "prior_entries": (entry,)}
         encoder = TableEncoder.for_frame(schema, df)
@@ -206,7 +212,7 @@ class KernelGeneratorMethod:
         return release_mean_embedding(
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
             n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,
-            budget=budget, proportions_share=self.proportions_share,
+            budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict(),
                           **self._public_facts}, **joint,
         )

@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 from .._version import __version__
 
+#: the privacy unit of every release unless a caller says more (presets add their preprocessing)
+PRIVACY_UNIT = "one row (record) of the data given to fit"
+
 
 @dataclass(frozen=True)
 class LedgerEntry:
@@ -20,9 +23,14 @@ class LedgerEntry:
     sensitivity: float          # L2 sensitivity under replace-one neighbours
     accountant: str             # pld | rdp | exact
     plan: dict                  # PrivacyPlan.to_dict(): all releases this budget pays for
-    seed_policy: str            # "os-entropy" or "fixed-seed:N (...)"
+    noise_source: str           # NoiseSource.policy: "secure (...)", "os-seeded (...)", "fixed-seed:N (...)"
     dataset: str = ""
     n_records: int | None = None
+    #: which datasets count as neighbours: "replace_one" (one-shot releases: m is public) or
+    #: "add_remove" (DP-SGD, as the accountant assumes)
+    neighbouring: str = "replace_one"
+    #: what one record is: the unit whose change the guarantee covers
+    privacy_unit: str = PRIVACY_UNIT
     #: entries released under one calibration (one plan, one budget) share this id
     budget_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     library_version: str = __version__
@@ -40,6 +48,8 @@ class LedgerEntry:
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
         d = {k: v for k, v in d.items() if k != "noise_std"}
+        if "seed_policy" in d:  # releases written before dpsynth 0.x named the noise source so
+            d["noise_source"] = d.pop("seed_policy")
         return cls(**d)
 
 
@@ -77,7 +87,8 @@ class Ledger:
                 f"    noise multiplier sigma={e.noise_multiplier:.6g} sensitivity={e.sensitivity:.6g} "
                 f"noise std={e.noise_std:.6g}\n"
                 f"    plan={e.plan}\n"
-                f"    dataset={e.dataset or '-'} n={e.n_records} seed={e.seed_policy}\n"
+                f"    neighbouring={e.neighbouring}; privacy unit: {e.privacy_unit}\n"
+                f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
                 f"    dpsynth {e.library_version}, {e.created}"
             )
         return "\n".join(lines) if lines else "(no releases)"
