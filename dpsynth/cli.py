@@ -164,16 +164,39 @@ def cmd_fit(args) -> int:
             raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
                                         "categories; built-in datasets come with a public schema.")
         params["schema_share"] = args.infer_schema
-    model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
-                                 checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
+    if args.method == "dp-kip":
+        model = _kip_model(args, {**defaults, **params})
+    else:
+        model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
+                                     checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
     fit_kwargs["public_facts"] = facts
     eps_budget = args.budget_epsilon or model.epsilon
     budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
     model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
     eps, delta = model.release_.ledger.total()
+    if args.method == "dp-kip":
+        steps = model.release_.ledger.entries[0].plan.get("steps")
+        print(f"fitted dp-kip on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
+              f"{len(model.support()[0])} support points, {steps} DP-SGD steps; saved to {out}")
+        return 0
     print(f"fitted {args.method} on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
           f"{len(model.losses_)} iterations, final loss {model.losses_[-1]:.4g}; saved to {out}")
     return 0
+
+
+#: DP-KIP defaults: the paper's MNIST 10 images/class at epsilon 1 (its Table 5)
+KIP_DEFAULTS = {"images_per_class": 10, "epochs": 10, "batch_size": 500, "lr": 1e-2, "clip": 1e-6, "reg": 1e-6}
+
+
+def _kip_model(args, params):
+    from .methods import DPKIP
+
+    given = {"images_per_class": args.images_per_class, "epochs": args.epochs, "batch_size": args.batch_size,
+             "lr": args.lr, "clip": args.clip, "reg": args.reg}
+    kw = {**KIP_DEFAULTS, **{k: params[k] for k in KIP_DEFAULTS if k in params},
+          **{k: v for k, v in given.items() if v is not None}}
+    return DPKIP(params["epsilon"], params["delta"], n_classes=params.get("n_classes"), seed=args.seed,
+                 noise_seed=args.noise_seed, progress=not args.quiet, **kw)
 
 
 def cmd_sample(args) -> int:
@@ -211,6 +234,8 @@ def cmd_evaluate(args) -> int:
     if model.encoder_ is not None:
         return _evaluate_table(args, model)
     name = model.release_.dataset.get("name", "")
+    if model.method == "dp-kip":
+        return _evaluate_kip(args, model, name)
     if name not in DATASETS:
         raise InvalidParameterError(
             f"the model was fitted on {name or 'user data'!r}, not a registered dataset, so there is no real "
@@ -231,6 +256,25 @@ def cmd_evaluate(args) -> int:
         result.update(inception_report(args.inception_weights, data.x_test.numpy(), x))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
+    print(json.dumps(result))
+    return 0
+
+
+def _evaluate_kip(args, model, name) -> int:
+    """DP-KIP: KRR accuracy with the support set (krr_acc) and LogReg/MLP trained on it."""
+    from .data import DATASETS, load_dataset
+    from .evaluation import image_classifier_scores, save_image_grid
+
+    if name not in DATASETS:
+        raise InvalidParameterError(f"the model was fitted on {name or 'user data'!r}, not a registered dataset: "
+                                    f"use DPKIP.krr_accuracy(x_test, y_test) with your own test data.")
+    data = load_dataset(name, data_dir=args.data_dir)
+    x, y = model.sample()
+    result = _result_header(model, len(y))
+    result["krr_acc"] = model.krr_accuracy(data.x_test, data.y_test.numpy())
+    result.update(image_classifier_scores(x.clip(0, 1), y, data.x_test, data.y_test, seed=args.seed))
+    result["samples_png"] = str(save_image_grid(x.clip(0, 1), y, Path(args.model) / "samples.png",
+                                                classes=data.classes))
     print(json.dumps(result))
     return 0
 
@@ -300,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator")
-    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf"])
+    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-kip"])
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
@@ -325,7 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default fc_1l images, the preset's tables)")
     s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
     s.add_argument("--length-scale", type=float, default=None, help="dp-merf: kernel length scale")
-    s.add_argument("--seed", type=int, default=0, help="generator initialisation and training (not privacy noise)")
+    s.add_argument("--images-per-class", type=int, help="dp-kip: support points per class (default 10)")
+    s.add_argument("--epochs", type=int, help="dp-kip: DP-SGD epochs (default 10)")
+    s.add_argument("--clip", type=float, help="dp-kip: per-record gradient clip norm C (default 1e-6)")
+    s.add_argument("--reg", type=float, help="dp-kip: KRR regulariser lambda (default 1e-6)")
+    s.add_argument("--seed", type=int, default=0, help="generator initialisation and training; dp-kip: the "
+                   "support set's public initialisation and the sampler (not privacy noise)")
     s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--checkpoint-every", type=int, default=200)

@@ -1,5 +1,6 @@
 """Methods by name: fit / sample / save / load."""
 from .base import METHODS, KernelGeneratorMethod, load
 from .kernel import DPMERF, DPNTK
+from .kip import DPKIP
 
-__all__ = ["DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]
+__all__ = ["DPKIP", "DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]

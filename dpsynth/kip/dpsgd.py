@@ -1,0 +1,58 @@
+"""DP-SGD on a support set: Poisson sampling and the noisy clipped gradient (data-touching #2).
+
+:func:`private_gradient` is the only function of DP-KIP that reads private records. For a
+batch drawn by :func:`poisson_batch` (each record independently with probability q, which is
+what the subsampled-Gaussian accountant assumes) it computes every record's gradient of the
+KIP loss with respect to the support inputs (``torch.func``: vmap of grad, no loop over
+records), replaces a non-finite gradient by 0 and clips each to L2 norm C (rules applied to
+each record alone), sums, adds Gaussian noise of std sigma * C and divides by the expected
+batch size q N (public; dividing by the realised batch size would reveal it). Under add/remove
+neighbours the clipped sum changes by at most C: the step is the Gaussian mechanism with
+sensitivity C and noise multiplier sigma, calibrated beforehand for the whole schedule.
+"""
+from __future__ import annotations
+
+import torch
+from torch.func import grad, vmap
+
+from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
+from .krr import krr_loss
+
+
+def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
+    """Indices of the records in one Poisson-sampled batch (its size varies, mean q n)."""
+    return torch.nonzero(torch.rand(n, generator=generator) < sample_rate, as_tuple=True)[0]
+
+
+def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor,
+                      reg: float, clip: float) -> torch.Tensor:
+    """(B, *x_s.shape) per-record gradients of the KIP loss w.r.t. ``x_s``, each made finite (a
+    non-finite one becomes 0) and clipped to norm <= ``clip``."""
+    def loss_one(xs, xt, yt):
+        return krr_loss(kernel, xs, y_s, xt[None], yt[None], reg)
+
+    g = vmap(grad(loss_one), in_dims=(None, 0, 0))(x_s, x_b, y_b)
+    flat = g.reshape(g.shape[0], -1)
+    flat = torch.where(torch.isfinite(flat).all(1, keepdim=True), flat, 0.0)
+    norms = torch.linalg.vector_norm(flat, dim=1, keepdim=True)
+    flat = flat * torch.clamp(clip / norms, max=1.0).nan_to_num(1.0)
+    return flat.reshape(g.shape)
+
+
+def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor, *,
+                     reg: float, clip: float, noise_multiplier: float, expected_batch: float,
+                     noise: NoiseSource) -> torch.Tensor:
+    """The noisy mean gradient of one DP-SGD step: (sum of clipped per-record gradients +
+    N(0, (sigma C)^2 I)) / (q N). ``x_b``/``y_b`` may be empty (a Poisson batch can be)."""
+    total = clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip)
+    noisy = gaussian_mechanism(total, clip, noise_multiplier, noise)
+    return (noisy / expected_batch).to(device=x_s.device, dtype=x_s.dtype)
+
+
+def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float) -> torch.Tensor:
+    """Sum of the clipped per-record gradients (zeros for an empty batch). Without noise this is
+    NOT private: :func:`private_gradient` is the only caller on private data in a DP run; the
+    non-private KIP baseline (epsilon = inf, benchmark only) divides it by the batch size."""
+    if not x_b.shape[0]:
+        return torch.zeros_like(x_s)
+    return clipped_gradients(kernel, x_s.detach(), y_s, x_b.to(x_s.dtype), y_b.to(x_s.dtype), reg, clip).sum(0)

@@ -1,0 +1,344 @@
+"""DP-KIP (Vinaroz & Park 2023): a small support set learned by DP-SGD on the KRR loss under the
+infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
+
+``fit`` validates, calibrates sigma for the whole schedule (epochs -> T Poisson-sampled steps at
+q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
+set from public noise N(0, I) with fixed balanced labels, and only then reads private records,
+through :func:`dpsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
+step (support set, Adam, step, sampler RNG; the noise is fresh from the OS unless a test seed is
+given, whose generator is checkpointed too), so an interrupted run resumes where it stopped
+without re-spending budget or reusing noise; the checkpoint (which holds the sampler state) is
+deleted when training ends. The result is saved as a release: ``support_x``, ``support_y``,
+the kernel spec and the DP-SGD ledger entry.
+
+Inputs are mapped to the kernel's space by a fixed, data-independent affine map: images in
+[0, 1] and encoded tables (numbers in [0, 1], one-hot blocks) by x -> (x - 0.5) / 0.5.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from .._io import atomic_write
+from .._version import __version__
+from ..data.encoding import TableEncoder
+from ..errors import ArtifactError, InvalidParameterError
+from ..kip.dpsgd import clipped_sum, poisson_batch, private_gradient
+from ..kip.kernels import FCReLUKernel
+from ..kip.krr import centred_one_hot, krr_accuracy
+from ..privacy.budget import BudgetFile
+from ..privacy.calibration import PrivacyPlan, calibrate_sigma
+from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
+from ..privacy.mechanisms import NoiseSource
+from ..release import META_FILE, Release
+from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
+from .base import MODEL_META, _as_schema, register
+
+logger = logging.getLogger(__name__)
+
+CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
+
+
+def to_kernel_space(x: torch.Tensor) -> torch.Tensor:
+    """The fixed public map from data in [0, 1] to the kernel's inputs."""
+    return (x.reshape(x.shape[0], -1).to(torch.float32) - 0.5) / 0.5
+
+
+def from_kernel_space(x: torch.Tensor) -> torch.Tensor:
+    return x * 0.5 + 0.5
+
+
+@register
+class DPKIP:
+    """Private data distillation: ``images_per_class`` learned points per class.
+
+    Parameters follow the paper's Tables 5/6 names: ``epochs``, ``batch_size`` (the expected
+    Poisson batch, q = batch_size / N), ``lr`` (Adam, or ``optimizer="sgd"``), ``clip`` (C),
+    ``reg`` (lambda), kernel ``depth``/``W_std``/``b_std``. ``seed`` fixes the support set's
+    public initialisation and the sampler (testing / reproducibility); ``noise_seed`` fixes
+    the privacy noise (testing only: recorded in the ledger).
+    """
+
+    method = "dp-kip"
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, n_classes: int | None = None,
+                 images_per_class: int = 10, epochs: int = 10, batch_size: int = 500, lr: float = 1e-2,
+                 clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
+                 W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
+                 noise_seed: int | None = None, accountant: str = "pld", progress: bool = False,
+                 dtype: str = "float32"):
+        self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
+        self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
+        self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
+        self.seed, self.noise_seed, self.accountant, self.progress, self.dtype = (
+            seed, noise_seed, accountant, progress, dtype)
+
+    def get_params(self) -> dict:
+        keys = ["epsilon", "delta", "n_classes", "images_per_class", "epochs", "batch_size", "lr", "clip", "reg",
+                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "accountant", "progress", "dtype"]
+        return {k: getattr(self, k) for k in keys}
+
+    @property
+    def kernel(self) -> FCReLUKernel:
+        return FCReLUKernel(self.depth, self.W_std, self.b_std)
+
+    @property
+    def private(self) -> bool:
+        """False for ``epsilon=math.inf``: the non-private KIP baseline (no noise; benchmark only)."""
+        return self.epsilon != math.inf
+
+    def _validate(self, n_records: int) -> None:
+        if self.private:
+            check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        for name in ("images_per_class", "epochs", "batch_size"):
+            check_positive(getattr(self, name), name, integer=True)
+        for name in ("lr", "clip", "reg"):
+            check_positive(getattr(self, name), name)
+        if self.optimizer not in ("adam", "sgd"):
+            raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self.optimizer!r}.")
+        if self.dtype not in ("float32", "float64"):
+            raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
+        if self.n_classes is None or int(self.n_classes) < 2:
+            raise InvalidParameterError(
+                f"n_classes must be given (public metadata, >= 2); got {self.n_classes!r}. It is never read "
+                f"from the private labels: pass n_classes=10 for MNIST.")
+        if self.batch_size >= n_records:
+            raise InvalidParameterError(
+                f"batch_size={self.batch_size} must be smaller than the number of records ({n_records}): "
+                f"it is the expected Poisson batch, q = batch_size / N < 1.")
+
+    def plan(self, n_records: int) -> PrivacyPlan:
+        """The DP-SGD schedule: ceil(epochs * N / batch_size) steps at q = batch_size / N."""
+        steps = math.ceil(self.epochs * n_records / self.batch_size)
+        return PrivacyPlan((), sample_rate=self.batch_size / n_records, steps=steps, neighbouring="add_remove")
+
+    # -- fit ------------------------------------------------------------------------------
+    def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
+            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
+            privacy_unit: str = PRIVACY_UNIT):
+        """Learn the support set with DP-SGD. Images/arrays: ``fit(X, y)`` with ``n_classes``;
+        tables: ``fit(df, label=..., schema=...)``. ``out``: folder for checkpoints and the
+        result; ``resume=True`` continues an interrupted run there (its calibration and ledger
+        are reused; nothing is charged again). Returns self."""
+        out = Path(out) if out is not None else None
+        if out is not None and (out / "release" / META_FILE).exists():
+            raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
+        ckpt = out is not None and (out / CKPT_META).exists()
+        if ckpt and not resume:
+            raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True (CLI --resume) to "
+                                f"continue it, or use a new folder.")
+        if resume and not ckpt:
+            raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
+        state = None
+        if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
+            state = _KIPState.load(out)
+            self.__dict__.update({k: v for k, v in state.model_params.items() if k != "progress"})
+        encoder = None
+        if isinstance(X, pd.DataFrame):
+            schema = _as_schema(schema, label)
+            self.n_classes = schema.n_classes
+            encoder = TableEncoder.for_frame(schema, X)
+            shape, n_records = [encoder.dim], len(X)
+        else:
+            shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
+        self._validate(n_records)
+        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
+                 "record_shape": shape, "method": self.method, **(public_facts or {})}
+        if encoder is not None:
+            facts["table"] = encoder.to_dict()
+        plan = self.plan(n_records)
+        if state is not None:
+            entry = state.entry
+            if entry.n_records != n_records or entry.plan != plan.to_dict():
+                raise ArtifactError(f"the checkpoint in {out} was calibrated for {entry.n_records} records and plan "
+                                    f"{entry.plan}; the data given now has {n_records} records. Resume with the "
+                                    f"same data.")
+        else:
+            # calibrated before any row is read; epsilon = inf: the non-private baseline, no noise
+            sigma = calibrate_sigma(self.epsilon, self.delta, plan, self.accountant) if self.private else 0.0
+            entry = LedgerEntry(
+                mechanism="dp-sgd" if self.private else "none (NON-PRIVATE: no noise, benchmark only)",
+                description=f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD "
+                f"on the KRR loss: {plan.describe()}, clip {self.clip:g}", epsilon=float(self.epsilon),
+                delta=float(self.delta), noise_multiplier=float(sigma), sensitivity=float(self.clip),
+                accountant=self.accountant, plan=plan.to_dict(), noise_source=NoiseSource(self.noise_seed).policy,
+                dataset=dataset, n_records=n_records, neighbouring="add_remove", privacy_unit=privacy_unit)
+            if budget is not None:
+                budget.check(self.epsilon, self.delta)
+            state = _KIPState.start(self, shape, entry)
+            if budget is not None:
+                budget.charge(self.epsilon, self.delta, entry.description, entry.budget_id)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                state.save(out)
+        # ---- private data from here on, through private_gradient only -----------------------
+        if encoder is not None:
+            Xa, ya = encoder.encode(X)
+        else:
+            Xa, ya = check_features(X), check_labels(y, n_records)
+            if ya.size and ya.max() >= self.n_classes:
+                raise InvalidParameterError(f"labels must lie in 0..{self.n_classes - 1}; found {int(ya.max())}.")
+        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32)))
+        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes))
+        self._train(state, x_all, y_all, plan, out)
+        # ---- end of private data -----------------------------------------------------------------
+        self.release_ = Release({"support_x": state.x.detach().double(), "support_y": state.labels},
+                                self.kernel.spec(), facts, Ledger((entry,)),
+                                extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
+        if out is not None:
+            self.save(out)
+            for name in (CKPT_TENSORS, CKPT_META):    # the sampler state must not outlive training
+                (out / name).unlink(missing_ok=True)
+        return self
+
+    def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
+        kernel, n = self.kernel, x_all.shape[0]
+        y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype)
+        bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step")
+        while state.step < plan.steps:
+            idx = poisson_batch(n, plan.sample_rate, state.sampler)
+            if self.private:
+                g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
+                                     noise_multiplier=state.entry.noise_multiplier,
+                                     expected_batch=plan.sample_rate * n, noise=state.noise)
+            else:
+                g = clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip) / max(len(idx), 1)
+            state.optimizer.zero_grad(set_to_none=True)
+            state.x.grad = g
+            state.optimizer.step()
+            state.step += 1
+            bar.update(1)
+            if out is not None:
+                state.save(out)
+        bar.close()
+
+    # -- outputs --------------------------------------------------------------------------
+    def _check_fitted(self):
+        if not hasattr(self, "release_"):
+            raise InvalidParameterError("this DPKIP is not fitted; call fit() or dpsynth.load().")
+
+    @property
+    def encoder_(self) -> TableEncoder | None:
+        table = self.release_.dataset.get("table") if hasattr(self, "release_") else None
+        return TableEncoder.from_dict(table) if table else None
+
+    def support(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The support set in the kernel's space (float64) and its integer labels."""
+        self._check_fitted()
+        return self.release_.tensors["support_x"], self.release_.tensors["support_y"].long()
+
+    def sample(self, n: int | None = None, *, seed: int | None = None, **_):
+        """The support set (post-processing of the DP output): images as numpy ``(X, y)`` in
+        the data's scale (not clipped), tables as a DataFrame decoded like the generators'.
+        ``n`` must be None or the support size: a support set is not a generator."""
+        x, y = self.support()
+        if n is not None and int(n) != x.shape[0]:
+            logger.warning("DP-KIP returns its %d support points, not %d samples", x.shape[0], n)
+        data = from_kernel_space(x).numpy()
+        encoder = self.encoder_
+        if encoder is not None:
+            return encoder.decode(data, y.numpy(), categorical="argmax", rng=np.random.default_rng(seed))
+        shape = self.release_.dataset["record_shape"]
+        return data.reshape(-1, *shape).astype(np.float32), y.numpy()
+
+    def krr_accuracy(self, x_test, y_test) -> float:
+        """Accuracy of KRR with the same kernel, support set as training data, on (x_test, y_test)
+        given in the data's scale ([0, 1])."""
+        xs, ys = self.support()
+        x_t = to_kernel_space(torch.as_tensor(np.asarray(x_test, dtype=np.float32))).double()
+        return krr_accuracy(self.kernel, xs, centred_one_hot(ys, int(self.n_classes), torch.float64), x_t,
+                            torch.as_tensor(np.asarray(y_test)).long(), self.reg)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        self._check_fitted()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if not (directory / "release" / META_FILE).exists():
+            self.release_.save(directory / "release")
+        meta = {"format": "dpsynth-model", "library_version": __version__, "method": self.method,
+                "params": self.get_params()}
+        with atomic_write(directory / MODEL_META) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2))
+        return directory
+
+    @classmethod
+    def _from_folder(cls, directory: Path, meta: dict):
+        model = cls(**meta["params"])
+        model.release_ = Release.load(directory / "release")
+        return model
+
+
+class _KIPState:
+    """Support set, optimiser, step, sampler and noise source: everything a resume needs."""
+
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, entry: LedgerEntry, sampler_seed: int):
+        self.x = x.requires_grad_(True)
+        self.labels = labels
+        self.entry = entry
+        self.step = 0
+        cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
+        self.optimizer = cls([self.x], lr=model.lr)
+        self.sampler = torch.Generator().manual_seed(sampler_seed)
+        self.noise = NoiseSource(model.noise_seed)
+
+    @classmethod
+    def start(cls, model: DPKIP, shape, entry: LedgerEntry) -> "_KIPState":
+        """Public initialisation: N(0, I) support inputs, balanced fixed labels, seeds."""
+        seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
+        g = torch.Generator().manual_seed(seed)
+        m = int(model.images_per_class) * int(model.n_classes)
+        dtype = getattr(torch, model.dtype)
+        x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype)
+        labels = torch.arange(m) // int(model.images_per_class)
+        sampler_seed = int(torch.randint(0, 2 ** 62, (1,), generator=g)) if model.seed is not None \
+            else int.from_bytes(os.urandom(7), "little")
+        state = cls(x, labels, model, entry, sampler_seed)
+        state.model_params = model.get_params()
+        return state
+
+    def save(self, directory: Path) -> None:
+        tensors = {"x": self.x.detach().contiguous(), "labels": self.labels, "sampler": self.sampler.get_state()}
+        if self.noise.generator is not None:
+            tensors["noise_rng"] = self.noise.generator.get_state()
+        for idx, st in self.optimizer.state_dict()["state"].items():
+            for key, value in st.items():
+                tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().contiguous()
+        meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params,
+                "param_groups": self.optimizer.state_dict()["param_groups"]}
+        with atomic_write(directory / CKPT_TENSORS) as tmp:
+            save_file(tensors, str(tmp))
+        with atomic_write(directory / CKPT_META) as tmp:   # written last: it names the step done
+            tmp.write_text(json.dumps(meta))
+
+    @classmethod
+    def load(cls, directory: Path) -> "_KIPState":
+        try:
+            meta = json.loads((directory / CKPT_META).read_text())
+            t = load_file(str(directory / CKPT_TENSORS))
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"cannot read the DP-KIP checkpoint in {directory}: {exc}") from exc
+        model = DPKIP(**meta["params"])
+        state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]), 0)
+        state.model_params = meta["params"]
+        state.sampler.set_state(t["sampler"])
+        if "noise_rng" in t and state.noise.generator is not None:
+            state.noise.generator.set_state(t["noise_rng"])
+        opt = {}
+        for key, value in t.items():
+            if key.startswith("opt."):
+                _, idx, name = key.split(".", 2)
+                opt.setdefault(int(idx), {})[name] = value
+        state.optimizer.load_state_dict({"state": opt, "param_groups": meta["param_groups"]})
+        state.step = int(meta["step"])
+        return state

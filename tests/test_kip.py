@@ -1,0 +1,229 @@
+"""DP-KIP: closed-form kernels, KRR, the DP-SGD step (data-touching function #2), fit/resume."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dpsynth
+from dpsynth import DPKIP, epsilon_for_sigma, load_dataset
+from dpsynth.cli import main
+from dpsynth.errors import ArtifactError
+from dpsynth.kip import dpsgd
+from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, poisson_batch, private_gradient
+from dpsynth.kip.kernels import FCReLUKernel
+from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
+from dpsynth.methods import kip as kip_module
+from dpsynth.privacy import NoiseSource, PrivacyPlan
+
+FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ntk_reference.npz"
+
+
+# -- kernels -----------------------------------------------------------------------------------
+@pytest.mark.skipif(not FIXTURE.exists(), reason="../shared/fixtures not present")
+@pytest.mark.parametrize("depth,keys", [(1, ("ntk", "nngp")), (2, ("ntk2", "nngp2"))])
+def test_closed_form_matches_neural_tangents(depth, keys):
+    ref = np.load(FIXTURE)
+    x1, x2 = torch.tensor(ref["x1"]), torch.tensor(ref["x2"])
+    ntk, nngp = FCReLUKernel(depth).both(x1, x2)
+    np.testing.assert_allclose(ntk.numpy(), ref[keys[0]], rtol=1e-6)
+    np.testing.assert_allclose(nngp.numpy(), ref[keys[1]], rtol=1e-6)
+    ntk32 = FCReLUKernel(depth)(x1.float(), x2.float())            # float32: same to single precision
+    np.testing.assert_allclose(ntk32.numpy(), ref[keys[0]], rtol=1e-5)
+
+
+def test_kernel_is_symmetric_psd_and_exact_on_the_diagonal():
+    x = torch.randn(30, 20, dtype=torch.float64)
+    for kind in ("ntk", "nngp"):
+        k = FCReLUKernel(2)(x, kind=kind)
+        assert torch.allclose(k, k.T)
+        assert torch.linalg.eigvalsh(k).min() > -1e-10 * k.diagonal().max()
+        # the diagonal of the symmetric call equals the closed form at t = 0 (no clamp bias)
+        kx = torch.stack([FCReLUKernel(2)(x[i:i + 1], kind=kind)[0, 0] for i in range(3)])
+        assert torch.allclose(k.diagonal()[:3], kx, rtol=1e-14)
+
+
+def test_closed_form_matches_empirical_ntk_of_a_wide_network():
+    """Monte Carlo: the e-NTK of one wide random network in the NTK parameterisation is a mean of
+    w i.i.d. per-unit terms, so it lies within 5 standard errors (sd of the terms / sqrt(w)) of
+    the closed form with probability > 1 - 1e-6 per entry (CLT)."""
+    g = torch.Generator().manual_seed(0)
+    w, d, ws, bs = 200_000, 16, math.sqrt(2), 0.1
+    x = torch.randn(4, d, generator=g, dtype=torch.float64)
+    W1 = torch.randn(w, d, generator=g, dtype=torch.float64)
+    b1 = torch.randn(w, generator=g, dtype=torch.float64)
+    v = torch.randn(w, generator=g, dtype=torch.float64)                         # output unit 0's weights
+    h = ws * x @ W1.T / math.sqrt(d) + bs * b1                                     # (4, w) pre-activations
+    r, dr = torch.relu(h), (h > 0).double()
+    s0 = ws ** 2 * x @ x.T / d + bs ** 2
+    for i in range(4):
+        for j in range(4):
+            nngp_terms = ws ** 2 * r[i] * r[j] + bs ** 2
+            ntk_terms = nngp_terms + ws ** 2 * v ** 2 * dr[i] * dr[j] * s0[i, j]
+            ntk, nngp = FCReLUKernel(1).both(x[i:i + 1], x[j:j + 1])
+            for terms, exact in ((ntk_terms, ntk), (nngp_terms, nngp)):
+                assert abs(float(terms.mean() - exact)) <= 5 * float(terms.std()) / math.sqrt(w)
+
+
+# -- KRR ------------------------------------------------------------------------------------------
+def test_krr_solves_the_scaled_ridge_system_and_interpolates():
+    k = FCReLUKernel()
+    xs = torch.randn(8, 5, dtype=torch.float64)
+    ys = centred_one_hot(torch.arange(8) % 2, 2, torch.float64)
+    kss = k(xs)
+    alpha = krr_weights(kss, ys, 0.1)
+    assert torch.allclose((kss + 0.1 * torch.trace(kss) / 8 * torch.eye(8, dtype=torch.float64)) @ alpha, ys)
+    assert ys.sum(1).abs().max() < 1e-12                                      # centred labels
+    assert float(krr_loss(k, xs, ys, xs, ys, 1e-9)) < 1e-8                    # tiny lambda: interpolates
+
+
+# -- the DP-SGD step ---------------------------------------------------------------------------------
+def _problem(B=12, m=6, d=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xs, xb = torch.randn(m, d, generator=g), torch.randn(B, d, generator=g)
+    ys = centred_one_hot(torch.arange(m) % 3, 3)
+    yb = centred_one_hot(torch.randint(0, 3, (B,), generator=g), 3)
+    return FCReLUKernel(), xs, ys, xb, yb
+
+
+def test_per_record_gradients_match_autograd_and_are_clipped():
+    k, xs, ys, xb, yb = _problem()
+    g = clipped_gradients(k, xs, ys, xb, yb, 1e-3, clip=1e9)
+    for i in (0, 5):
+        x = xs.clone().requires_grad_(True)
+        krr_loss(k, x, ys, xb[i:i + 1], yb[i:i + 1], 1e-3).backward()
+        assert torch.allclose(g[i], x.grad, rtol=1e-4, atol=1e-9)
+    clip = 0.3 * float(g.reshape(12, -1).norm(dim=1).median())
+    norms = clipped_gradients(k, xs, ys, xb, yb, 1e-3, clip).reshape(12, -1).norm(dim=1)
+    assert float(norms.max()) <= clip * (1 + 1e-6) and (norms > 0.99 * clip).sum() >= 6
+
+
+@pytest.mark.parametrize("adversary", ["huge", "big", "zeros", "far", "other_label"])
+def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversary):
+    k, xs, ys, xb, yb = _problem()
+    clip = 1e-3
+    x_new = {"huge": torch.full((1, 10), float("inf")), "big": torch.full((1, 10), 3e38), "zeros": torch.zeros(1, 10), "far": 1e6 * torch.ones(1, 10),
+             "other_label": xs[:1]}[adversary]
+    y_new = centred_one_hot(torch.tensor([1 if adversary == "other_label" else 0]), 3)
+    base = clipped_sum(k, xs, ys, xb, yb, 1e-3, clip)
+    more = clipped_sum(k, xs, ys, torch.cat([xb, x_new]), torch.cat([yb, y_new]), 1e-3, clip)
+    assert torch.isfinite(more).all()
+    assert float((more - base).norm()) <= clip * (1 + 1e-5)
+
+
+def test_noise_std_is_sigma_C_over_the_expected_batch():
+    k, xs, ys, xb, yb = _problem(m=300, d=100)
+    g = private_gradient(k, xs, ys, xb[:0], yb[:0], reg=1e-3, clip=0.5, noise_multiplier=2.0, expected_batch=4.0,
+                         noise=NoiseSource(seed=3))
+    assert float(g.std()) == pytest.approx(2.0 * 0.5 / 4.0, rel=0.02)
+
+
+def test_sampler_is_poisson():
+    g = torch.Generator().manual_seed(0)
+    sizes = np.array([len(poisson_batch(10_000, 0.05, g)) for _ in range(400)])
+    assert len(set(sizes)) > 20                                            # sizes vary
+    assert abs(sizes.mean() - 500) < 4 * math.sqrt(10_000 * 0.05 * 0.95 / 400)
+    assert sizes.var() == pytest.approx(10_000 * 0.05 * 0.95, rel=0.25)
+
+
+# -- fit: calibration first, accounting, resume ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
+
+
+class _Guarded:
+    """Array-like whose rows may be read only after calibration (shape is public)."""
+
+    def __init__(self, arr, flag):
+        self.arr, self.flag, self.shape = arr, flag, arr.shape
+
+    def __array__(self, dtype=None, copy=None):
+        assert self.flag["calibrated"], "private rows read before calibration"
+        return np.asarray(self.arr, dtype=dtype)
+
+    def __len__(self):
+        return len(self.arr)
+
+
+def test_calibrates_before_reading_and_spends_at_most_epsilon(digits, monkeypatch):
+    flag = {"calibrated": False}
+    real = kip_module.calibrate_sigma
+
+    def calibrate(*a, **k):
+        flag["calibrated"] = True
+        return real(*a, **k)
+    monkeypatch.setattr(kip_module, "calibrate_sigma", calibrate)
+    m = DPKIP(1.0, 1e-5, **TINY).fit(_Guarded(digits.x_train.numpy(), flag), digits.y_train.numpy())
+    e = m.release_.ledger.entries[0]
+    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
+    assert plan.steps == math.ceil(2 * 1437 / 100) and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
+    assert epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0
+
+
+def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, tmp_path, monkeypatch):
+    kw = dict(TINY, noise_seed=7)
+    X, y = digits.x_train.numpy(), digits.y_train.numpy()
+    whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
+    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
+    calls = {"n": 0}
+    real = kip_module.private_gradient
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 11:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(kip_module, "private_gradient", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", budget=budget)
+    assert json.loads((tmp_path / "c" / "kip_checkpoint.json").read_text())["step"] == 10
+    with pytest.raises(ArtifactError, match="resume=True"):
+        DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
+    monkeypatch.setattr(kip_module, "private_gradient", real)
+    resumed = DPKIP(1.0, 1e-5, **dict(kw, epochs=5)).fit(X, y, out=tmp_path / "c", budget=budget, resume=True)
+    # the same 29 steps, the same noise sequence (checkpointed generator): bit-identical result
+    assert torch.equal(resumed.support()[0], whole.support()[0])
+    assert resumed.epochs == 2 and budget.spent == (1.0, 1e-5) and len(budget.charges) == 1
+    assert not (tmp_path / "c" / "kip_checkpoint.json").exists()       # sampler state deleted
+
+
+@pytest.mark.slow
+def test_digits_utility_beats_chance_and_noise_is_not_disabled(digits):
+    """eps=1 far above chance; no noise (eps=inf) measurably above eps=0.1, which stays low."""
+    kw = dict(TINY, images_per_class=5, epochs=10)
+    acc = {eps: DPKIP(eps, 1e-5, **kw).fit(digits.x_train.numpy(), digits.y_train.numpy())
+           .krr_accuracy(digits.x_test, digits.y_test.numpy()) for eps in (0.1, 1.0, math.inf)}
+    assert acc[1.0] > 0.4
+    assert acc[math.inf] > 0.85 and acc[math.inf] > acc[0.1] + 0.3
+    assert acc[0.1] < 0.5
+
+
+def test_save_load_sample_and_cli(digits, tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "2",
+                 "--epochs", "1", "--batch-size", "100", "--clip", "1e-2", "--out", str(out), "-q"]) == 0
+    model = dpsynth.load(out)
+    x, y = model.sample()
+    assert x.shape == (20, 1, 8, 8) and sorted(np.bincount(y)) == [2] * 10
+    assert main(["evaluate", str(out)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= res["krr_acc"] <= 1 and res["method"] == "dp-kip" and (out / "samples.png").exists()
+
+
+def test_tables_fit_and_sample_a_dataframe():
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_tables import SCHEMA, toy_table
+
+    df = toy_table(300)
+    m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=2, batch_size=50, clip=1e-2, seed=0)
+    m.fit(df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA))
+    out = m.sample()
+    assert list(out.columns) == list(df.columns) and len(out) == 6
+    assert out["age"].between(17, 90).all() and set(out["colour"]) <= {"red", "green", "blue"}
