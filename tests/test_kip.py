@@ -11,7 +11,6 @@ import dpsynth
 from dpsynth import DPKIP, epsilon_for_sigma, load_dataset
 from dpsynth.cli import main
 from dpsynth.errors import ArtifactError
-from dpsynth.kip import dpsgd
 from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, poisson_batch, private_gradient
 from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights

@@ -301,28 +301,47 @@ class KernelGeneratorMethod:
     def save(self, directory) -> Path:
         """Write the release (if not there yet), generator weights and model.json."""
         self._check_fitted()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        if not (directory / "release" / META_FILE).exists():
-            self.release_.save(directory / "release")
-        with atomic_write(directory / GENERATOR_FILE) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()}, str(tmp))
-        meta = {"format": "dpsynth-model", "library_version": __version__, "method": self.method,
-                "params": self.get_params(), "generator_spec": self.generator_.spec(),
-                "final_loss": self.losses_[-1] if self.losses_ else None, "iterations_done": len(self.losses_)}
-        with atomic_write(directory / MODEL_META) as tmp:
-            tmp.write_text(json.dumps(meta, indent=2))
-        return directory
+
+        def weights(folder: Path) -> None:
+            with atomic_write(folder / GENERATOR_FILE) as tmp:
+                save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()},
+                          str(tmp))
+        return write_model_folder(directory, self, {
+            "generator_spec": self.generator_.spec(), "final_loss": self.losses_[-1] if self.losses_ else None,
+            "iterations_done": len(self.losses_)}, payload=weights)
 
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
-        model = cls(**meta["params"])
-        model.release_ = Release.load(directory / "release")
+        model = read_model_folder(cls, directory, meta)
         model.generator_ = build_generator(meta["generator_spec"])
         model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
         model.generator_.eval()
         model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
         return model
+
+
+def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
+    """A fitted model folder, for every method: the release (if not there yet), then
+    ``payload(folder)`` (e.g. generator weights), then ``model.json`` (method, params, ``meta``),
+    written last because its presence marks the folder complete."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "release" / META_FILE).exists():
+        model.release_.save(directory / "release")
+    if payload is not None:
+        payload(directory)
+    meta = {"format": "dpsynth-model", "library_version": __version__, "method": model.method,
+            "params": model.get_params(), **meta}
+    with atomic_write(directory / MODEL_META) as tmp:
+        tmp.write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+def read_model_folder(cls, directory: Path, meta: dict):
+    """The method object rebuilt from ``model.json``'s params, with its release loaded."""
+    model = cls(**meta["params"])
+    model.release_ = Release.load(directory / "release")
+    return model
 
 
 def _as_schema(schema, label) -> Schema:

@@ -29,7 +29,6 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from .._io import atomic_write
-from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..errors import ArtifactError, InvalidParameterError
 from ..kip.dpsgd import clipped_sum, poisson_batch, private_gradient
@@ -41,7 +40,7 @@ from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
-from .base import MODEL_META, _as_schema, register
+from .base import _as_schema, read_model_folder, register, write_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -262,21 +261,11 @@ class DPKIP:
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory) -> Path:
         self._check_fitted()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        if not (directory / "release" / META_FILE).exists():
-            self.release_.save(directory / "release")
-        meta = {"format": "dpsynth-model", "library_version": __version__, "method": self.method,
-                "params": self.get_params()}
-        with atomic_write(directory / MODEL_META) as tmp:
-            tmp.write_text(json.dumps(meta, indent=2))
-        return directory
+        return write_model_folder(directory, self, {})
 
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
-        model = cls(**meta["params"])
-        model.release_ = Release.load(directory / "release")
-        return model
+        return read_model_folder(cls, directory, meta)
 
 
 class _KIPState:
