@@ -12,22 +12,9 @@ from abc import ABC, abstractmethod
 import torch
 
 from ..errors import unknown_name
+from ..privacy.mechanisms import bounded_rows
 
 FEATURE_MAPS: dict[str, type] = {}
-
-
-def bounded_rows(phi: torch.Tensor, bound: float) -> torch.Tensor:
-    """Each record's feature row, made safe for a sum whose sensitivity is ``2 * bound / m``.
-
-    A rule applied to every record on its own (it never looks at other records): a row with a
-    non-finite entry (an input so large that the features overflowed) becomes 0, and a row whose
-    norm exceeds ``bound`` (by floating-point rounding, or a map whose bound is not exact) is
-    scaled back to norm ``bound``. Rows within the bound are unchanged. Returns float64.
-    """
-    phi = phi.to(torch.float64)
-    phi = torch.where(torch.isfinite(phi).all(1, keepdim=True), phi, 0.0)
-    norms = torch.linalg.vector_norm(phi, dim=1, keepdim=True)
-    return phi * torch.clamp(bound / norms, max=1.0).nan_to_num(1.0)     # norm 0: 0 / 0 -> keep 0
 
 
 def register(cls):
@@ -81,7 +68,7 @@ class FeatureMap(ABC):
         acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
         with torch.no_grad():
             for start in range(0, X.shape[0], batch_size):
-                phi = bounded_rows(self(X[start:start + batch_size]), self.norm_bound)
+                phi = bounded_rows(self(X[start:start + batch_size]).double(), self.norm_bound)
                 acc = acc.to(phi.device)
                 if y is None:
                     acc[0] += phi.sum(0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
-from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
+from ..privacy.mechanisms import NoiseSource, bounded_rows, gaussian_mechanism
 from .krr import krr_loss
 
 
@@ -32,11 +32,7 @@ def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.T
         return krr_loss(kernel, xs, y_s, xt[None], yt[None], reg)
 
     g = vmap(grad(loss_one), in_dims=(None, 0, 0))(x_s, x_b, y_b)
-    flat = g.reshape(g.shape[0], -1)
-    flat = torch.where(torch.isfinite(flat).all(1, keepdim=True), flat, 0.0)
-    norms = torch.linalg.vector_norm(flat, dim=1, keepdim=True)
-    flat = flat * torch.clamp(clip / norms, max=1.0).nan_to_num(1.0)
-    return flat.reshape(g.shape)
+    return bounded_rows(g.reshape(g.shape[0], -1), clip).reshape(g.shape)
 
 
 def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor, *,

@@ -27,7 +27,6 @@ import torch
 from ..validation import check_positive
 
 
-
 @dataclass(frozen=True)
 class FCReLUKernel:
     """Infinite-width kernels of Dense -> ReLU (x ``depth``) -> Dense, NTK parameterisation."""

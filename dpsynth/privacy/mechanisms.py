@@ -83,6 +83,22 @@ def _csprng_normals(n: int) -> torch.Tensor:
     return torch.cat([r * torch.cos(theta), r * torch.sin(theta)])[:n]
 
 
+def bounded_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
+    """Each record's contribution (one row per record), made safe for a sum whose L2
+    sensitivity is ``bound`` per record (feature rows of a mean embedding, clipped DP-SGD
+    gradients).
+
+    A rule applied to every record on its own (it never looks at other records): a row with a
+    non-finite entry (e.g. an input so large that its features overflowed) becomes 0, and a row
+    whose norm exceeds ``bound`` (by clipping, floating-point rounding, or a map whose bound is
+    not exact) is scaled back to norm ``bound``. Rows within the bound are unchanged; the dtype
+    is kept.
+    """
+    rows = torch.where(torch.isfinite(rows).all(1, keepdim=True), rows, 0.0)
+    norms = torch.linalg.vector_norm(rows, dim=1, keepdim=True)
+    return rows * torch.clamp(bound / norms, max=1.0).nan_to_num(1.0)     # norm 0: 0 / 0 -> keep 0
+
+
 def gaussian_mechanism(value: torch.Tensor, sensitivity: float, noise_multiplier: float,
                        noise: NoiseSource) -> torch.Tensor:
     """Return ``value + N(0, (noise_multiplier * sensitivity)^2 I)``.
