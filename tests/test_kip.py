@@ -14,6 +14,7 @@ from dpsynth.errors import ArtifactError
 from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, poisson_batch, private_gradient
 from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
+from dpsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
 from dpsynth.methods import kip as kip_module
 from dpsynth.privacy import NoiseSource, PrivacyPlan
 
@@ -99,15 +100,35 @@ def test_per_record_gradients_match_autograd_and_are_clipped():
     assert float(norms.max()) <= clip * (1 + 1e-6) and (norms > 0.99 * clip).sum() >= 6
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_factored_per_record_gradients_equal_the_torch_func_reference(depth):
+    """The closed form R X + v x_t^T of every record's gradient, its norm (computed without
+    forming it) and the clipped sum all equal vmap(grad) in float64."""
+    k, xs, ys, xb, yb = _problem(B=9, m=7, d=11, seed=depth)
+    k = FCReLUKernel(depth, 1.3, 0.2)
+    xs, ys, xb, yb = xs.double(), ys.double(), xb.double(), yb.double()
+    ref = clipped_gradients(k, xs, ys, xb, yb, 1e-2, clip=1e9)
+    s = _support_terms(k, xs, ys, 1e-2)
+    b, c, u, v = per_record_factors(k, s, xb, yb)
+    mine = gradient_matrices(s, b, c, u) @ xs + v[:, :, None] * xb[:, None, :]
+    assert torch.allclose(mine, ref, rtol=1e-10, atol=1e-14)
+    for clip in (1e-9, 0.5 * float(ref.reshape(9, -1).norm(dim=1).median()), 1e9):
+        want = clipped_gradients(k, xs, ys, xb, yb, 1e-2, clip).sum(0)
+        got = factored_clipped_sum(k, xs, ys, xb, yb, 1e-2, clip)
+        assert torch.allclose(got, want, rtol=1e-10, atol=1e-14 * clip)
+    assert torch.equal(clipped_sum(k, xs, ys, xb, yb, 1e-2, 0.1), factored_clipped_sum(k, xs, ys, xb, yb, 1e-2, 0.1))
+
+
+@pytest.mark.parametrize("factored", [True, False])
 @pytest.mark.parametrize("adversary", ["huge", "big", "zeros", "far", "other_label"])
-def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversary):
+def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversary, factored):
     k, xs, ys, xb, yb = _problem()
     clip = 1e-3
     x_new = {"huge": torch.full((1, 10), float("inf")), "big": torch.full((1, 10), 3e38), "zeros": torch.zeros(1, 10), "far": 1e6 * torch.ones(1, 10),
              "other_label": xs[:1]}[adversary]
     y_new = centred_one_hot(torch.tensor([1 if adversary == "other_label" else 0]), 3)
-    base = clipped_sum(k, xs, ys, xb, yb, 1e-3, clip)
-    more = clipped_sum(k, xs, ys, torch.cat([xb, x_new]), torch.cat([yb, y_new]), 1e-3, clip)
+    base = clipped_sum(k, xs, ys, xb, yb, 1e-3, clip, factored=factored)
+    more = clipped_sum(k, xs, ys, torch.cat([xb, x_new]), torch.cat([yb, y_new]), 1e-3, clip, factored=factored)
     assert torch.isfinite(more).all()
     assert float((more - base).norm()) <= clip * (1 + 1e-5)
 

@@ -3,12 +3,16 @@
 :func:`private_gradient` is the only function of DP-KIP that reads private records. For a
 batch drawn by :func:`poisson_batch` (each record independently with probability q, which is
 what the subsampled-Gaussian accountant assumes) it computes every record's gradient of the
-KIP loss with respect to the support inputs (``torch.func``: vmap of grad, no loop over
-records), replaces a non-finite gradient by 0 and clips each to L2 norm C (rules applied to
-each record alone), sums, adds Gaussian noise of std sigma * C and divides by the expected
+KIP loss with respect to the support inputs, replaces a non-finite gradient by 0 and clips
+each to L2 norm C (rules applied to each record alone), sums, adds Gaussian noise of std sigma * C and divides by the expected
 batch size q N (public; dividing by the realised batch size would reveal it). Under add/remove
 neighbours the clipped sum changes by at most C: the step is the Gaussian mechanism with
 sensitivity C and noise multiplier sigma, calibrated beforehand for the whole schedule.
+
+Two exact ways to get the clipped sum: ``torch.func`` (vmap of grad, no loop over records;
+:func:`clipped_gradients`, any kernel, the reference) and the factored closed form of
+:mod:`dpsynth.kip.per_record` (FC ReLU NTK only; ~15x faster on MNIST, float64), the default.
+Tests check they agree.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import torch
 from torch.func import grad, vmap
 
 from ..privacy.mechanisms import NoiseSource, bounded_rows, gaussian_mechanism
+from .kernels import FCReLUKernel
 from .krr import krr_loss
+from .per_record import factored_clipped_sum
 
 
 def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
@@ -45,10 +51,13 @@ def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Te
     return (noisy / expected_batch).to(device=x_s.device, dtype=x_s.dtype)
 
 
-def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float) -> torch.Tensor:
+def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float, *, factored: bool = True) -> torch.Tensor:
     """Sum of the clipped per-record gradients (zeros for an empty batch). Without noise this is
     NOT private: :func:`private_gradient` is the only caller on private data in a DP run; the
-    non-private KIP baseline (epsilon = inf, benchmark only) divides it by the batch size."""
+    non-private KIP baseline (epsilon = inf, benchmark only) divides it by the batch size.
+    ``factored=False`` (or a kernel other than the FC ReLU NTK) uses the torch.func reference."""
     if not x_b.shape[0]:
         return torch.zeros_like(x_s)
+    if factored and isinstance(kernel, FCReLUKernel):
+        return factored_clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip)     # float64
     return clipped_gradients(kernel, x_s.detach(), y_s, x_b.to(x_s.dtype), y_b.to(x_s.dtype), reg, clip).sum(0)

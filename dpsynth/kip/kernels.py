@@ -55,22 +55,45 @@ class FCReLUKernel:
 
     def both(self, x1: torch.Tensor, x2: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(NTK, NNGP), each (n1, n2)."""
+        s12, s11, s22, diag = self._layer0(x1, x2)
+        return self._recursion(s12, s11, s22, diag)
+
+    def ntk_partials(self, x1: torch.Tensor, x2: torch.Tensor | None = None):
+        """The NTK K (n1, n2) as an element-wise function F(S, s1, s2) of the first layer's
+        quantities S = W_std^2 <x1, x2> / d + b_std^2, s1 = W_std^2 |x1|^2 / d + b_std^2 (per
+        row) and s2 (per column), and F's element-wise partials (dF/dS, dF/ds1, dF/ds2), each
+        (n1, n2): what a closed-form gradient w.r.t. x1 and x2 needs. Returns (K, P, Q1, Q2),
+        detached."""
+        s12, s11, s22, diag = self._layer0(x1.detach(), None if x2 is None else x2.detach())
+        with torch.enable_grad():
+            leaves = [s12.clone().requires_grad_(True), s11.expand_as(s12).clone().requires_grad_(True),
+                      s22.expand_as(s12).clone().requires_grad_(True)]
+            theta, _ = self._recursion(*leaves, diag)
+            partials = torch.autograd.grad(theta.sum(), leaves)     # element-wise map: the sum's gradient
+        return (theta.detach(), *partials)
+
+    def _layer0(self, x1, x2):
+        """First Dense layer (phi = identity): S (n1, n2), s1 (n1, 1), s2 (1, n2), diagonal mask."""
         x1 = x1.reshape(x1.shape[0], -1)
         same = x2 is None
         x2 = x1 if same else x2.reshape(x2.shape[0], -1)
-        # cos t is clamped a few ulps inside [-1, 1] (arccos' derivative is infinite at +-1); on the
-        # diagonal of a symmetric kernel (x = x', t = 0) the exact values are used instead
-        lim = 1 - 4 * torch.finfo(x1.dtype).eps
         diag = torch.eye(x1.shape[0], dtype=torch.bool, device=x1.device) if same else None
         d = x1.shape[1]
         w2, b2 = self.W_std ** 2, self.b_std ** 2
-        # first Dense (phi = identity): diagonals carried for the ReLU's normalisation
         s12 = w2 * (x1 @ x2.T) / d + b2
-        s11 = w2 * (x1 * x1).sum(1) / d + b2
-        s22 = w2 * (x2 * x2).sum(1) / d + b2
+        s11 = (w2 * (x1 * x1).sum(1) / d + b2)[:, None]
+        s22 = (w2 * (x2 * x2).sum(1) / d + b2)[None, :]
+        return s12, s11, s22, diag
+
+    def _recursion(self, s12, s11, s22, diag):
+        """The ReLU -> Dense blocks, element-wise in (S, s1, s2) (broadcastable shapes)."""
+        # cos t is clamped a few ulps inside [-1, 1] (arccos' derivative is infinite at +-1); on the
+        # diagonal of a symmetric kernel (x = x', t = 0) the exact values are used instead
+        lim = 1 - 4 * torch.finfo(s12.dtype).eps
+        w2, b2 = self.W_std ** 2, self.b_std ** 2
         theta = s12
         for _ in range(self.depth):
-            norm = torch.sqrt(s11[:, None] * s22[None, :])
+            norm = torch.sqrt(s11 * s22)
             cos = torch.clamp(s12 / norm, -lim, lim)
             t = torch.arccos(cos)
             e_phi = norm * (torch.sqrt(1 - cos * cos) + (math.pi - t) * cos) / (2 * math.pi)

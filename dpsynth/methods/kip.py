@@ -211,7 +211,8 @@ class DPKIP:
                                      noise_multiplier=state.entry.noise_multiplier,
                                      expected_batch=plan.sample_rate * n, noise=state.noise)
             else:
-                g = clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip) / max(len(idx), 1)
+                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip)
+                     / max(len(idx), 1)).to(state.x.dtype)
             state.optimizer.zero_grad(set_to_none=True)
             state.x.grad = g
             state.optimizer.step()
