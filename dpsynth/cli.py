@@ -254,6 +254,9 @@ def cmd_evaluate(args) -> int:
         from .evaluation.inception import inception_report
 
         result.update(inception_report(args.inception_weights, data.x_test.numpy(), x))
+    if args.cnn:
+        xc, yc = model.sample(args.cnn_samples, seed=args.seed + 1) if args.cnn_samples != n else (x, y)
+        result.update(_cnn(args, xc, yc, data))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
     print(json.dumps(result))
@@ -273,10 +276,21 @@ def _evaluate_kip(args, model, name) -> int:
     result = _result_header(model, len(y))
     result["krr_acc"] = model.krr_accuracy(data.x_test, data.y_test.numpy())
     result.update(image_classifier_scores(x.clip(0, 1), y, data.x_test, data.y_test, seed=args.seed))
+    if args.cnn:
+        result.update(_cnn(args, x.clip(0, 1), y, data))
     result["samples_png"] = str(save_image_grid(x.clip(0, 1), y, Path(args.model) / "samples.png",
                                                 classes=data.classes))
     print(json.dumps(result))
     return 0
+
+
+def _cnn(args, x, y, data) -> dict:
+    from .evaluation.convnet import cnn_scores
+
+    if args.cnn_seeds < 1:
+        raise InvalidParameterError(f"--cnn-seeds must be >= 1; got {args.cnn_seeds}.")
+    return cnn_scores(x, y, data.x_test, data.y_test, n_classes=data.n_classes, seeds=tuple(range(args.cnn_seeds)),
+                      device=args.device)
 
 
 def _result_header(model, n: int) -> dict:
@@ -407,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "weights (pytorch-fid's pt_inception-2015-12-05 .pth, or torchvision's; never downloaded)")
     s.add_argument("--frechet", action="store_true", help="also a Frechet distance on features of a CNN "
                    "classifier trained by dpsynth on the real training set (cached; not Inception FID)")
+    s.add_argument("--cnn", action="store_true", help="images: also the ConvNet protocol (cnn_acc: DP-KIP's "
+                   "downstream ConvNet trained on the synthetic data, 3 seeds, real test split; generators: on "
+                   "--cnn-samples samples). Needs a GPU for 60,000 samples")
+    s.add_argument("--cnn-samples", type=int, default=60_000, help="generators: samples for --cnn (default 60000)")
+    s.add_argument("--cnn-seeds", type=int, default=3, help="training seeds for --cnn (default 3)")
+    s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")
     s.add_argument("--data-dir", default=None)
     s.set_defaults(func=cmd_evaluate)
 

@@ -231,9 +231,10 @@ def test_save_load_sample_and_cli(digits, tmp_path, capsys):
     model = dpsynth.load(out)
     x, y = model.sample()
     assert x.shape == (20, 1, 8, 8) and sorted(np.bincount(y)) == [2] * 10
-    assert main(["evaluate", str(out)]) == 0
+    assert main(["evaluate", str(out), "--cnn", "--cnn-seeds", "1", "--device", "cpu"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= res["krr_acc"] <= 1 and res["method"] == "dp-kip" and (out / "samples.png").exists()
+    assert 0 <= res["cnn_acc"] <= 1 and res["cnn_protocol"]["n_train"] == 20 and res["cnn_protocol"]["epochs"] == 300
 
 
 def test_tables_fit_and_sample_a_dataframe():
@@ -247,3 +248,15 @@ def test_tables_fit_and_sample_a_dataframe():
     out = m.sample()
     assert list(out.columns) == list(df.columns) and len(out) == 6
     assert out["age"].between(17, 90).all() and set(out["colour"]) <= {"red", "green", "blue"}
+
+
+def test_public_start_is_used_and_checked(digits):
+    x0 = np.stack([digits.x_train[digits.y_train == c][0].numpy() for c in range(10) for _ in range(2)])
+    m = DPKIP(1.0, 1e-5, **{**TINY, "epochs": 1}).fit(digits.x_train, digits.y_train.numpy(), public_init=x0)
+    assert "a public set given by the user" in m.release_.ledger.entries[0].description
+    m0 = DPKIP(1.0, 1e-5, **{**TINY, "epochs": 1}).fit(digits.x_train, digits.y_train.numpy())
+    assert "N(0, I) noise" in m0.release_.ledger.entries[0].description
+    # one epoch of small Adam steps from real digits stays near them; from noise it does not
+    assert np.abs(m.sample()[0] - x0).mean() < 0.5 * np.abs(m0.sample()[0] - x0).mean()
+    with pytest.raises(dpsynth.errors.InvalidParameterError, match="public_init must hold"):
+        DPKIP(1.0, 1e-5, **TINY).fit(digits.x_train, digits.y_train.numpy(), public_init=x0[:5])

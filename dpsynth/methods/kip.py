@@ -74,16 +74,18 @@ class DPKIP:
                  clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
                  W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
                  noise_seed: int | None = None, accountant: str = "pld", progress: bool = False,
-                 dtype: str = "float32"):
+                 dtype: str = "float32", device: str = "cpu"):
         self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
         self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
         self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
         self.seed, self.noise_seed, self.accountant, self.progress, self.dtype = (
             seed, noise_seed, accountant, progress, dtype)
+        self.device = device
 
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "images_per_class", "epochs", "batch_size", "lr", "clip", "reg",
-                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "accountant", "progress", "dtype"]
+                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "accountant", "progress", "dtype",
+                "device"]
         return {k: getattr(self, k) for k in keys}
 
     @property
@@ -107,6 +109,12 @@ class DPKIP:
             raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self.optimizer!r}.")
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {self.device!r}.") from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidParameterError(f"device={self.device!r} but no CUDA GPU is visible; use device='cpu'.")
         if self.n_classes is None or int(self.n_classes) < 2:
             raise InvalidParameterError(
                 f"n_classes must be given (public metadata, >= 2); got {self.n_classes!r}. It is never read "
@@ -116,6 +124,20 @@ class DPKIP:
                 f"batch_size={self.batch_size} must be smaller than the number of records ({n_records}): "
                 f"it is the expected Poisson batch, q = batch_size / N < 1.")
 
+    def _public_start(self, public_init, shape) -> torch.Tensor | None:
+        """The user's public starting support set in kernel space, checked (None: N(0, I))."""
+        if public_init is None:
+            return None
+        m = int(self.images_per_class) * int(self.n_classes)
+        x = np.asarray(public_init, dtype=np.float32)
+        if x.shape[0] != m or int(np.prod(x.shape[1:])) != int(np.prod(shape)):
+            raise InvalidParameterError(
+                f"public_init must hold images_per_class * n_classes = {m} records of shape {list(shape)}, "
+                f"ordered class by class; got shape {list(x.shape)}.")
+        if not np.isfinite(x).all():
+            raise InvalidParameterError("public_init holds non-finite values.")
+        return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self.dtype))
+
     def plan(self, n_records: int) -> PrivacyPlan:
         """The DP-SGD schedule: ceil(epochs * N / batch_size) steps at q = batch_size / N."""
         steps = math.ceil(self.epochs * n_records / self.batch_size)
@@ -124,11 +146,14 @@ class DPKIP:
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
             budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
-            privacy_unit: str = PRIVACY_UNIT):
+            privacy_unit: str = PRIVACY_UNIT, public_init=None):
         """Learn the support set with DP-SGD. Images/arrays: ``fit(X, y)`` with ``n_classes``;
         tables: ``fit(df, label=..., schema=...)``. ``out``: folder for checkpoints and the
         result; ``resume=True`` continues an interrupted run there (its calibration and ledger
-        are reused; nothing is charged again). Returns self."""
+        are reused; nothing is charged again). ``public_init``: a PUBLIC starting support set
+        (images_per_class * n_classes records in the data's scale, ordered class by class)
+        instead of N(0, I) noise; it is not charged, so it must not come from the private data.
+        Returns self."""
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
@@ -140,8 +165,8 @@ class DPKIP:
             raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
         state = None
         if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
-            state = _KIPState.load(out)
-            self.__dict__.update({k: v for k, v in state.model_params.items() if k != "progress"})
+            state = _KIPState.load(out, self.device)
+            self.__dict__.update({k: v for k, v in state.model_params.items() if k not in ("progress", "device")})
         encoder = None
         if isinstance(X, pd.DataFrame):
             schema = _as_schema(schema, label)
@@ -168,13 +193,14 @@ class DPKIP:
             entry = LedgerEntry(
                 mechanism="dp-sgd" if self.private else "none (NON-PRIVATE: no noise, benchmark only)",
                 description=f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD "
-                f"on the KRR loss: {plan.describe()}, clip {self.clip:g}", epsilon=float(self.epsilon),
+                f"on the KRR loss: {plan.describe()}, clip {self.clip:g}; start: "
+                f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}", epsilon=float(self.epsilon),
                 delta=float(self.delta), noise_multiplier=float(sigma), sensitivity=float(self.clip),
                 accountant=self.accountant, plan=plan.to_dict(), noise_source=NoiseSource(self.noise_seed).policy,
                 dataset=dataset, n_records=n_records, neighbouring="add_remove", privacy_unit=privacy_unit)
             if budget is not None:
                 budget.check(self.epsilon, self.delta)
-            state = _KIPState.start(self, shape, entry)
+            state = _KIPState.start(self, shape, entry, self._public_start(public_init, shape))
             if budget is not None:
                 budget.charge(self.epsilon, self.delta, entry.description, entry.budget_id)
             if out is not None:
@@ -187,11 +213,11 @@ class DPKIP:
             Xa, ya = check_features(X), check_labels(y, n_records)
             if ya.size and ya.max() >= self.n_classes:
                 raise InvalidParameterError(f"labels must lie in 0..{self.n_classes - 1}; found {int(ya.max())}.")
-        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32)))
-        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes))
+        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
+        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes)).to(self.device)
         self._train(state, x_all, y_all, plan, out)
         # ---- end of private data -----------------------------------------------------------------
-        self.release_ = Release({"support_x": state.x.detach().double(), "support_y": state.labels},
+        self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels},
                                 self.kernel.spec(), facts, Ledger((entry,)),
                                 extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
         if out is not None:
@@ -202,10 +228,10 @@ class DPKIP:
 
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
         kernel, n = self.kernel, x_all.shape[0]
-        y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype)
+        y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype).to(state.x.device)
         bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step")
         while state.step < plan.steps:
-            idx = poisson_batch(n, plan.sample_rate, state.sampler)
+            idx = poisson_batch(n, plan.sample_rate, state.sampler).to(x_all.device)
             if self.private:
                 g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
                                      noise_multiplier=state.entry.noise_multiplier,
@@ -273,7 +299,7 @@ class _KIPState:
     """Support set, optimiser, step, sampler and noise source: everything a resume needs."""
 
     def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, entry: LedgerEntry, sampler_seed: int):
-        self.x = x.requires_grad_(True)
+        self.x = x.to(model.device).requires_grad_(True)
         self.labels = labels
         self.entry = entry
         self.step = 0
@@ -283,13 +309,14 @@ class _KIPState:
         self.noise = NoiseSource(model.noise_seed)
 
     @classmethod
-    def start(cls, model: DPKIP, shape, entry: LedgerEntry) -> "_KIPState":
-        """Public initialisation: N(0, I) support inputs, balanced fixed labels, seeds."""
+    def start(cls, model: DPKIP, shape, entry: LedgerEntry, public_x: torch.Tensor | None = None) -> "_KIPState":
+        """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
+        labels, seeds."""
         seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
         g = torch.Generator().manual_seed(seed)
         m = int(model.images_per_class) * int(model.n_classes)
         dtype = getattr(torch, model.dtype)
-        x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype)
+        x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
         labels = torch.arange(m) // int(model.images_per_class)
         sampler_seed = int(torch.randint(0, 2 ** 62, (1,), generator=g)) if model.seed is not None \
             else int.from_bytes(os.urandom(7), "little")
@@ -298,12 +325,12 @@ class _KIPState:
         return state
 
     def save(self, directory: Path) -> None:
-        tensors = {"x": self.x.detach().contiguous(), "labels": self.labels, "sampler": self.sampler.get_state()}
+        tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels, "sampler": self.sampler.get_state()}
         if self.noise.generator is not None:
             tensors["noise_rng"] = self.noise.generator.get_state()
         for idx, st in self.optimizer.state_dict()["state"].items():
             for key, value in st.items():
-                tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().contiguous()
+                tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
         meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params,
                 "param_groups": self.optimizer.state_dict()["param_groups"]}
         with atomic_write(directory / CKPT_TENSORS) as tmp:
@@ -312,13 +339,13 @@ class _KIPState:
             tmp.write_text(json.dumps(meta))
 
     @classmethod
-    def load(cls, directory: Path) -> "_KIPState":
+    def load(cls, directory: Path, device: str = "cpu") -> "_KIPState":
         try:
             meta = json.loads((directory / CKPT_META).read_text())
             t = load_file(str(directory / CKPT_TENSORS))
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"cannot read the DP-KIP checkpoint in {directory}: {exc}") from exc
-        model = DPKIP(**meta["params"])
+        model = DPKIP(**{**meta["params"], "device": device})
         state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]), 0)
         state.model_params = meta["params"]
         state.sampler.set_state(t["sampler"])

@@ -16,6 +16,8 @@ Gaussian, for plans without subsampling only).
 """
 from __future__ import annotations
 
+import functools
+
 import logging
 import math
 from dataclasses import dataclass
@@ -137,12 +139,13 @@ def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = Non
     return float(acc.get_epsilon(delta))
 
 
+@functools.lru_cache(maxsize=512)
 def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = None,
                     accountant: str = "pld") -> float:
     """Smallest base noise multiplier for which ``plan`` is (epsilon, delta)-DP.
 
     The result is verified: ``epsilon_for_sigma(result) <= epsilon`` under the
-    same accountant.
+    same accountant. Deterministic in its (public) arguments, so results are cached.
     """
     plan = plan or PrivacyPlan()
     epsilon = check_epsilon(epsilon)
