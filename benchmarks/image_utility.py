@@ -96,6 +96,9 @@ def main():
     p.add_argument("--cnn-samples", type=int, default=60_000)
     p.add_argument("--out", default="benchmarks/out/image.jsonl")
     args = p.parse_args()
+    if args.progress:
+        import logging
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name in args.dataset:
         data = load_dataset(name)

@@ -276,8 +276,8 @@ def _evaluate_kip(args, model, name) -> int:
     result = _result_header(model, len(y))
     result["krr_acc"] = model.krr_accuracy(data.x_test, data.y_test.numpy())
     result.update(image_classifier_scores(x.clip(0, 1), y, data.x_test, data.y_test, seed=args.seed))
-    if args.cnn:
-        result.update(_cnn(args, x.clip(0, 1), y, data))
+    if args.cnn:                         # the support set as learned (not clipped), as the papers train on it
+        result.update(_cnn(args, x, y, data))
     result["samples_png"] = str(save_image_grid(x.clip(0, 1), y, Path(args.model) / "samples.png",
                                                 classes=data.classes))
     print(json.dumps(result))

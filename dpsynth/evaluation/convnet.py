@@ -7,7 +7,8 @@ then one linear layer. Fixed training settings, nothing chosen on the test set a
 validation split: SGD (lr 0.01, momentum 0.9, weight decay 5e-4), batch 256, lr x 0.1 at half
 of training, the last model is tested. Epochs: 300 for sets of at most 10,000 images (distilled
 sets: the dataset-condensation evaluation), 50 for larger ones (60,000 generated samples, as
-DPImageBench trains). Inputs use the fixed public map (x - 0.5) / 0.5; no statistics of any data.
+DPImageBench trains). Inputs use the fixed public map (x - 0.5) / 0.5 and are not clipped (a DP-KIP
+support set lives outside [0, 1]); no statistics of any data are used.
 Three training seeds by default; the result is their mean, spread and list.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _images(x) -> torch.Tensor:
         x = x.reshape(-1, 1, side, side)
     elif x.ndim == 3:
         x = x[:, None]
-    return (x.clamp(0, 1) - 0.5) / 0.5
+    return (x - 0.5) / 0.5          # as given: a distilled set may leave [0, 1] (not clipped)
 
 
 def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None, width: int = 128,
