@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from _rows import emit
 
 from dpsynth import DPMERF, DPNTK
 from dpsynth.data import load_dataset
@@ -106,9 +107,7 @@ def main():
             for eps in args.epsilon:
                 for seed in args.seeds:
                     row = run(args, data, method, eps, seed)
-                    print(json.dumps(row), flush=True)
-                    with open(args.out, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                    emit(row, args.out)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ Rows go to ``--out`` as JSON lines.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 
 import torch
+from _rows import emit
 
 from dpsynth import load_dataset
 from dpsynth.kip.dpsgd import clipped_sum, private_gradient
@@ -85,9 +85,7 @@ def main():
         row["torch_func_reference_s"], _ = timed(
             lambda: clipped_sum(k, xs32, ys32, xb32, yb32, reg, clip, factored=False), dev, 1)
         row["speedup_vs_reference"] = round(row["torch_func_reference_s"] / row["clipped_sum_s"], 1)
-    print(json.dumps(row), flush=True)
-    with open(args.out, "a") as fh:
-        fh.write(json.dumps(row) + "\n")
+    emit(row, args.out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ scikit-learn's 8x8 digits upscaled: a public dataset, so the result stays privat
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import math
 import platform
 import time
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _rows import emit
 
 from dpsynth import DPKIP, load_dataset
 from dpsynth.evaluation import image_classifier_scores, save_image_grid
@@ -119,13 +120,8 @@ def main():
         torch.set_num_threads(args.threads)
     for name in args.dataset:
         data = load_dataset(name)
-        for ipc in args.ipc:
-            for eps in args.epsilon:
-                for seed in args.seeds:
-                    row = run(args, data, eps, ipc, seed)
-                    print(json.dumps(row), flush=True)
-                    with open(args.out, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+        for ipc, eps, seed in itertools.product(args.ipc, args.epsilon, args.seeds):
+            emit(run(args, data, eps, ipc, seed), args.out)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,10 @@ def cmd_fit(args) -> int:
         model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
                                      checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
     fit_kwargs["public_facts"] = facts
+    if args.public_init is not None:
+        if args.method != "dp-kip":
+            raise InvalidParameterError("--public-init is a dp-kip option (its public starting support set).")
+        fit_kwargs["public_init"] = _public_init(args.public_init)
     eps_budget = args.budget_epsilon or model.epsilon
     budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
     model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
@@ -195,8 +199,25 @@ def _kip_model(args, params):
              "lr": args.lr, "clip": args.clip, "reg": args.reg}
     kw = {**KIP_DEFAULTS, **{k: params[k] for k in KIP_DEFAULTS if k in params},
           **{k: v for k, v in given.items() if v is not None}}
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return DPKIP(params["epsilon"], params["delta"], n_classes=params.get("n_classes"), seed=args.seed,
-                 noise_seed=args.noise_seed, progress=not args.quiet, **kw)
+                 noise_seed=args.noise_seed, progress=not args.quiet, device=device, **kw)
+
+
+def _public_init(path):
+    """dp-kip --public-init: a PUBLIC starting support set from a .npy file or the array 'x' of an .npz."""
+    import numpy as np
+
+    if path is None:
+        return None
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        return loaded["x"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidParameterError(f"--public-init {path}: cannot read a .npy array or an .npz with 'x' ({exc}).") \
+            from exc
 
 
 def cmd_sample(args) -> int:
@@ -387,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=int, help="dp-kip: DP-SGD epochs (default 10)")
     s.add_argument("--clip", type=float, help="dp-kip: per-record gradient clip norm C (default 1e-6)")
     s.add_argument("--reg", type=float, help="dp-kip: KRR regulariser lambda (default 1e-6)")
+    s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
+                   "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
+                   "not charged, so never from the private data (default: N(0, I) noise)")
     s.add_argument("--seed", type=int, default=0, help="generator initialisation and training; dp-kip: the "
                    "support set's public initialisation and the sampler (not privacy noise)")
     s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")

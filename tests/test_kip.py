@@ -260,3 +260,15 @@ def test_public_start_is_used_and_checked(digits):
     assert np.abs(m.sample()[0] - x0).mean() < 0.5 * np.abs(m0.sample()[0] - x0).mean()
     with pytest.raises(dpsynth.errors.InvalidParameterError, match="public_init must hold"):
         DPKIP(1.0, 1e-5, **TINY).fit(digits.x_train, digits.y_train.numpy(), public_init=x0[:5])
+
+
+def test_cli_public_init_file(digits, tmp_path, capsys):
+    x0 = np.stack([digits.x_train[digits.y_train == c][0].numpy() for c in range(10) for _ in range(2)])
+    np.savez(tmp_path / "start.npz", x=x0)
+    args = ["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "2",
+            "--epochs", "1", "--batch-size", "100", "--clip", "1e-2", "-q", "--device", "cpu"]
+    assert main(args + ["--public-init", str(tmp_path / "start.npz"), "--out", str(tmp_path / "m")]) == 0
+    assert "public set given by the user" in dpsynth.load(tmp_path / "m").release_.ledger.entries[0].description
+    (tmp_path / "bad.npz").write_bytes(b"not numpy")
+    assert main(args + ["--public-init", str(tmp_path / "bad.npz"), "--out", str(tmp_path / "m2")]) == 2
+    assert "--public-init" in capsys.readouterr().err and not (tmp_path / "m2").exists()
