@@ -139,18 +139,27 @@ def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = Non
     return float(acc.get_epsilon(delta))
 
 
-@functools.lru_cache(maxsize=512)
 def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = None,
                     accountant: str = "pld") -> float:
     """Smallest base noise multiplier for which ``plan`` is (epsilon, delta)-DP.
 
     The result is verified: ``epsilon_for_sigma(result) <= epsilon`` under the
-    same accountant. Deterministic in its (public) arguments, so results are cached.
+    same accountant. Deterministic in its (public) arguments, so results are cached
+    (after validation, keyed by the validated floats).
     """
     plan = plan or PrivacyPlan()
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     _check_accountant(accountant, plan)
+    try:
+        hash(plan)
+    except TypeError:                    # a plan built with lists: same answer, not cached
+        return _calibrate_sigma.__wrapped__(float(epsilon), float(delta), plan, accountant)
+    return _calibrate_sigma(float(epsilon), float(delta), plan, accountant)
+
+
+@functools.lru_cache(maxsize=512)
+def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant: str) -> float:
     gaussian_only = not plan.subsampled
     if gaussian_only:
         guess = analytic.sigma_for(epsilon, delta) / analytic.effective_multiplier(plan.multipliers)
