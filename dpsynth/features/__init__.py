@@ -1,6 +1,8 @@
 """Feature maps with one interface (see base.FeatureMap)."""
 from .base import FEATURE_MAPS, FeatureMap, build_feature_map
 from .entk import ENTKFeatures
+from .perceptual import PerceptualFeatures
 from .rff import MixedRFF, RandomFourierFeatures
 
-__all__ = ["ENTKFeatures", "FEATURE_MAPS", "FeatureMap", "MixedRFF", "RandomFourierFeatures", "build_feature_map"]
+__all__ = ["ENTKFeatures", "FEATURE_MAPS", "FeatureMap", "MixedRFF", "PerceptualFeatures", "RandomFourierFeatures",
+           "build_feature_map"]

@@ -1,0 +1,108 @@
+"""DP-MEPF building blocks: encoders (dpsynth's and torchvision's layouts) and perceptual features."""
+import numpy as np
+import pytest
+import torch
+
+from dpsynth.errors import ArtifactError, InvalidParameterError
+from dpsynth.features import build_feature_map
+from dpsynth.features.encoders import build_encoder, conv_layers, load_encoder, save_encoder
+from dpsynth.features.perceptual import PerceptualFeatures
+
+
+@pytest.fixture(scope="module")
+def small_vgg(tmp_path_factory):
+    torch.manual_seed(0)
+    net = build_encoder("vgg_small", 1, 10)
+    path = tmp_path_factory.mktemp("enc") / "vgg_small.safetensors"
+    save_encoder(net, {"arch": "vgg_small", "in_channels": 1, "n_classes": 10, "image_size": 28}, path)
+    return net, path
+
+
+def test_both_moments_have_unit_norm_and_rebuild_from_spec(small_vgg):
+    _, path = small_vgg
+    x = torch.rand(7, 1, 28, 28)
+    for moment in (1, 2):
+        fmap = PerceptualFeatures(str(path), (1, 28, 28), moment=moment)
+        phi = fmap(x)
+        assert phi.shape == (7, fmap.out_dim) and fmap.out_dim == 32 * 28 * 28 + 64 * 14 * 14 \
+            + 128 * 7 * 7
+        assert torch.allclose(phi.norm(dim=1), torch.ones(7), atol=1e-5)
+        again = build_feature_map(fmap.spec())
+        assert torch.equal(again(x), phi)
+    phi1 = PerceptualFeatures(str(path), (1, 28, 28), moment=1)(x)
+    phi2 = PerceptualFeatures(str(path), (1, 28, 28), moment=2)(x)
+    ratio = phi2 / (phi1 * phi1)                       # phi2 is phi1 squared, renormalised
+    ok = phi1.abs() > 1e-4
+    assert torch.allclose(ratio[0][ok[0]], ratio[0][ok[0]][0].expand(int(ok[0].sum())), rtol=1e-3)
+
+
+def test_hooks_capture_exactly_the_declared_layers(small_vgg):
+    _, path = small_vgg
+    fmap = PerceptualFeatures(str(path), (1, 28, 28), layers=["features.3"])
+    acts = fmap.activations(torch.rand(2, 1, 28, 28))
+    assert list(acts) == ["features.3"] and acts["features.3"].shape == (2, 64, 14, 14)
+    assert fmap.out_dim == 64 * 14 * 14
+    assert conv_layers(fmap.encoder) == ["features.0", "features.3", "features.6"]
+    # hooks are removed after each call
+    assert not fmap.encoder.get_submodule("features.3")._forward_hooks
+    with pytest.raises(InvalidParameterError, match="Conv2d layers"):
+        PerceptualFeatures(str(path), (1, 28, 28), layers=["features.1"])
+
+
+def test_features_are_differentiable_for_the_generator(small_vgg):
+    _, path = small_vgg
+    x = torch.rand(3, 1, 28, 28, requires_grad=True)
+    PerceptualFeatures(str(path), (1, 28, 28))(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("moment", [1, 2])
+@pytest.mark.parametrize("adversary", [1e39, -1e39, 3e38, 0.0, float("nan")])
+def test_worst_case_record_moves_a_moment_sum_by_at_most_one(small_vgg, moment, adversary):
+    """Replace-one: each record's contribution has norm <= 1, so the sum moves by <= 2."""
+    _, path = small_vgg
+    fmap = PerceptualFeatures(str(path), (1, 28, 28), moment=moment)
+    x = torch.rand(20, 1, 28, 28, dtype=torch.float64)
+    y = torch.arange(20) % 2
+    base = fmap.class_sums(x, y, 2)
+    bad = torch.full((1, 1, 28, 28), adversary, dtype=torch.float64)     # 1e39: inf in float32
+    more = fmap.class_sums(torch.cat([x, bad]), torch.cat([y, torch.tensor([1])]), 2)
+    assert torch.isfinite(more).all()
+    assert float((more - base).norm()) <= 1 + 1e-6
+    swapped = fmap.class_sums(torch.cat([x[:-1], bad]), y, 2)
+    assert float((swapped - base).norm()) <= 2 + 1e-6
+
+
+def test_torchvision_state_dicts_load_and_give_features(tmp_path):
+    torch.manual_seed(1)
+    vgg = build_encoder("vgg19", 3, 1000)
+    state = {k: v for k, v in vgg.state_dict().items() if k.startswith("features.")}
+    # torchvision's head (ignored for features): classifier.0/3/6
+    state.update({"classifier.0.weight": torch.zeros(4, 25088), "classifier.6.bias": torch.zeros(1000)})
+    torch.save(state, tmp_path / "vgg19.pth")
+    net, spec = load_encoder(tmp_path / "vgg19.pth")
+    assert spec["arch"] == "vgg19" and len(conv_layers(net)) == 16
+    assert torch.equal(net.features[0].weight, vgg.features[0].weight)
+    res = build_encoder("resnet18", 3, 1000)
+    torch.save(res.state_dict(), tmp_path / "r18.pth")
+    net, spec = load_encoder(tmp_path / "r18.pth")
+    assert spec["arch"] == "resnet18" and "layer4.1.conv2" in conv_layers(net)
+    phi = PerceptualFeatures(net, (1, 28, 28), layers=["layer1.0.conv1", "layer4.1.conv2"], input_size=32,
+                             spec=spec)(torch.rand(2, 1, 28, 28))
+    assert phi.shape[0] == 2 and torch.allclose(phi.norm(dim=1), torch.ones(2), atol=1e-5)
+    bad = dict(state)
+    bad.pop("features.0.weight")
+    bad["features.0.weightx"] = torch.zeros(1)
+    torch.save(bad, tmp_path / "bad.pth")
+    with pytest.raises(ArtifactError):
+        load_encoder(tmp_path / "bad.pth", arch="vgg19")
+    with pytest.raises(ArtifactError, match="nothing is downloaded"):
+        load_encoder(tmp_path / "missing.safetensors")
+
+
+def test_resnet_small_trains_shapes():
+    net = build_encoder("resnet_small", 1, 10)
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert net(torch.zeros(2, 1, 32, 32)).shape == (2, 10)
+    assert len(conv_layers(net)) == 1 + 2 + 3 + 3      # stem, stage 1, stages 2-3 with a downsample each
+    assert np.isfinite(PerceptualFeatures(net, (1, 28, 28)).out_dim)
