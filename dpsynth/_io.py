@@ -28,3 +28,46 @@ def atomic_write(path):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dict, optimizer) -> None:
+    """Write a resumable training state: ``tensors`` plus the optimiser's state (safetensors), then
+    ``meta`` plus its param groups (JSON, written last: its presence names the step done)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = dict(tensors)
+    state = optimizer.state_dict()
+    for idx, st in state["state"].items():
+        for key, value in st.items():
+            tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    with atomic_write(tensor_path) as tmp:
+        save_file(tensors, str(tmp))
+    with atomic_write(meta_path) as tmp:
+        tmp.write_text(json.dumps({**meta, "param_groups": state["param_groups"]}))
+
+
+def load_checkpoint(tensor_path: Path, meta_path: Path, what: str) -> tuple[dict, dict]:
+    """(tensors, meta) of :func:`save_checkpoint`; ArtifactError naming ``what`` if unreadable."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from .errors import ArtifactError
+
+    try:
+        return load_file(str(tensor_path)), json.loads(Path(meta_path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read the {what} checkpoint {meta_path}: {exc}") from exc
+
+
+def restore_optimizer(optimizer, tensors: dict, meta: dict) -> None:
+    """Load the optimiser state written by :func:`save_checkpoint`."""
+    state = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})

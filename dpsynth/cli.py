@@ -246,6 +246,19 @@ def cmd_sample(args) -> int:
     return 0
 
 
+def cmd_pretrain_encoder(args) -> int:
+    import torch
+
+    from .features.pretrain import pretrain_encoder
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
+                            lr=args.lr, seed=args.seed, resume=args.resume, device=device,
+                            progress=not args.quiet, data_dir=args.data_dir)
+    print(json.dumps({"out": str(args.out), **spec}))
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     from .data import DATASETS, load_dataset
     from .evaluation import image_classifier_scores, save_image_grid
@@ -431,6 +444,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "FILE.parquet (tables)")
     s.add_argument("--seed", type=int, default=None)
     s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("pretrain-encoder", help="train an encoder on a PUBLIC image dataset (for DP-MEPF's "
+                       "perceptual features); saves FILE.safetensors + FILE.json with its test accuracy")
+    s.add_argument("--dataset", required=True, help="a PUBLIC image dataset (mnist, fashion-mnist, cifar10, digits)")
+    s.add_argument("--arch", required=True, help="vgg_small, resnet_small, vgg19 or resnet18")
+    s.add_argument("--out", required=True, help="weights file, ending in .safetensors")
+    s.add_argument("--epochs", type=int, default=5)
+    s.add_argument("--batch-size", type=int, default=128)
+    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--resume", action="store_true", help="continue an interrupted run (checkpoint beside --out)")
+    s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    s.add_argument("--data-dir", default=None)
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_pretrain_encoder)
 
     s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
     s.add_argument("model", help="model folder written by `dpsynth fit`")

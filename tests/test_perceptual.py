@@ -1,4 +1,6 @@
 """DP-MEPF building blocks: encoders (dpsynth's and torchvision's layouts) and perceptual features."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -106,3 +108,38 @@ def test_resnet_small_trains_shapes():
     assert net(torch.zeros(2, 1, 32, 32)).shape == (2, 10)
     assert len(conv_layers(net)) == 1 + 2 + 3 + 3      # stem, stage 1, stages 2-3 with a downsample each
     assert np.isfinite(PerceptualFeatures(net, (1, 28, 28)).out_dim)
+
+
+def test_pretrain_encoder_cli_saves_spec_with_accuracy_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+    from safetensors.torch import load_file
+
+    from dpsynth.cli import main
+    from dpsynth.features import pretrain
+
+    args = ["pretrain-encoder", "--dataset", "digits", "--arch", "vgg_small", "--epochs", "2", "--batch-size", "256",
+            "-q", "--device", "cpu"]
+    assert main(args + ["--out", str(tmp_path / "full.safetensors")]) == 0
+    spec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert spec["arch"] == "vgg_small" and spec["dataset"] == "digits" and 0.3 < spec["test_acc"] <= 1
+    assert json.loads((tmp_path / "full.json").read_text())["test_acc"] == spec["test_acc"]
+    net, _ = load_encoder(tmp_path / "full.safetensors")
+    assert net(torch.zeros(1, 1, 8, 8)).shape == (1, 10)
+
+    real_save = pretrain._save_checkpoint
+    calls = {"n": 0}
+
+    def interrupt_after_first_epoch(*a, **k):
+        real_save(*a, **k)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain, "_save_checkpoint", interrupt_after_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        main(args + ["--out", str(tmp_path / "cut.safetensors")])
+    assert (tmp_path / "cut.ckpt.json").exists() and not (tmp_path / "cut.safetensors").exists()
+    assert main(args + ["--out", str(tmp_path / "cut.safetensors")]) == 2       # refuses without --resume
+    assert main(args + ["--out", str(tmp_path / "cut.safetensors"), "--resume"]) == 0
+    a, b = load_file(str(tmp_path / "full.safetensors")), load_file(str(tmp_path / "cut.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "cut.ckpt.json").exists()

@@ -16,7 +16,6 @@ Inputs are mapped to the kernel's space by a fixed, data-independent affine map:
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -25,10 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from .._io import atomic_write
+from .._io import load_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
 from ..errors import ArtifactError, InvalidParameterError
 from ..kip.dpsgd import clipped_sum, poisson_batch, private_gradient
@@ -328,34 +326,18 @@ class _KIPState:
         tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels, "sampler": self.sampler.get_state()}
         if self.noise.generator is not None:
             tensors["noise_rng"] = self.noise.generator.get_state()
-        for idx, st in self.optimizer.state_dict()["state"].items():
-            for key, value in st.items():
-                tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-        meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params,
-                "param_groups": self.optimizer.state_dict()["param_groups"]}
-        with atomic_write(directory / CKPT_TENSORS) as tmp:
-            save_file(tensors, str(tmp))
-        with atomic_write(directory / CKPT_META) as tmp:   # written last: it names the step done
-            tmp.write_text(json.dumps(meta))
+        meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params}
+        save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer)
 
     @classmethod
     def load(cls, directory: Path, device: str = "cpu") -> "_KIPState":
-        try:
-            meta = json.loads((directory / CKPT_META).read_text())
-            t = load_file(str(directory / CKPT_TENSORS))
-        except (OSError, ValueError) as exc:
-            raise ArtifactError(f"cannot read the DP-KIP checkpoint in {directory}: {exc}") from exc
+        t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
         model = DPKIP(**{**meta["params"], "device": device})
         state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]), 0)
         state.model_params = meta["params"]
         state.sampler.set_state(t["sampler"])
         if "noise_rng" in t and state.noise.generator is not None:
             state.noise.generator.set_state(t["noise_rng"])
-        opt = {}
-        for key, value in t.items():
-            if key.startswith("opt."):
-                _, idx, name = key.split(".", 2)
-                opt.setdefault(int(idx), {})[name] = value
-        state.optimizer.load_state_dict({"state": opt, "param_groups": meta["param_groups"]})
+        restore_optimizer(state.optimizer, t, meta)
         state.step = int(meta["step"])
         return state
