@@ -30,9 +30,11 @@ def atomic_write(path):
             tmp.unlink()
 
 
-def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dict, optimizer) -> None:
-    """Write a resumable training state: ``tensors`` plus the optimiser's state (safetensors), then
-    ``meta`` plus its param groups (JSON, written last: its presence names the step done)."""
+def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dict, optimizer,
+                    prefix: str = "opt.") -> None:
+    """Write a resumable training state: ``tensors`` plus the optimiser's state under keys
+    ``prefix``IDX.NAME (safetensors), then ``meta`` plus its param groups (JSON, written last:
+    its presence names the step done)."""
     import json
 
     import torch
@@ -42,7 +44,7 @@ def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dic
     state = optimizer.state_dict()
     for idx, st in state["state"].items():
         for key, value in st.items():
-            tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+            tensors[f"{prefix}{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
     with atomic_write(tensor_path) as tmp:
         save_file(tensors, str(tmp))
     with atomic_write(meta_path) as tmp:
@@ -63,11 +65,12 @@ def load_checkpoint(tensor_path: Path, meta_path: Path, what: str) -> tuple[dict
         raise ArtifactError(f"cannot read the {what} checkpoint {meta_path}: {exc}") from exc
 
 
-def restore_optimizer(optimizer, tensors: dict, meta: dict) -> None:
-    """Load the optimiser state written by :func:`save_checkpoint`."""
+def restore_optimizer(optimizer, tensors: dict, meta: dict, prefix: str = "opt.") -> None:
+    """Load the optimiser state written by :func:`save_checkpoint` (moved to the parameters'
+    device by ``load_state_dict``)."""
     state = {}
     for key, value in tensors.items():
-        if key.startswith("opt."):
-            _, idx, name = key.split(".", 2)
+        if key.startswith(prefix):
+            idx, name = key[len(prefix):].split(".", 1)
             state.setdefault(int(idx), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})

@@ -199,19 +199,16 @@ def _kip_model(args, params):
              "lr": args.lr, "clip": args.clip, "reg": args.reg}
     kw = {**KIP_DEFAULTS, **{k: params[k] for k in KIP_DEFAULTS if k in params},
           **{k: v for k, v in given.items() if v is not None}}
-    import torch
+    from .training import default_device
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return DPKIP(params["epsilon"], params["delta"], n_classes=params.get("n_classes"), seed=args.seed,
-                 noise_seed=args.noise_seed, progress=not args.quiet, device=device, **kw)
+                 noise_seed=args.noise_seed, progress=not args.quiet, device=str(default_device(args.device)), **kw)
 
 
 def _public_init(path):
     """dp-kip --public-init: a PUBLIC starting support set from a .npy file or the array 'x' of an .npz."""
     import numpy as np
 
-    if path is None:
-        return None
     try:
         loaded = np.load(path, allow_pickle=False)
         return loaded["x"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded
@@ -247,13 +244,11 @@ def cmd_sample(args) -> int:
 
 
 def cmd_pretrain_encoder(args) -> int:
-    import torch
-
     from .features.pretrain import pretrain_encoder
+    from .training import default_device
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                            lr=args.lr, seed=args.seed, resume=args.resume, device=device,
+                            lr=args.lr, seed=args.seed, resume=args.resume, device=default_device(args.device),
                             progress=not args.quiet, data_dir=args.data_dir)
     print(json.dumps({"out": str(args.out), **spec}))
     return 0

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from ._io import restore_optimizer, save_checkpoint
 from .errors import ArtifactError
 from .features.base import FeatureMap
 from .validation import check_positive
@@ -91,21 +91,14 @@ class _State:
 
     def save(self, directory: Path, config: TrainConfig) -> None:
         tensors = {f"generator.{k}": v.detach().cpu().contiguous() for k, v in self.generator.state_dict().items()}
-        opt = self.optimizer.state_dict()
-        for idx, st in opt["state"].items():
-            for key, value in st.items():
-                tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
         tensors["rng"] = self.rng.get_state()
         spec = self.generator.spec() if hasattr(self.generator, "spec") else None
         meta = {"iteration": self.iteration, "losses": self.losses, "config": asdict(config), "generator_spec": spec,
-                "param_groups": opt["param_groups"], "scheduler": self.scheduler.state_dict()}
-        tmp_t, tmp_m = directory / f".{CKPT_TENSORS}.tmp", directory / f".{CKPT_META}.tmp"
-        save_file(tensors, str(tmp_t))
-        tmp_m.write_text(json.dumps(meta))
-        os.replace(tmp_t, directory / CKPT_TENSORS)
-        os.replace(tmp_m, directory / CKPT_META)
+                "scheduler": self.scheduler.state_dict()}
+        save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer,
+                        prefix="optimizer.")
 
-    def load(self, directory: Path, device: torch.device) -> None:
+    def load(self, directory: Path) -> None:
         try:
             meta = json.loads((directory / CKPT_META).read_text())
             tensors = load_file(str(directory / CKPT_TENSORS))
@@ -114,12 +107,7 @@ class _State:
                                 f"Delete {CKPT_META} to restart training from the saved release.") from exc
         gen_state = {k[len("generator."):]: v for k, v in tensors.items() if k.startswith("generator.")}
         self.generator.load_state_dict(gen_state)
-        state: dict = {}
-        for key, value in tensors.items():
-            if key.startswith("optimizer."):
-                _, idx, name = key.split(".", 2)
-                state.setdefault(int(idx), {})[name] = value if name == "step" else value.to(device)
-        self.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+        restore_optimizer(self.optimizer, tensors, meta, prefix="optimizer.")
         self.scheduler.load_state_dict(meta["scheduler"])
         self.rng.set_state(tensors["rng"])
         self.iteration, self.losses = int(meta["iteration"]), list(meta["losses"])
@@ -169,7 +157,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
         if resume and has_checkpoint(ckpt):
-            state.load(ckpt, dev)
+            state.load(ckpt)
             logger.info("resumed from iteration %d (%s)", state.iteration, ckpt)
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
                desc="training generator", unit="it")

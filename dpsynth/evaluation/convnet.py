@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..training import default_device
+
 logger = logging.getLogger(__name__)
 
 SMALL_SET, EPOCHS_SMALL, EPOCHS_LARGE = 10_000, 300, 50
@@ -83,7 +85,8 @@ def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None,
 
 
 @torch.no_grad()
-def convnet_accuracy(net: ConvNet, x_test, y_test, batch: int = 2000) -> float:
+def convnet_accuracy(net: nn.Module, x_test, y_test, batch: int = 2000) -> float:
+    """Test accuracy of an image classifier (inputs in [0, 1], mapped as in training)."""
     device = next(net.parameters()).device
     xt, yt = _images(x_test), torch.as_tensor(np.asarray(y_test)).long()
     correct = 0
@@ -96,7 +99,7 @@ def convnet_accuracy(net: ConvNet, x_test, y_test, batch: int = 2000) -> float:
 def cnn_scores(x_syn, y_syn, x_test, y_test, *, n_classes: int | None = None, seeds=(0, 1, 2),
                epochs: int | None = None, width: int = 128, device: str | None = None) -> dict:
     """``cnn_acc`` (mean over training seeds), ``cnn_acc_std``, ``cnn_accs`` and the settings."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = default_device(device)
     n_classes = n_classes or int(max(np.max(y_syn), np.max(y_test))) + 1
     accs = []
     for seed in seeds:

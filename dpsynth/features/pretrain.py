@@ -19,23 +19,13 @@ from tqdm.auto import tqdm
 
 from .._io import load_checkpoint, restore_optimizer, save_checkpoint
 from ..errors import ArtifactError, InvalidParameterError
+from ..evaluation.convnet import convnet_accuracy
 from ..validation import check_positive
 from .encoders import build_encoder, save_encoder
 
 
 def _ckpt_paths(out: Path) -> tuple[Path, Path]:
     return out.with_suffix(".ckpt.safetensors"), out.with_suffix(".ckpt.json")
-
-
-@torch.no_grad()
-def encoder_accuracy(net: nn.Module, x, y, batch: int = 1000) -> float:
-    device = next(net.parameters()).device
-    net.eval()
-    correct = 0
-    for start in range(0, len(y), batch):
-        xb = (x[start:start + batch].to(device, torch.float32) - 0.5) / 0.5
-        correct += int((net(xb).argmax(1).cpu() == y[start:start + batch]).sum())
-    return correct / len(y)
 
 
 def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_size: int = 128, lr: float = 1e-3,
@@ -87,7 +77,7 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         bar.update(1)
     bar.close()
-    acc = encoder_accuracy(net, data.x_test, data.y_test.long())
+    acc = convnet_accuracy(net.eval(), data.x_test, data.y_test)
     spec = {"arch": arch, "in_channels": int(x.shape[1]), "n_classes": data.n_classes,
             "image_size": int(x.shape[-1]), "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "lr": lr, "seed": seed, "test_acc": acc, "train_s": round(time.perf_counter() - t0, 1)}

@@ -3,9 +3,9 @@
 :func:`private_gradient` is the only function of DP-KIP that reads private records. For a
 batch drawn by :func:`poisson_batch` (each record independently with probability q, which is
 what the subsampled-Gaussian accountant assumes) it computes every record's gradient of the
-KIP loss with respect to the support inputs, replaces a non-finite gradient by 0 and clips
-each to L2 norm C (rules applied to each record alone), sums, adds Gaussian noise of std sigma * C and divides by the expected
-batch size q N (public; dividing by the realised batch size would reveal it). Under add/remove
+KIP loss with respect to the support inputs, replaces a non-finite gradient by 0 and clips each
+to L2 norm C (rules applied to each record alone), sums, adds Gaussian noise of std sigma * C and
+divides by the expected batch size q N (public; dividing by the realised batch size would reveal it). Under add/remove
 neighbours the clipped sum changes by at most C: the step is the Gaussian mechanism with
 sensitivity C and noise multiplier sigma, calibrated beforehand for the whole schedule.
 

@@ -12,12 +12,16 @@ def centred_one_hot(y: torch.Tensor, n_classes: int, dtype=torch.float32) -> tor
     return torch.nn.functional.one_hot(y.long(), n_classes).to(dtype) - 1.0 / n_classes
 
 
-def krr_weights(k_ss: torch.Tensor, y_s: torch.Tensor, reg: float) -> torch.Tensor:
-    """alpha = (K_ss + reg * tr(K_ss)/m * I)^-1 y_s, by a Cholesky solve (differentiable)."""
+def ridge_cholesky(k_ss: torch.Tensor, reg: float) -> torch.Tensor:
+    """Cholesky factor of the regularised support kernel K_ss + reg * tr(K_ss)/m * I."""
     m = k_ss.shape[0]
     eye = torch.eye(m, dtype=k_ss.dtype, device=k_ss.device)
-    chol = torch.linalg.cholesky(k_ss + reg * torch.trace(k_ss) / m * eye)
-    return torch.cholesky_solve(y_s.to(k_ss.dtype), chol)
+    return torch.linalg.cholesky(k_ss + reg * torch.trace(k_ss) / m * eye)
+
+
+def krr_weights(k_ss: torch.Tensor, y_s: torch.Tensor, reg: float) -> torch.Tensor:
+    """alpha = (K_ss + reg * tr(K_ss)/m * I)^-1 y_s, by a Cholesky solve (differentiable)."""
+    return torch.cholesky_solve(y_s.to(k_ss.dtype), ridge_cholesky(k_ss, reg))
 
 
 def krr_predict(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_t: torch.Tensor, reg: float) -> torch.Tensor:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from .kernels import FCReLUKernel
+from .krr import ridge_cholesky
 
 CHUNK_BYTES = 64 * 2 ** 20          # bound on the (records x m x m) float64 factors held at once
 
@@ -38,8 +39,7 @@ def _support_terms(kernel: FCReLUKernel, x_s, y_s, reg: float) -> dict:
     m, d = x_s.shape
     a = kernel.W_std ** 2 / d
     k_ss, p, q1, q2 = kernel.ntk_partials(x_s)
-    eye = torch.eye(m, dtype=x_s.dtype, device=x_s.device)
-    chol = torch.linalg.cholesky(k_ss + reg * torch.trace(k_ss) / m * eye)
+    chol = ridge_cholesky(k_ss, reg)
     return {"a": a, "m": m, "reg": reg, "X": x_s, "P": p, "Q1": q1, "Q2": q2, "chol": chol,
             "alpha": torch.cholesky_solve(y_s, chol), "G": x_s @ x_s.T,
             "t": 2 * a * (p.diagonal() + q1.diagonal() + q2.diagonal())}
