@@ -12,7 +12,7 @@ from .errors import (
     UnknownNameError,
 )
 from .features import ENTKFeatures, RandomFourierFeatures, build_feature_map
-from .methods import DPKIP, DPMERF, DPNTK, load
+from .methods import DPKIP, DPMEPF, DPMERF, DPNTK, load
 from .privacy import (
     BudgetFile,
     PrivacyPlan,
@@ -25,7 +25,7 @@ from .privacy import (
 from .release import Release
 
 __all__ = [
-    "ArtifactError", "BudgetFile", "DPKIP", "DPMERF", "DPNTK", "ENTKFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
+    "ArtifactError", "BudgetFile", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "ENTKFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
     "PrivacyBudgetError", "PrivacyPlan", "RandomFourierFeatures", "Release", "Schema", "SchemaError",
     "UnknownNameError", "__version__", "build_feature_map", "calibrate_sigma", "dpsgd_sigma",
     "epsilon_for_sigma", "gaussian_sigma", "list_datasets", "load", "load_dataset", "load_preset",

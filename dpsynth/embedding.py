@@ -16,7 +16,8 @@ import torch
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .privacy.budget import BudgetFile
-from .privacy.calibration import PrivacyPlan, calibrate_sigma, shared_plan
+from .early_stopping import release_proxy
+from .privacy.calibration import PrivacyPlan, calibrate_sigma, compose_plan
 from .privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from .privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .release import Release
@@ -37,6 +38,20 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
     return (sums.T.contiguous() if y is not None else sums[0]) / X.shape[0]
 
 
+def release_plan(feature_map: FeatureMap | None = None, *, proxy_multiplier: float | None = None,
+                 shares: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
+    """The plan of every Gaussian release :func:`release_mean_embedding` makes, and each one's
+    noise multiplier relative to the base sigma: one per block of the feature map
+    (:meth:`FeatureMap.parts`; DP-MEPF: phi1, phi2; a map of unknown parts: "embedding") at 1,
+    the early-stopping proxy at ``proxy_multiplier`` when given, and the releases named in
+    ``shares`` (class proportions, schema statistics) at their share of the privacy."""
+    names = [name for name, _, _ in feature_map.parts()] if feature_map is not None else ["embedding"]
+    relative = {name: 1.0 for name in names}
+    if proxy_multiplier is not None:
+        relative["proxy"] = float(proxy_multiplier)
+    return compose_plan(relative, {k: v for k, v in (shares or {}).items() if v})
+
+
 def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float,
                            n_classes: int | None = None, accountant: str = "pld", seed: int | None = None,
                            dataset: str = "", budget: BudgetFile | None = None,
@@ -44,7 +59,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            batch_size: int | None = None, public_facts: dict | None = None,
                            proportions_share: float | None = None, multipliers: dict | None = None,
                            noise: NoiseSource | None = None, prior_entries: tuple = (),
-                           privacy_unit: str = PRIVACY_UNIT) -> Release:
+                           privacy_unit: str = PRIVACY_UNIT, proxy_map: FeatureMap | None = None,
+                           proxy_multiplier: float = 10.0) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
 
     Order of work: validate parameters, calibrate sigma from (epsilon, delta) and the
@@ -54,18 +70,25 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     private table), called only after calibration; the release is then class-conditional
     when ``n_classes`` is given.
 
+    A feature map of several blocks (:meth:`FeatureMap.parts`, e.g. DP-MEPF's phi1 and phi2,
+    each of norm <= 1) makes one Gaussian release per block, each with sensitivity
+    2 * bound / m; the noisy blocks are stored together as the tensor ``embedding``.
+
+    ``proxy_map`` (DP early stopping): also release the unconditional mean embedding of these
+    (public network's) features with ``proxy_multiplier`` times the base sigma
+    (:func:`~dpsynth.early_stopping.release_proxy`), stored as ``proxy``.
+
     ``proportions_share`` (in (0, 1)): also release the class proportions
     ``(1/m) sum_i e_{y_i}`` (sensitivity sqrt(2)/m under replace-one), as DP-MERF does
-    for imbalanced data. The two Gaussian releases form one plan calibrated to
-    (epsilon, delta) together; the proportions get ``proportions_share`` of the
-    privacy (1/sigma^2 adds up over releases): noise multipliers
-    sigma/sqrt(1 - share) for the embedding and sigma/sqrt(share) for the proportions.
+    for imbalanced data, with ``proportions_share`` of the privacy (1/sigma^2 adds up over
+    releases; :func:`release_plan`).
 
-    Part of a larger plan (e.g. with private schema inference before it): the caller
-    calibrates ``noise_multiplier`` for ``plan``, passes the multipliers of this function's
-    releases (``{"class_proportions": ..., "embedding": ...}``, relative to it), the same
-    ``noise`` source, and the ledger entries already released under the plan
-    (``prior_entries``: their budget id is reused, the budget is charged once, here).
+    All releases form one plan calibrated to (epsilon, delta) together, recorded as ledger
+    entries sharing one budget id. Part of a larger plan (e.g. with private schema inference
+    before it): the caller calibrates ``noise_multiplier`` for ``plan`` (:func:`release_plan`),
+    passes the multipliers of this function's releases (relative to it), the same ``noise``
+    source, and the ledger entries already released under the plan (``prior_entries``: their
+    budget id is reused, the budget is charged once, here).
 
     ``privacy_unit`` says what one record is (recorded in every ledger entry; presets say that
     the guarantee covers their preprocessed training split). Checks on the private data never
@@ -85,13 +108,18 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
             raise InvalidParameterError(
                 f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
             )
-    if multipliers is not None and (plan is None or noise_multiplier is None):
-        raise InvalidParameterError("multipliers need the joint plan and its calibrated noise_multiplier.")
-    if proportions_share is not None and multipliers is None:
-        share = float(proportions_share)
-        plan, multipliers = shared_plan({"class_proportions": share, "embedding": 1 - share})
-    multipliers = multipliers or {}
-    plan = plan or PrivacyPlan((1.0,))
+    if (multipliers is None) != (plan is None) or (multipliers is not None and noise_multiplier is None):
+        raise InvalidParameterError("a joint plan is given as plan, its calibrated noise_multiplier and the "
+                                    "multipliers of this call's releases together (see release_plan()).")
+    if multipliers is None:
+        plan, multipliers = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
+                                         shares={"class_proportions": proportions_share})
+    parts = feature_map.parts()
+    needed = [n for n, _, _ in parts] + (["proxy"] if proxy_map else []) + \
+        (["class_proportions"] if proportions_share is not None else [])
+    if any(k not in multipliers for k in needed):
+        raise InvalidParameterError(f"the plan's multipliers {sorted(multipliers)} must name every release "
+                                    f"{needed}; build them with release_plan().")
     sigma = noise_multiplier if noise_multiplier is not None else calibrate_sigma(epsilon, delta, plan, accountant)
     if budget is not None:
         budget.check(epsilon, delta)
@@ -112,37 +140,52 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
             )
         y_t = torch.as_tensor(ya)
     warn_delta_vs_n(delta, m)
-    sensitivity = 2.0 * feature_map.norm_bound / m
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
-    tensors = {}
-    sigma_emb = sigma * multipliers.get("embedding", 1.0)
+    tensors, released = {}, []          # released: (description, multiplier, sensitivity)
     if proportions_share is not None:
         sigma_props = sigma * multipliers["class_proportions"]
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
         tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, sigma_props, noise)
-    tensors["embedding"] = gaussian_mechanism(mu, sensitivity, sigma_emb, noise)
+        released.append((f"class proportions ({proportions_share:g} of the plan's privacy)", sigma_props,
+                         2 ** 0.5 / m))
+    blocks, start = [], 0
+    for name, width, bound in parts:
+        mult = multipliers[name]
+        blocks.append(gaussian_mechanism(mu[start:start + width], 2.0 * bound / m, sigma * mult, noise))
+        released.append((name, sigma * mult, 2.0 * bound / m, start, start + width))
+        start += width
+    tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
+    if proxy_map is not None:
+        tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, sigma * multipliers["proxy"], noise, batch_size)
     # ---- end of private data ------------------------------------------------------------
 
     what = "class-conditional mean embedding" if conditional else "mean embedding"
-    entry = LedgerEntry(
-        mechanism="gaussian", description=f"{what} under {feature_map.spec()['name']} features",
-        epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_emb), sensitivity=sensitivity,
-        accountant=accountant, plan=plan.to_dict(), noise_source=noise.policy, dataset=dataset, n_records=m,
-        neighbouring="replace_one", privacy_unit=privacy_unit,
-        **({"budget_id": prior_entries[0].budget_id} if prior_entries else {}),
-    )
-    entries = (entry,)
-    if proportions_share is not None:  # same plan, same budget_id: paid for once
-        entries = (LedgerEntry(
-            mechanism="gaussian", description=f"class proportions ({proportions_share:g} of the plan's privacy)",
-            epsilon=epsilon, delta=delta, noise_multiplier=float(sigma_props),
-            sensitivity=2 ** 0.5 / m, accountant=accountant, plan=plan.to_dict(), noise_source=noise.policy,
-            dataset=dataset, n_records=m, budget_id=entry.budget_id, neighbouring="replace_one",
-            privacy_unit=privacy_unit), entry)
-    entries = tuple(prior_entries) + entries
+    fname = feature_map.spec()["name"]
+    common = dict(epsilon=epsilon, delta=delta, accountant=accountant, plan=plan.to_dict(),
+                  noise_source=noise.policy, dataset=dataset, n_records=m, neighbouring="replace_one",
+                  privacy_unit=privacy_unit)
+    budget_id = {"budget_id": prior_entries[0].budget_id} if prior_entries else {}
+    entries = []
+    for item in released:
+        if len(item) == 3:
+            desc, s, sens = item
+        else:
+            name, s, sens, a, b = item
+            desc = f"{what} under {fname} features" + (
+                f", block {name} (rows {a}:{b} of 'embedding')" if len(parts) > 1 else "")
+        entries.append(LedgerEntry(mechanism="gaussian", description=desc, noise_multiplier=float(s),
+                                   sensitivity=sens, **common, **budget_id))
+        budget_id = {"budget_id": entries[0].budget_id}          # same plan, same budget: paid for once
+    if proxy_map is not None:
+        entries.append(LedgerEntry(
+            mechanism="gaussian", description=f"DP early-stopping proxy: mean embedding under "
+            f"{proxy_map.spec()['name']} features of the public network {proxy_map.spec().get('encoder', '')}",
+            noise_multiplier=float(sigma * multipliers["proxy"]), sensitivity=proxy_sens, **common, **budget_id))
+    entries = tuple(prior_entries) + tuple(entries)
     if budget is not None:
-        budget.charge(epsilon, delta, entry.description, entry.budget_id)
+        budget.charge(epsilon, delta, entries[-1].description, entries[-1].budget_id)
     facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
     facts.update(public_facts or {})
-    logger.info("released %s: sigma=%.4g sensitivity=%.3g", what, sigma, sensitivity)
-    return Release(tensors, feature_map.spec(), facts, Ledger(entries))
+    logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, sigma, len(entries) - len(prior_entries))
+    extra = {"proxy_spec": proxy_map.spec()} if proxy_map is not None else {}
+    return Release(tensors, feature_map.spec(), facts, Ledger(entries), extra)

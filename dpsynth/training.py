@@ -4,9 +4,17 @@ The loss is the squared distance between the noisy target embedding and the
 mean embedding of a fresh batch of generated samples,
 ``|| mu_P - (1/B) sum_i phi(g(z_i, y_i)) w(y_i)^T ||_F^2`` with w the one-hot
 label (class-conditional) or 1 (unconditional); Adam with a step-wise learning
-rate decay (StepLR). Training state is checkpointed as safetensors + JSON
-(no pickles), so a run can be resumed exactly, any number of times, without
-touching private data or spending privacy budget.
+rate decay (StepLR). ``loss="mavg"`` is DP-MEPF's moving-average variant: a
+learned running estimate m of ``mu_P - mu_Q`` (Adam at ``mavg_lr``, beta1 0.5, on
+the squared error to the current difference) replaces the difference in the
+gradient, so the generator descends ``-<m, mu_Q>``; the reported loss stays
+``||mu_P - mu_Q||^2``.
+
+Checkpoint selection (any method): a :class:`Selection` scores the generator every
+``every`` iterations against a released proxy (DP early stopping) and keeps the
+best-scoring weights. Training state, with the selection, is checkpointed as
+safetensors + JSON (no pickles), so a run can be resumed exactly, any number of
+times, without touching private data or spending privacy budget.
 """
 from __future__ import annotations
 
@@ -20,7 +28,8 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ._io import restore_optimizer, save_checkpoint
-from .errors import ArtifactError
+from .early_stopping import proxy_distance
+from .errors import ArtifactError, unknown_name
 from .features.base import FeatureMap
 from .validation import check_positive
 
@@ -28,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 CKPT_TENSORS = "checkpoint.safetensors"
 CKPT_META = "checkpoint.json"
+LOSSES = ("direct", "mavg")
 
 
 @dataclass
@@ -40,6 +50,8 @@ class TrainConfig:
     checkpoint_every: int = 200
     seed: int = 0               # generator codes and labels (not privacy noise)
     progress: bool = False
+    loss: str = "direct"        # "direct": ||mu_P - mu_Q||^2; "mavg": DP-MEPF's moving-average variant
+    mavg_lr: float = 1e-3       # learning rate of the moving average (Adam, beta1 0.5)
 
     def validate(self) -> "TrainConfig":
         check_positive(self.iterations, "iterations", integer=True)
@@ -48,6 +60,9 @@ class TrainConfig:
         check_positive(self.lr_decay, "lr_decay")
         check_positive(self.lr_step, "lr_step", integer=True)
         check_positive(self.checkpoint_every, "checkpoint_every", integer=True)
+        check_positive(self.mavg_lr, "mavg_lr")
+        if self.loss not in LOSSES:
+            raise unknown_name("generator loss", str(self.loss), LOSSES)
         return self
 
 
@@ -57,35 +72,97 @@ def default_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def batch_weights(labels: torch.Tensor | None, n_classes: int | None, b: int, device, dtype=torch.float32,
+                  proportions: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, K) weights w_i of the generated embedding sum_i phi(x_i) w_i^T: 1/B (unconditional),
+    the one-hot label / B, or with ``proportions`` (the labels' sampling distribution) divided by
+    p_{y_i}, so that column c estimates the class-c mean embedding (DP-MERF's imbalanced-data
+    weighting; the target must then hold class means too)."""
+    if labels is None:
+        return torch.full((b, 1), 1.0 / b, device=device, dtype=dtype)
+    labels = labels.to(device)
+    weights = torch.nn.functional.one_hot(labels, n_classes).to(dtype) / b
+    if proportions is not None:
+        weights = weights / proportions.to(device=device, dtype=dtype)[labels, None]
+    return weights
+
+
 def embedding_loss(feature_map: FeatureMap, target: torch.Tensor, x: torch.Tensor,
                    labels: torch.Tensor | None, n_classes: int | None,
                    proportions: torch.Tensor | None = None) -> torch.Tensor:
-    """||target - mu_Q||^2 for generated ``x``; ``target`` is (D, C), or (D, 1) unconditional.
-
-    With ``proportions`` (the labels' sampling distribution), generated sample i is
-    weighted 1 / (B p_{y_i}) so that column c estimates the class-c mean embedding
-    (DP-MERF's imbalanced-data weighting); the target must then hold class means too.
-    """
-    b = x.shape[0]
-    if labels is None:
-        weights = torch.full((b, 1), 1.0 / b, device=x.device)
-    else:
-        labels = labels.to(x.device)
-        weights = torch.nn.functional.one_hot(labels, n_classes).to(x.dtype) / b
-        if proportions is not None:
-            weights = weights / proportions.to(device=x.device, dtype=x.dtype)[labels, None]
+    """||target - mu_Q||^2 for generated ``x``; ``target`` is (D, C), or (D, 1) unconditional
+    (weights: :func:`batch_weights`)."""
+    weights = batch_weights(labels, n_classes, x.shape[0], x.device, x.dtype, proportions)
     return feature_map.mmd_loss(target, x, weights)
 
 
-class _State:
-    """Generator, optimiser, scheduler and sampling RNG: everything a resume needs."""
+class MovingAverage:
+    """DP-MEPF's moving-average loss: m tracks mu_P - mu_Q (Adam, beta1 0.5, on ||m - (mu_P - mu_Q)||^2
+    averaged over entries); the generator's surrogate loss -<m, mu_Q> has gradient -m in mu_Q."""
 
-    def __init__(self, generator: torch.nn.Module, config: TrainConfig):
+    def __init__(self, target: torch.Tensor, lr: float):
+        self.m = torch.zeros_like(target, requires_grad=True)
+        self.optimizer = torch.optim.Adam([self.m], lr=lr, betas=(0.5, 0.999))
+
+    def loss(self, feature_map: FeatureMap, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor
+             ) -> tuple[torch.Tensor, float]:
+        """(surrogate loss for the generator, ||target - mu_Q||^2 for the log)."""
+        mu_q = feature_map.weighted_sum(x, weights).to(target.dtype)
+        diff = target - mu_q.detach()
+        self.optimizer.zero_grad(set_to_none=True)
+        ((self.m - diff) ** 2).mean().backward()
+        self.optimizer.step()
+        return -(self.m.detach() * mu_q).sum(), float((diff ** 2).sum())
+
+
+class Selection:
+    """Checkpoint selection by a released proxy (DP early stopping): every ``every`` iterations and
+    at the end, the generator is scored by :func:`~dpsynth.early_stopping.proxy_distance` on
+    ``n_samples`` samples; the lowest score's weights are kept (``best_state``). Post-processing."""
+
+    def __init__(self, proxy_map: FeatureMap, proxy: torch.Tensor, every: int = 1000, n_samples: int = 2000,
+                 seed: int = 0):
+        self.proxy_map, self.proxy = proxy_map, proxy
+        self.every = int(check_positive(every, "select_every", integer=True))
+        self.n_samples = int(check_positive(n_samples, "select_samples", integer=True))
+        self.seed = seed
+        self.scores: list[list[float]] = []         # [iteration, score]
+        self.best_state: dict | None = None
+        self.best_iteration: int | None = None
+
+    def score(self, generator, iteration: int) -> float:
+        rng = torch.Generator().manual_seed(self.seed)      # the same codes for every checkpoint
+        value = proxy_distance(self.proxy_map, self.proxy, generator, self.n_samples, rng)
+        self.scores.append([iteration, value])
+        if self.best_iteration is None or value < min(s for i, s in self.scores[:-1]):
+            self.best_iteration = iteration
+            self.best_state = {k: v.detach().cpu().clone() for k, v in generator.state_dict().items()}
+        return value
+
+    def to_dict(self) -> dict:
+        return {"every": self.every, "n_samples": self.n_samples, "scores": self.scores,
+                "best_iteration": self.best_iteration}
+
+    def restore(self, meta: dict, tensors: dict) -> None:
+        self.scores = [list(s) for s in meta.get("scores", [])]
+        self.best_iteration = meta.get("best_iteration")
+        best = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")}
+        self.best_state = best or None
+
+
+class _State:
+    """Generator, optimiser, scheduler, sampling RNG, moving average and selection: everything a
+    resume needs."""
+
+    def __init__(self, generator: torch.nn.Module, config: TrainConfig, target: torch.Tensor,
+                 selection: Selection | None = None):
         self.generator = generator
         self.optimizer = torch.optim.Adam(generator.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=config.lr_step,
                                                          gamma=config.lr_decay)
         self.rng = torch.Generator().manual_seed(config.seed)
+        self.mavg = MovingAverage(target, config.mavg_lr) if config.loss == "mavg" else None
+        self.selection = selection
         self.iteration = 0
         self.losses: list[float] = []
 
@@ -95,6 +172,14 @@ class _State:
         spec = self.generator.spec() if hasattr(self.generator, "spec") else None
         meta = {"iteration": self.iteration, "losses": self.losses, "config": asdict(config), "generator_spec": spec,
                 "scheduler": self.scheduler.state_dict()}
+        if self.mavg is not None:
+            tensors["mavg.m"] = self.mavg.m.detach().cpu().contiguous()
+            mstate = self.mavg.optimizer.state_dict()
+            tensors.update({f"mavg_opt.{k}": torch.as_tensor(v).detach().cpu().contiguous()
+                            for k, v in mstate["state"].get(0, {}).items()})
+        if self.selection is not None:
+            meta["selection"] = self.selection.to_dict()
+            tensors.update({f"best.{k}": v.contiguous() for k, v in (self.selection.best_state or {}).items()})
         save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer,
                         prefix="optimizer.")
 
@@ -111,6 +196,17 @@ class _State:
         self.scheduler.load_state_dict(meta["scheduler"])
         self.rng.set_state(tensors["rng"])
         self.iteration, self.losses = int(meta["iteration"]), list(meta["losses"])
+        if self.mavg is not None and "mavg.m" in tensors:
+            dev = self.mavg.m.device
+            with torch.no_grad():
+                self.mavg.m.copy_(tensors["mavg.m"].to(dev))
+            mstate = self.mavg.optimizer.state_dict()
+            opt_state = {k[len("mavg_opt."):]: v.to(dev) if v.dim() else v
+                         for k, v in tensors.items() if k.startswith("mavg_opt.")}
+            self.mavg.optimizer.load_state_dict({"state": {0: opt_state} if opt_state else {},
+                                                 "param_groups": mstate["param_groups"]})
+        if self.selection is not None:
+            self.selection.restore(meta.get("selection", {}), tensors)
 
 
 def has_checkpoint(directory) -> bool:
@@ -128,13 +224,17 @@ def checkpoint_generator_spec(directory) -> dict | None:
 
 def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target: torch.Tensor,
                     config: TrainConfig, *, conditional: bool = True, label_proportions: torch.Tensor | None = None,
-                    checkpoint_dir=None, resume: bool = False, device: str | None = None) -> list[float]:
+                    checkpoint_dir=None, resume: bool = False, device: str | None = None,
+                    selection: Selection | None = None) -> list[float]:
     """Fit ``generator`` so its samples' mean embedding matches ``target`` (a release).
 
     ``label_proportions``: draw generated labels from these (noisy, released) class
     proportions and match per-class means: ``target[:, c] / p_c`` against the weighted
     generated embedding (see :func:`embedding_loss`). Default: uniform labels, matching
     ``target`` as is (the papers' image setting).
+
+    ``selection``: score checkpoints against a released proxy; afterwards
+    ``selection.best_state`` holds the best weights (the generator keeps the final ones).
 
     With ``checkpoint_dir``, state is saved every ``checkpoint_every`` iterations and at
     the end; ``resume=True`` continues from the last checkpoint there. Returns the loss
@@ -144,6 +244,8 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     dev = default_device(device)
     generator.to(dev).train()
     feature_map.to(dev)
+    if selection is not None:
+        selection.proxy_map.to(dev)
     n_classes = getattr(generator, "n_classes", None)
     tgt = target.to(device=dev, dtype=torch.float32)
     tgt = tgt if tgt.dim() == 2 else tgt[:, None]
@@ -152,7 +254,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
         props = label_proportions.to(torch.float64)
         props = (props / props.sum()).to(device=dev, dtype=torch.float32)
         tgt = tgt / props[None, :]  # class sums / m  ->  class means
-    state = _State(generator, config)
+    state = _State(generator, config, tgt, selection)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
@@ -164,17 +266,26 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     while state.iteration < config.iterations:
         labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
         x = generator.generate(labels, state.rng)
-        loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
+        if state.mavg is None:
+            loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
+            value = loss.detach()
+        else:
+            weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
+            loss, value = state.mavg.loss(feature_map, tgt, x, weights)
         state.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         state.optimizer.step()
         state.scheduler.step()
         state.iteration += 1
-        state.losses.append(float(loss.detach()))
+        state.losses.append(float(value))
         bar.update(1)
         bar.set_postfix(loss=f"{state.losses[-1]:.4g}")
-        if ckpt is not None and (state.iteration % config.checkpoint_every == 0
-                                 or state.iteration == config.iterations):
+        last = state.iteration == config.iterations
+        if selection is not None and (state.iteration % selection.every == 0 or last):
+            if not selection.scores or selection.scores[-1][0] != state.iteration:
+                selection.score(generator, state.iteration)
+                generator.train()
+        if ckpt is not None and (state.iteration % config.checkpoint_every == 0 or last):
             state.save(ckpt, config)
     bar.close()
     generator.eval()

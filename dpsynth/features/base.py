@@ -36,6 +36,23 @@ class FeatureMap(ABC):
     @abstractmethod
     def spec(self) -> dict: ...
 
+    def parts(self) -> list[tuple[str, int, float]]:
+        """The blocks of phi(x) released as separate Gaussian releases: (name, width, norm bound).
+        One block by default; DP-MEPF's two moments are two blocks of one map, each of norm <= 1,
+        computed in one pass and each released with sensitivity 2 * bound / m."""
+        return [("embedding", self.out_dim, self.norm_bound)]
+
+    def bounded(self, phi: torch.Tensor) -> torch.Tensor:
+        """Each record's row made safe block by block (:func:`bounded_rows` on every part)."""
+        parts = self.parts()
+        if len(parts) == 1:
+            return bounded_rows(phi, parts[0][2])
+        blocks, start = [], 0
+        for _, width, bound in parts:
+            blocks.append(bounded_rows(phi[:, start:start + width], bound))
+            start += width
+        return torch.cat(blocks, 1)
+
     def to(self, device) -> "FeatureMap":
         """Move the map's tensors to ``device`` (for training on a GPU); returns self."""
         return self
@@ -61,14 +78,14 @@ class FeatureMap(ABC):
         """sum_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix, (1, D) if ``y`` is None: what a
         mean embedding sums, accumulated in float64. Streams over ``X`` in batches of
         ``batch_size`` records (default :meth:`batch_rows`). Every record's row goes through
-        :func:`bounded_rows` first, so no record adds more than ``norm_bound`` (or anything
-        non-finite) whatever its values. Structured maps override this with a faster route that
+        :func:`bounded_rows` first (block by block, :meth:`bounded`), so no record adds more than
+        each block's bound (or anything non-finite) whatever its values. Structured maps override this with a faster route that
         keeps the same guarantee."""
         batch_size = batch_size or self.batch_rows()
         acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
         with torch.no_grad():
             for start in range(0, X.shape[0], batch_size):
-                phi = bounded_rows(self(X[start:start + batch_size]).double(), self.norm_bound)
+                phi = self.bounded(self(X[start:start + batch_size]).double())
                 acc = acc.to(phi.device)
                 if y is None:
                     acc[0] += phi.sum(0)

@@ -48,8 +48,12 @@ class VGG(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(c, n_classes)
 
+    def embed(self, x):
+        """The pooled representation the classifier head reads (DP-MEPF's early-stopping proxy)."""
+        return self.pool(self.features(x)).flatten(1)
+
     def forward(self, x):
-        return self.classifier(self.pool(self.features(x)).flatten(1))
+        return self.classifier(self.embed(x))
 
 
 class BasicBlock(nn.Module):
@@ -87,11 +91,15 @@ class ResNet(nn.Module):
         self.n_stages = len(widths)
         self.fc = nn.Linear(c, n_classes)
 
-    def forward(self, x):
+    def embed(self, x):
+        """The pooled representation the classifier head reads (DP-MEPF's early-stopping proxy)."""
         x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
         for i in range(self.n_stages):
             x = getattr(self, f"layer{i + 1}")(x)
-        return self.fc(x.mean((2, 3)))
+        return x.mean((2, 3))
+
+    def forward(self, x):
+        return self.fc(self.embed(x))
 
 
 def build_encoder(arch: str, in_channels: int = 3, n_classes: int = 10) -> nn.Module:
@@ -118,14 +126,38 @@ def save_encoder(net: nn.Module, spec: dict, path) -> Path:
     return path
 
 
+def encoder_dir() -> Path:
+    """Where ``dpsynth pretrain-encoder`` saves an encoder when no --out is given, and where
+    encoder names are looked up: ``<cache>/encoders`` (DPSYNTH_CACHE_DIR or ~/.cache/dpsynth)."""
+    from ..data.fetch import cache_dir
+
+    return cache_dir() / "encoders"
+
+
+def resolve_encoder(path_or_name) -> Path:
+    """A weights file: ``path_or_name`` itself when it exists, else the named encoder
+    ``<encoder_dir>/NAME.safetensors`` (names like ``fashion-mnist-vgg_small``, as
+    ``dpsynth pretrain-encoder`` names them)."""
+    path = Path(path_or_name)
+    if path.exists():
+        return path
+    named = encoder_dir() / f"{path.name}.safetensors"
+    if path.suffix == "" and path.parent == Path(".") and named.exists():
+        return named
+    raise ArtifactError(
+        f"no encoder weights at {path} (nor a named encoder {named}); train one on PUBLIC data with "
+        f"`dpsynth pretrain-encoder --dataset fashion-mnist --arch vgg_small` (saved as "
+        f"{encoder_dir() / 'fashion-mnist-vgg_small.safetensors'}) or give a local torchvision VGG19 / "
+        f"ResNet18 .pth file (nothing is downloaded)."
+    )
+
+
 def load_encoder(path, arch: str | None = None) -> tuple[nn.Module, dict]:
     """(encoder in eval mode, spec) from dpsynth's safetensors + JSON, or from a torchvision
     ``.pth`` state dict (``arch`` "vgg19" or "resnet18", guessed from the keys if not given;
-    the classifier head is not needed for features and is ignored)."""
-    path = Path(path)
-    if not path.exists():
-        raise ArtifactError(f"no encoder weights at {path}; train one with `dpsynth pretrain-encoder` or give a "
-                            f"local torchvision VGG19 / ResNet18 .pth file (nothing is downloaded).")
+    the classifier head is not needed for features and is ignored). ``path`` may also name
+    an encoder in :func:`encoder_dir`."""
+    path = resolve_encoder(path)
     if path.suffix == ".safetensors":
         try:
             spec = json.loads(path.with_suffix(".json").read_text())

@@ -2,5 +2,6 @@
 from .base import METHODS, KernelGeneratorMethod, load
 from .kernel import DPMERF, DPNTK
 from .kip import DPKIP
+from .mepf import DPMEPF
 
-__all__ = ["DPKIP", "DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]
+__all__ = ["DPKIP", "DPMEPF", "DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]

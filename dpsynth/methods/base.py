@@ -1,15 +1,17 @@
 """Release-once-train-anywhere methods: fit / sample / save / load.
 
 ``fit`` does two things in order: (1) privatise the mean embedding of the
-private data under the method's feature map (the only step that reads private
-data, via :func:`dpsynth.embedding.release_mean_embedding`), saving the release
-first when an output folder is given; (2) train a generator against the
-release (post-processing). A fitted model folder holds::
+private data under the method's feature map, with the DP early-stopping proxy when
+``early_stopping`` is on, all in one plan (the only step that reads private data, via
+:func:`dpsynth.embedding.release_mean_embedding`), saving the release first when an
+output folder is given; (2) train a generator against the release (post-processing),
+selecting the checkpoint closest to the proxy. A fitted model folder holds::
 
-    release/            release.json + release.safetensors (noisy embedding, ledger)
+    release/            release.json + release.safetensors (noisy embedding(s), proxy, ledger)
     checkpoint.*        training state (resume without spending budget)
-    model.json          method, settings, generator spec, training summary
-    generator.safetensors
+    model.json          method, settings, generator spec, training summary, selection scores
+    generator.safetensors        the generator `sample` uses (the selected checkpoint)
+    generator_final.safetensors  with early stopping: the last checkpoint
 """
 from __future__ import annotations
 
@@ -28,16 +30,17 @@ from ..data.encoding import TableEncoder
 from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
                                    require_complete, schema_ledger_entry)
 from ..data.schema import Schema
-from ..embedding import release_mean_embedding
+from ..embedding import release_mean_embedding, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
-from ..privacy.calibration import calibrate_sigma, shared_plan
+from ..privacy.calibration import calibrate_sigma
 from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
-from ..training import TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint, train_generator
+from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
+                        train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ logger = logging.getLogger(__name__)
 METHODS: dict[str, type] = {}
 MODEL_META = "model.json"
 GENERATOR_FILE = "generator.safetensors"
+FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
 
 
 def register(cls):
@@ -62,7 +66,9 @@ class KernelGeneratorMethod:
                  lr_step: int = 1500, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
-                 proportions_share: float = 0.1, schema_share: float | None = None):
+                 proportions_share: float = 0.1, schema_share: float | None = None, loss: str = "direct",
+                 mavg_lr: float = 1e-3, early_stopping: bool = False, proxy_encoder: str | None = None,
+                 proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
@@ -70,10 +76,17 @@ class KernelGeneratorMethod:
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
         self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
+        self.loss, self.mavg_lr = loss, mavg_lr
+        self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
+        self.select_every, self.select_samples = select_every, select_samples
 
     # -- hooks ---------------------------------------------------------------------------
     def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
         raise NotImplementedError
+
+    def image_feature_map(self, shape: tuple, n_classes: int) -> FeatureMap:
+        """The map for array records of ``shape`` (images (c, h, w) or flat (d,))."""
+        return self.feature_map(int(np.prod(shape)), n_classes)
 
     def table_feature_map(self, encoder: TableEncoder, n_classes: int) -> FeatureMap:
         return self.feature_map(encoder.dim, n_classes)
@@ -82,16 +95,37 @@ class KernelGeneratorMethod:
         """Constructor arguments specific to the method (saved in model.json)."""
         return {}
 
+    def default_proxy_encoder(self) -> str | None:
+        """The PUBLIC network whose pooled features make the early-stopping proxy when
+        ``proxy_encoder`` is not given (DP-MEPF: its own encoder; others: none)."""
+        return None
+
+    def proxy_map(self, shape) -> FeatureMap | None:
+        """DP early stopping's proxy features (:class:`~dpsynth.features.PooledFeatures` of a public
+        encoder), or None without early stopping."""
+        if not self.early_stopping:
+            return None
+        from ..features.perceptual import PooledFeatures
+
+        encoder = self.proxy_encoder or self.default_proxy_encoder()
+        if encoder is None:
+            raise InvalidParameterError(
+                "early_stopping=True needs a PUBLIC network for its proxy: pass proxy_encoder=PATH (an encoder "
+                "from `dpsynth pretrain-encoder` on a public dataset)."
+            )
+        return PooledFeatures(encoder, shape)
+
     # -- parameters ----------------------------------------------------------------------
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress", "code_dim", "proportions_share", "schema_share"]
+                "progress", "code_dim", "proportions_share", "schema_share", "loss", "mavg_lr", "early_stopping",
+                "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step,
-                           self.checkpoint_every, self.seed, self.progress).validate()
+                           self.checkpoint_every, self.seed, self.progress, self.loss, self.mavg_lr).validate()
 
     def _validate(self) -> None:
         check_epsilon(self.epsilon)
@@ -103,6 +137,11 @@ class KernelGeneratorMethod:
                 f"{self.proportions_share} and the embedding; got {self.schema_share!r} (try 0.1)."
             )
         self.train_config()
+        if self.early_stopping:
+            check_positive(self.proxy_multiplier, "proxy_multiplier")
+            check_positive(self.select_samples, "select_samples", integer=True)
+            if self.select_every is not None:
+                check_positive(self.select_every, "select_every", integer=True)
         if self.conditional and (self.n_classes is None or int(self.n_classes) < 2):
             raise InvalidParameterError(
                 f"n_classes must be given for a class-conditional model (public metadata, >= 2); got "
@@ -170,9 +209,14 @@ class KernelGeneratorMethod:
         if self.conditional and y is None:
             raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
         n_classes = int(self.n_classes) if self.conditional else 1
-        fmap = self.feature_map(int(np.prod(shape)), n_classes)
+        fmap = self.image_feature_map(shape, n_classes)
+        proxy = self.proxy_map(shape) if len(shape) == 3 else None
+        if self.early_stopping and proxy is None:
+            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
+                                        "network's features); these records are not images: early_stopping=False.")
         return release_mean_embedding(
             fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
+            proxy_map=proxy, proxy_multiplier=self.proxy_multiplier,
             n_classes=n_classes if self.conditional else None, accountant=self.accountant,
             seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
             public_facts={"record_shape": list(shape), "method": self.method, **self._public_facts},
@@ -181,14 +225,16 @@ class KernelGeneratorMethod:
     def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
         if not self.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
+        if self.early_stopping:
+            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
+                                        "network's features); for tables use early_stopping=False.")
         todo = SchemaInference.of(schema)
         if todo and self.schema_share is None:
             require_complete(schema)  # raises, naming the columns and the fixes
         joint = {}
         if todo:  # schema inference joins the plan: calibrate all of it before reading a row
-            shares = {"schema": self.schema_share, "class_proportions": self.proportions_share}
-            shares = {k: v for k, v in shares.items() if v}
-            plan, mults = shared_plan({**shares, "embedding": 1 - sum(shares.values())})
+            plan, mults = release_plan(shares={"schema": self.schema_share,
+                                               "class_proportions": self.proportions_share})
             delta_t = todo.threshold_delta(self.delta)
             sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
             if budget is not None:
@@ -256,26 +302,48 @@ class KernelGeneratorMethod:
             torch.manual_seed(self.seed)
             self.generator_ = build_generator(spec)
         fmap = build_feature_map(self.release_.feature_spec)
+        selection = self._selection()
         self.losses_ = train_generator(
             self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
             conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
-            resume=resume and has_checkpoint(out), device=self.device,
+            resume=resume and has_checkpoint(out), device=self.device, selection=selection,
         )
         self.generator_.cpu().eval()
+        self.selection_ = selection.to_dict() if selection is not None else None
+        if selection is not None and selection.best_state is not None:
+            self.final_generator_ = self.generator_
+            self.generator_ = build_generator(self.final_generator_.spec())
+            self.generator_.load_state_dict(selection.best_state)
+            self.generator_.eval()
+
+    def _selection(self) -> Selection | None:
+        """Checkpoint selection against the release's early-stopping proxy, if it holds one."""
+        proxy = self.release_.tensors.get("proxy")
+        if proxy is None:
+            return None
+        every = self.select_every or max(1, self.iterations // 20)
+        return Selection(build_feature_map(self.release_.extra["proxy_spec"]), proxy, every, self.select_samples,
+                         seed=self.seed)
 
     # -- sample ---------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "generator_"):
             raise InvalidParameterError(f"this {type(self).__name__} is not fitted; call fit() or dpsynth.load().")
 
-    def sample(self, n: int, *, labels=None, seed: int | None = None, batch_size: int = 10000):
+    def sample(self, n: int, *, labels=None, seed: int | None = None, batch_size: int = 10000,
+               checkpoint: str = "selected"):
         """``n`` synthetic records. Images/arrays: numpy ``(X, y)`` with labels balanced over
         classes (each class n // C or n // C + 1 times, shuffled) unless given. Tables: a
         DataFrame with the original columns and dtypes, labels drawn from the released
-        class proportions."""
+        class proportions.
+
+        ``checkpoint``: with DP early stopping, ``"selected"`` (default) samples the checkpoint
+        with the lowest proxy distance, ``"final"`` the last one; without it both are the last."""
         self._check_fitted()
         n = int(check_positive(n, "n", integer=True))
-        gen = self.generator_
+        if checkpoint not in ("selected", "final"):
+            raise InvalidParameterError(f"checkpoint must be 'selected' or 'final'; got {checkpoint!r}.")
+        gen = getattr(self, "final_generator_", self.generator_) if checkpoint == "final" else self.generator_
         seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         rng = torch.Generator().manual_seed(seed)
         encoder = self.encoder_
@@ -303,12 +371,15 @@ class KernelGeneratorMethod:
         self._check_fitted()
 
         def weights(folder: Path) -> None:
-            with atomic_write(folder / GENERATOR_FILE) as tmp:
-                save_file({k: v.detach().cpu().contiguous() for k, v in self.generator_.state_dict().items()},
-                          str(tmp))
+            gens = {GENERATOR_FILE: self.generator_}
+            if hasattr(self, "final_generator_"):
+                gens[FINAL_GENERATOR_FILE] = self.final_generator_
+            for name, gen in gens.items():
+                with atomic_write(folder / name) as tmp:
+                    save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(tmp))
         return write_model_folder(directory, self, {
             "generator_spec": self.generator_.spec(), "final_loss": self.losses_[-1] if self.losses_ else None,
-            "iterations_done": len(self.losses_)}, payload=weights)
+            "iterations_done": len(self.losses_), "selection": getattr(self, "selection_", None)}, payload=weights)
 
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
@@ -316,6 +387,11 @@ class KernelGeneratorMethod:
         model.generator_ = build_generator(meta["generator_spec"])
         model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
         model.generator_.eval()
+        if (directory / FINAL_GENERATOR_FILE).exists():
+            model.final_generator_ = build_generator(meta["generator_spec"])
+            model.final_generator_.load_state_dict(load_file(str(directory / FINAL_GENERATOR_FILE)))
+            model.final_generator_.eval()
+        model.selection_ = meta.get("selection")
         model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
         return model
 

@@ -5,6 +5,7 @@ from .calibration import (
     PrivacyPlan,
     calibrate_sigma,
     classical_sigma,
+    compose_plan,
     dpsgd_sigma,
     epsilon_for_sigma,
     gaussian_sigma,
@@ -15,6 +16,6 @@ from .mechanisms import NoiseSource, gaussian_mechanism
 
 __all__ = [
     "ACCOUNTANTS", "BudgetFile", "Ledger", "LedgerEntry", "NoiseSource", "PrivacyPlan",
-    "calibrate_sigma", "classical_sigma", "dpsgd_sigma", "epsilon_for_sigma",
+    "calibrate_sigma", "classical_sigma", "compose_plan", "dpsgd_sigma", "epsilon_for_sigma",
     "gaussian_mechanism", "gaussian_sigma", "plan_sigma",
 ]

@@ -257,3 +257,27 @@ def shared_plan(shares: dict[str, float]) -> tuple[PrivacyPlan, dict[str, float]
         )
     mults = {k: 1 / float(v) ** 0.5 for k, v in shares.items()}
     return PrivacyPlan(tuple(mults.values())), mults
+
+
+def compose_plan(relative: dict[str, float], shares: dict[str, float] | None = None
+                 ) -> tuple[PrivacyPlan, dict[str, float]]:
+    """One plan for named one-shot Gaussian releases; returns it and name -> noise multiplier
+    (relative to the plan's calibrated base sigma).
+
+    ``relative``: releases whose noise multipliers are fixed multiples of one another (DP-MEPF:
+    phi1 1, phi2 1, early-stopping proxy 10). ``shares``: releases given an explicit fraction of
+    the privacy (class proportions, schema statistics; see :func:`shared_plan`). Without shares
+    the plan is the relative multipliers as given. With shares, the relative group keeps
+    1 - sum(shares), split between its members in proportion to 1/m_k^2, so the multiples stay
+    as given. Either way the plan's releases compose exactly (1/sigma^2 adds up).
+    """
+    bad = {k: v for k, v in relative.items() if not float(v) > 0}
+    if not relative or bad:
+        raise InvalidParameterError(f"relative noise multipliers must be positive numbers; got {dict(relative)}.")
+    if not shares:
+        mults = {k: float(v) for k, v in relative.items()}
+        return PrivacyPlan(tuple(mults.values())), mults
+    left = 1 - sum(float(v) for v in shares.values())
+    weight = sum(1 / float(v) ** 2 for v in relative.values())
+    group = {k: left * (1 / float(v) ** 2) / weight for k, v in relative.items()}
+    return shared_plan({**shares, **group})

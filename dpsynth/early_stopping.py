@@ -1,0 +1,49 @@
+"""DP early stopping (DP-MEPF Sec. 3.2): a private proxy of sample quality, and checkpoint scoring.
+
+Generated-sample quality can get worse with long training against a fixed noisy embedding
+(it overfits the noise). Choosing the checkpoint with the best FID would read the private data
+again, so the data's proxy embedding, the mean of [phi1 | phi2] (each block unit norm) of a PUBLIC
+network's pooled features, is released once, with more noise (DP-MEPF: 10x the embedding's sigma),
+in the same privacy plan as the embedding. Checkpoints are scored by their squared distance to it
+(post-processing: no private data, no budget).
+
+:func:`release_proxy` is data-touching function #3 of the design: small, named and tested on
+worst-case neighbours. It takes a noise multiplier that was calibrated for the whole plan before
+any private record was read.
+"""
+from __future__ import annotations
+
+import torch
+
+from .features.base import FeatureMap
+from .privacy.mechanisms import NoiseSource, gaussian_mechanism
+
+
+def release_proxy(proxy_map: FeatureMap, X: torch.Tensor, noise_multiplier: float, noise: NoiseSource,
+                  batch_size: int | None = None) -> tuple[torch.Tensor, float]:
+    """(noisy proxy embedding (P,), its L2 sensitivity) of the private records ``X``.
+
+    The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
+    bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
+    ``2 * proxy_map.norm_bound / m`` (m is public); Gaussian noise of std ``noise_multiplier`` times
+    that is added in float64.
+    """
+    m = X.shape[0]
+    sensitivity = 2.0 * proxy_map.norm_bound / m
+    mu = proxy_map.class_sums(X, None, None, batch_size)[0] / m
+    return gaussian_mechanism(mu, sensitivity, noise_multiplier, noise), sensitivity
+
+
+@torch.no_grad()
+def proxy_distance(proxy_map: FeatureMap, target: torch.Tensor, generator, n: int, rng: torch.Generator,
+                   batch_size: int = 500) -> float:
+    """||target - (1/n) sum_i phi(g(z_i, y_i))||^2 for ``n`` generated samples with labels balanced
+    over the generator's classes (post-processing of the released proxy ``target``)."""
+    was_training = generator.training
+    generator.eval()
+    labels = torch.arange(n) % generator.n_classes
+    acc = torch.zeros_like(target, dtype=torch.float64)
+    for chunk in labels.split(batch_size):
+        acc += proxy_map(generator.generate(chunk, rng)).double().sum(0).to(acc.device)
+    generator.train(was_training)
+    return float(((target.to(acc.device, torch.float64) - acc / n) ** 2).sum())
