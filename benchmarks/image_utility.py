@@ -1,4 +1,4 @@
-"""DP-NTK / DP-MERF utility on MNIST and Fashion-MNIST (DP-NTK paper, Table 2 protocol).
+"""DP-NTK / DP-MERF / DP-MEPF utility on MNIST and Fashion-MNIST (DP-NTK paper, Table 2 protocol).
 
 For each (dataset, method, epsilon, seed): fit on the training split (delta 1e-5),
 draw 6,000 samples with balanced labels, train LogisticRegression and MLP on them,
@@ -9,6 +9,12 @@ appended to ``--out``, with the fit wall time and peak resident memory.
 
     python benchmarks/image_utility.py --dataset mnist --method dp-ntk --epsilon 10 1 0.2 \
         --seeds 0 1 2 --iterations 2000 --batch-size 1000 --out benchmarks/out/image.jsonl
+
+DP-MEPF needs ``--encoder`` (a PUBLIC encoder from ``dpsynth pretrain-encoder``); with DP early
+stopping (default) the row also scores the final checkpoint (``final_*``) beside the selected one.
+
+    python benchmarks/image_utility.py --dataset mnist --method dp-mepf --encoder ENC.safetensors \
+        --epsilon 10 1 0.2 --seeds 0 1 2 --iterations 2000 --batch-size 100 --lr 1e-3 --out benchmarks/out/mepf.jsonl
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from pathlib import Path
 import torch
 from _rows import emit
 
-from dpsynth import DPMERF, DPNTK
+from dpsynth import DPMEPF, DPMERF, DPNTK
 from dpsynth.data import load_dataset
 from dpsynth.embedding import mean_embedding
 from dpsynth.evaluation import image_classifier_scores, save_image_grid
@@ -30,13 +36,14 @@ from dpsynth.evaluation.convnet import cnn_scores
 from dpsynth.privacy.ledger import Ledger
 from dpsynth.release import Release
 
-METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF}
+METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-mepf": DPMEPF}
 
 
 def fit_nonprivate(model, data):
     """epsilon = infinity: the exact embedding, for the reference row only."""
     model._validate = lambda: None
-    fmap = model.feature_map(int(data.x_train[0].numel()), data.n_classes)
+    model.early_stopping = False
+    fmap = model.image_feature_map(tuple(data.shape), data.n_classes)
     exact = mean_embedding(fmap, data.x_train, data.y_train, data.n_classes)
     model.release_ = Release({"embedding": exact}, fmap.spec(),
                              {"name": data.name, "n_classes": data.n_classes, "record_shape": list(data.shape)},
@@ -52,6 +59,13 @@ def run(args, data, method, eps, seed):
         kwargs["generator"] = json.loads(args.generator)
     if method == "dp-ntk":
         kwargs["ntk_width"] = args.ntk_width
+    if method == "dp-mepf":
+        kwargs.update(encoder=args.encoder, loss=args.loss, moments=tuple(args.moments),
+                      early_stopping=not args.no_early_stopping, select_every=args.select_every)
+        if args.mavg_lr:
+            kwargs["mavg_lr"] = args.mavg_lr
+    if args.lr:
+        kwargs["lr"] = args.lr
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, **kwargs)
     t = time.perf_counter()
     if math.isfinite(eps):
@@ -61,6 +75,12 @@ def run(args, data, method, eps, seed):
     fit_s = time.perf_counter() - t
     x, y = model.sample(6000, seed=seed)
     scores = image_classifier_scores(x, y, data.x_test, data.y_test, seed=seed)
+    if getattr(model, "final_generator_", None) is not None:   # DP early stopping: the last checkpoint too
+        xf, yf = model.sample(6000, seed=seed, checkpoint="final")
+        scores.update({f"final_{k}": v for k, v in
+                       image_classifier_scores(xf, yf, data.x_test, data.y_test, seed=seed).items()})
+    if getattr(model, "selection_", None):
+        scores["selection"] = model.selection_
     if args.cnn:       # the ConvNet protocol on 60,000 samples (DPImageBench's count), 3 training seeds
         xc, yc = model.sample(args.cnn_samples, seed=seed + 1000)
         t_cnn = time.perf_counter()
@@ -71,7 +91,7 @@ def run(args, data, method, eps, seed):
         save_image_grid(x, y, Path(args.grids) / f"{data.name}_{method}_eps{eps:g}_s{seed}.png", classes=data.classes)
     return {"dataset": data.name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
             "iterations": args.iterations, "batch_size": args.batch_size, "features": model.method_params(),
-            "lr_step": args.lr_step, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
+            "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
@@ -91,6 +111,13 @@ def main():
     p.add_argument("--generator", default=None,
                    help='generator spec as JSON, e.g. \'{"name": "conv", "upsample": "bilinear"}\' '
                         "(default: dpsynth's conv generator)")
+    p.add_argument("--lr", type=float, default=None, help="generator learning rate (default: the method's)")
+    p.add_argument("--encoder", default=None, help="dp-mepf: PUBLIC encoder weights (dpsynth pretrain-encoder)")
+    p.add_argument("--loss", default="mavg", choices=["mavg", "direct"], help="dp-mepf: generator loss")
+    p.add_argument("--mavg-lr", type=float, default=None, help="dp-mepf: moving-average learning rate")
+    p.add_argument("--moments", nargs="+", type=int, default=[1, 2], help="dp-mepf: 1 2 (phi1, phi2) or 1")
+    p.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, no selection")
+    p.add_argument("--select-every", type=int, default=None, help="dp-mepf: score every N iterations")
     p.add_argument("--grids", default=None, help="folder for sample grids")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol on --cnn-samples samples")

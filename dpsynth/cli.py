@@ -133,8 +133,9 @@ def _fit_inputs(args):
                                "privacy_unit": data.privacy_unit}, \
             method_preset(args.method, args.dataset), facts
     data = load_dataset(args.dataset, data_dir=args.data_dir)
+    defaults = {} if args.method == "dp-mepf" else IMAGE_DEFAULTS     # dp-mepf: the class's defaults
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**IMAGE_DEFAULTS, "n_classes": data.n_classes}, {}
+        {**defaults, "n_classes": data.n_classes}, {}
 
 
 def cmd_fit(args) -> int:
@@ -151,8 +152,19 @@ def cmd_fit(args) -> int:
                       "widths": [int(w) for w in args.ntk_widths.split(",")] if args.ntk_widths else None})
         if args.ntk_widths:
             given["ntk_width"] = None
+    elif args.method == "dp-mepf":
+        given.update({"encoder": args.encoder, "loss": args.loss, "mavg_lr": args.mavg_lr,
+                      "proxy_encoder": args.proxy_encoder, "select_every": args.select_every,
+                      "moments": [int(m) for m in args.moments.split(",")] if args.moments else None,
+                      "early_stopping": False if args.no_early_stopping else None})
     else:
         given.update({"n_features": args.n_features, "length_scale": args.length_scale})
+    mepf_only = ("--encoder", args.encoder), ("--proxy-encoder", args.proxy_encoder), ("--moments", args.moments), \
+        ("--loss", args.loss), ("--mavg-lr", args.mavg_lr), ("--select-every", args.select_every)
+    wrong = [flag for flag, value in mepf_only if value is not None] + (["--no-early-stopping"] if
+                                                                      args.no_early_stopping else [])
+    if wrong and args.method != "dp-mepf":
+        raise InvalidParameterError(f"{', '.join(wrong)}: dp-mepf options; this run is --method {args.method}.")
     params = {**{k: v for k, v in defaults.items() if k in given or k == "n_classes"},
               **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
@@ -185,6 +197,10 @@ def cmd_fit(args) -> int:
         return 0
     print(f"fitted {args.method} on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
           f"{len(model.losses_)} iterations, final loss {model.losses_[-1]:.4g}; saved to {out}")
+    if getattr(model, "selection_", None):
+        sel = model.selection_
+        print(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
+              f"{len(sel['scores'])} scored; `sample` uses it (--checkpoint final: the last one)")
     return 0
 
 
@@ -236,7 +252,7 @@ def cmd_sample(args) -> int:
         return 0
     if out.suffix != ".npz":
         raise InvalidParameterError(f"--out must end in .npz (arrays x and y); got {out.name!r}.")
-    x, y = model.sample(args.n, seed=args.seed)
+    x, y = model.sample(args.n, seed=args.seed, checkpoint=args.checkpoint)
     with atomic_write(out) as tmp, open(tmp, "wb") as fh:
         np.savez_compressed(fh, x=x, **({"y": y} if y is not None else {}))
     print(f"wrote {args.n} samples to {out} (x {tuple(x.shape)}" + (", y)" if y is not None else ")"))
@@ -247,6 +263,10 @@ def cmd_pretrain_encoder(args) -> int:
     from .features.pretrain import pretrain_encoder
     from .training import default_device
 
+    if args.out is None:
+        from .features.encoders import encoder_dir
+
+        args.out = str(encoder_dir() / f"{args.dataset}-{args.arch}.safetensors")
     spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
                             lr=args.lr, seed=args.seed, resume=args.resume, device=default_device(args.device),
                             progress=not args.quiet, data_dir=args.data_dir)
@@ -272,8 +292,10 @@ def cmd_evaluate(args) -> int:
         )
     data = load_dataset(name, data_dir=args.data_dir)
     n = args.n or 6000
-    x, y = model.sample(n, seed=args.seed)
+    x, y = model.sample(n, seed=args.seed, checkpoint=args.checkpoint)
     result = _result_header(model, n)
+    if getattr(model, "selection_", None):
+        result.update(checkpoint=args.checkpoint, selected_iteration=model.selection_["best_iteration"])
     result.update(image_classifier_scores(x, y, data.x_test, data.y_test, seed=args.seed))
     if args.frechet:
         from .evaluation.frechet import frechet_report
@@ -284,7 +306,8 @@ def cmd_evaluate(args) -> int:
 
         result.update(inception_report(args.inception_weights, data.x_test.numpy(), x))
     if args.cnn:
-        xc, yc = model.sample(args.cnn_samples, seed=args.seed + 1) if args.cnn_samples != n else (x, y)
+        xc, yc = model.sample(args.cnn_samples, seed=args.seed + 1, checkpoint=args.checkpoint) \
+            if args.cnn_samples != n else (x, y)
         result.update(_cnn(args, xc, yc, data))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
@@ -387,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator")
-    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-kip"])
+    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-mepf", "dp-kip"])
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
@@ -412,6 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default fc_1l images, the preset's tables)")
     s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
     s.add_argument("--length-scale", type=float, default=None, help="dp-merf: kernel length scale")
+    s.add_argument("--encoder", metavar="FILE", help="dp-mepf: encoder trained on PUBLIC data (from `dpsynth "
+                   "pretrain-encoder`, or its name; or a torchvision VGG19/ResNet18 .pth)")
+    s.add_argument("--moments", help="dp-mepf: 1,2 (phi1 and phi2, default) or 1")
+    s.add_argument("--loss", choices=["mavg", "direct"], help="dp-mepf: moving-average (default) or direct MMD loss")
+    s.add_argument("--mavg-lr", type=float, help="dp-mepf: learning rate of the moving average (default 1e-2)")
+    s.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, keep the last "
+                   "checkpoint (the proxy otherwise takes its part of the plan at 10x the noise)")
+    s.add_argument("--proxy-encoder", metavar="FILE", help="dp-mepf: PUBLIC network for the early-stopping proxy "
+                   "(default: --encoder)")
+    s.add_argument("--select-every", type=int, help="dp-mepf: score a checkpoint every N iterations "
+                   "(default iterations / 20)")
     s.add_argument("--images-per-class", type=int, help="dp-kip: support points per class (default 10)")
     s.add_argument("--epochs", type=int, help="dp-kip: DP-SGD epochs (default 10)")
     s.add_argument("--clip", type=float, help="dp-kip: per-record gradient clip norm C (default 1e-6)")
@@ -438,13 +472,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="FILE.npz with arrays x and y (images), FILE.csv or "
                    "FILE.parquet (tables)")
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
+                   "stopping: the checkpoint closest to the proxy (default) or the last one")
     s.set_defaults(func=cmd_sample)
 
     s = sub.add_parser("pretrain-encoder", help="train an encoder on a PUBLIC image dataset (for DP-MEPF's "
                        "perceptual features); saves FILE.safetensors + FILE.json with its test accuracy")
     s.add_argument("--dataset", required=True, help="a PUBLIC image dataset (mnist, fashion-mnist, cifar10, digits)")
     s.add_argument("--arch", required=True, help="vgg_small, resnet_small, vgg19 or resnet18")
-    s.add_argument("--out", required=True, help="weights file, ending in .safetensors")
+    s.add_argument("--out", default=None, help="weights file, ending in .safetensors (default: the encoder "
+                   "folder, ~/.cache/dpsynth/encoders/DATASET-ARCH.safetensors, so --encoder DATASET-ARCH finds it)")
     s.add_argument("--epochs", type=int, default=5)
     s.add_argument("--batch-size", type=int, default=128)
     s.add_argument("--lr", type=float, default=1e-3)
@@ -471,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cnn", action="store_true", help="images: also the ConvNet protocol (cnn_acc: DP-KIP's "
                    "downstream ConvNet trained on the synthetic data, 3 seeds, real test split; generators: on "
                    "--cnn-samples samples). Needs a GPU for 60,000 samples")
+    s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
+                   "stopping: evaluate the checkpoint closest to the proxy (default) or the last one")
     s.add_argument("--cnn-samples", type=int, default=60_000, help="generators: samples for --cnn (default 60000)")
     s.add_argument("--cnn-seeds", type=int, default=3, help="training seeds for --cnn (default 3)")
     s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")

@@ -15,6 +15,14 @@ def _isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DPSYNTH_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.fixture(scope="session")
+def digits():
+    """scikit-learn's digits (ships with a dependency: always available)."""
+    from dpsynth.data import load_dataset
+
+    return load_dataset("digits")
+
+
 def require_data(name: str):
     from dpsynth.data import is_available
 

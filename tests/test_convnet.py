@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import load_dataset
 from dpsynth.evaluation.convnet import ConvNet, cnn_scores, protocol_epochs, train_convnet
 
 
@@ -16,11 +15,6 @@ def test_architecture_is_three_conv_instancenorm_relu_avgpool_blocks_then_linear
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert ConvNet(3, 10, 32)(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
     assert protocol_epochs(100) == 300 and protocol_epochs(60_000) == 50
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
 
 
 def test_learns_digits_and_is_reproducible(digits):

@@ -149,11 +149,6 @@ def test_sampler_is_poisson():
 
 
 # -- fit: calibration first, accounting, resume ---------------------------------------------------------
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
-
-
 TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
 
 

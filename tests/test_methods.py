@@ -7,18 +7,12 @@ import torch
 
 import dpsynth
 from dpsynth import DPMERF, DPNTK, BudgetFile
-from dpsynth.data import load_dataset
 from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
 from dpsynth.evaluation import image_classifier_scores
 from dpsynth.generators import ConvGenerator, ResNetGenerator, build_generator
 from dpsynth.generators import image as image_gen  # noqa: F401
 
 TINY = dict(n_classes=10, iterations=60, batch_size=200, noise_seed=0, checkpoint_every=20)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
 
 
 class Exploding:

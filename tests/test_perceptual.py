@@ -24,15 +24,18 @@ def test_both_moments_have_unit_norm_and_rebuild_from_spec(small_vgg):
     _, path = small_vgg
     x = torch.rand(7, 1, 28, 28)
     for moment in (1, 2):
-        fmap = PerceptualFeatures(str(path), (1, 28, 28), moment=moment)
+        fmap = PerceptualFeatures(str(path), (1, 28, 28), moments=moment)
         phi = fmap(x)
         assert phi.shape == (7, fmap.out_dim) and fmap.out_dim == 32 * 28 * 28 + 64 * 14 * 14 \
             + 128 * 7 * 7
         assert torch.allclose(phi.norm(dim=1), torch.ones(7), atol=1e-5)
         again = build_feature_map(fmap.spec())
         assert torch.equal(again(x), phi)
-    phi1 = PerceptualFeatures(str(path), (1, 28, 28), moment=1)(x)
-    phi2 = PerceptualFeatures(str(path), (1, 28, 28), moment=2)(x)
+    phi1 = PerceptualFeatures(str(path), (1, 28, 28), moments=1)(x)
+    phi2 = PerceptualFeatures(str(path), (1, 28, 28), moments=2)(x)
+    both = PerceptualFeatures(str(path), (1, 28, 28), moments=(1, 2))
+    assert both.parts() == [("phi1", phi1.shape[1], 1.0), ("phi2", phi1.shape[1], 1.0)]
+    assert both.norm_bound == 2 ** 0.5 and torch.equal(both(x), torch.cat([phi1, phi2], 1))
     ratio = phi2 / (phi1 * phi1)                       # phi2 is phi1 squared, renormalised
     ok = phi1.abs() > 1e-4
     assert torch.allclose(ratio[0][ok[0]], ratio[0][ok[0]][0].expand(int(ok[0].sum())), rtol=1e-3)
@@ -58,21 +61,26 @@ def test_features_are_differentiable_for_the_generator(small_vgg):
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("moment", [1, 2])
+@pytest.mark.parametrize("moments", [(1,), (2,), (1, 2)])
 @pytest.mark.parametrize("adversary", [1e39, -1e39, 3e38, 0.0, float("nan")])
-def test_worst_case_record_moves_a_moment_sum_by_at_most_one(small_vgg, moment, adversary):
-    """Replace-one: each record's contribution has norm <= 1, so the sum moves by <= 2."""
+def test_worst_case_record_moves_each_moment_block_by_at_most_one(small_vgg, moments, adversary):
+    """Replace-one: each record's contribution to each block has norm <= 1, so each released block's
+    sum moves by <= 2 (the sensitivity 2/m of its mean), whatever the record."""
     _, path = small_vgg
-    fmap = PerceptualFeatures(str(path), (1, 28, 28), moment=moment)
+    fmap = PerceptualFeatures(str(path), (1, 28, 28), moments=moments)
     x = torch.rand(20, 1, 28, 28, dtype=torch.float64)
     y = torch.arange(20) % 2
     base = fmap.class_sums(x, y, 2)
     bad = torch.full((1, 1, 28, 28), adversary, dtype=torch.float64)     # 1e39: inf in float32
     more = fmap.class_sums(torch.cat([x, bad]), torch.cat([y, torch.tensor([1])]), 2)
-    assert torch.isfinite(more).all()
-    assert float((more - base).norm()) <= 1 + 1e-6
     swapped = fmap.class_sums(torch.cat([x[:-1], bad]), y, 2)
-    assert float((swapped - base).norm()) <= 2 + 1e-6
+    assert torch.isfinite(more).all() and torch.isfinite(swapped).all()
+    start = 0
+    for _, width, bound in fmap.parts():
+        block = slice(start, start + width)
+        assert float((more - base)[:, block].norm()) <= bound + 1e-6
+        assert float((swapped - base)[:, block].norm()) <= 2 * bound + 1e-6
+        start += width
 
 
 def test_torchvision_state_dicts_load_and_give_features(tmp_path):

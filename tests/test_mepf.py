@@ -1,0 +1,246 @@
+"""DP-MEPF: the three-release plan, the early-stopping proxy (data-touching function #3), checkpoint
+selection, the moving-average loss, the method end to end on digits with a tiny public encoder."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dpsynth import DPMEPF, BudgetFile, load
+from dpsynth.early_stopping import release_proxy
+from dpsynth.embedding import release_mean_embedding, release_plan
+from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
+from dpsynth.evaluation import image_classifier_scores
+from dpsynth.features.base import FeatureMap
+from dpsynth.features.encoders import build_encoder, save_encoder
+from dpsynth.features.perceptual import PerceptualFeatures, PooledFeatures
+from dpsynth.generators.base import ConditionalGenerator
+from dpsynth.privacy import NoiseSource, PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
+from dpsynth.training import Selection, TrainConfig, train_generator
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A tiny PUBLIC encoder for 8x8 digits: randomly initialised, so it has seen no data at all."""
+    torch.manual_seed(0)
+    net = build_encoder("vgg_small", 1, 10)
+    path = tmp_path_factory.mktemp("enc") / "random.safetensors"
+    save_encoder(net, {"arch": "vgg_small", "in_channels": 1, "n_classes": 10, "image_size": 8,
+                       "dataset": "random-init"}, path)
+    return str(path)
+
+
+# -- the plan ------------------------------------------------------------------------------------
+def test_compose_plan_keeps_the_multiples_and_costs_one_plan():
+    plan, mults = compose_plan({"phi1": 1, "phi2": 1, "proxy": 10})
+    assert plan == PrivacyPlan((1.0, 1.0, 10.0)) and mults == {"phi1": 1.0, "phi2": 1.0, "proxy": 10.0}
+    shared, smults = compose_plan({"phi1": 1, "phi2": 1, "proxy": 10}, {"class_proportions": 0.1})
+    assert smults["proxy"] / smults["phi1"] == pytest.approx(10) and smults["phi1"] == smults["phi2"]
+    # 1/sigma^2 adds up to exactly one release at the base sigma
+    assert sum(1 / m ** 2 for m in smults.values()) == pytest.approx(1)
+    assert epsilon_for_sigma(3.7306, 1e-5, shared, "exact") == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(InvalidParameterError, match="add up to 1"):
+        compose_plan({"embedding": 1}, {"schema": 0.6, "class_proportions": 0.5})
+
+
+def test_three_release_plan_calibrates_to_the_exact_composed_sigma_and_charges_one_budget(encoder, digits,
+                                                                                          tmp_path):
+    budget = BudgetFile.open(tmp_path / "budget.json", "digits", 2.0, 1e-5)
+    model = DPMEPF(1.0, 1e-5, encoder=encoder, n_classes=10, iterations=4, batch_size=20, select_every=2,
+                   select_samples=50, noise_seed=0)
+    model.fit(digits.x_train, digits.y_train, dataset="digits", out=tmp_path / "m", budget=budget)
+    entries = model.release_.ledger.entries
+    assert [e.description.split(",")[-1].strip() if "block" in e.description else e.description[:23]
+            for e in entries] == ["block phi1 (rows 0:3584 of 'embedding')", "block phi2 (rows 3584:7168 of "
+                                  "'embedding')", "DP early-stopping proxy"]
+    sigma = calibrate_sigma(1.0, 1e-5, PrivacyPlan((1.0, 1.0, 10.0)))
+    assert [e.noise_multiplier for e in entries] == pytest.approx([sigma, sigma, 10 * sigma], rel=1e-9)
+    assert len({e.budget_id for e in entries}) == 1 and model.release_.ledger.total() == (1.0, 1e-5)
+    m = len(digits.y_train)
+    assert [e.sensitivity for e in entries] == pytest.approx([2 / m, 2 / m, 2 * 2 ** 0.5 / m])
+    charges = json.loads((tmp_path / "budget.json").read_text())["charges"]
+    assert len(charges) == 1 and charges[0]["epsilon"] == 1.0
+    assert model.release_.tensors["embedding"].shape == (2 * 3584, 10)
+    assert model.release_.tensors["proxy"].shape == (2 * 128,)
+    # phi1 only: two releases (phi1, proxy)
+    plan, mults = release_plan(PerceptualFeatures(encoder, (1, 8, 8), moments=(1,)), proxy_multiplier=10)
+    assert plan == PrivacyPlan((1.0, 10.0)) and list(mults) == ["phi1", "proxy"]
+
+
+def test_cli_fit_inspect_sample_show_three_releases_under_one_budget(encoder, tmp_path, capsys):
+    from dpsynth.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["fit", "--method", "dp-mepf", "--dataset", "digits", "--encoder", encoder, "--epsilon", "1",
+                 "--iterations", "4", "--batch-size", "20", "--select-every", "2", "--out", str(out), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "fitted dp-mepf on digits: epsilon=1" in text and "DP early stopping: iteration" in text
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "privacy spent: epsilon=1," in text and text.count("plan={'multipliers': [1.0, 1.0, 10.0]}") == 3
+    assert "proxy (256,)" in text
+    for ck in ("selected", "final"):
+        assert main(["sample", str(out), "--n", "10", "--out", str(tmp_path / f"{ck}.npz"), "--checkpoint", ck]) == 0
+    assert main(["fit", "--method", "dp-ntk", "--dataset", "digits", "--encoder", encoder, "--epsilon", "1",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "dp-mepf options" in capsys.readouterr().err
+
+
+# -- the proxy: data-touching function #3 ------------------------------------------------------------
+@pytest.mark.parametrize("adversary", [1e39, -3e38, 0.0, float("nan"), 1e6])
+def test_proxy_release_moves_by_at_most_its_sensitivity_on_worst_case_neighbours(encoder, adversary):
+    proxy = PooledFeatures(encoder, (1, 8, 8))
+    assert proxy.norm_bound == 2 ** 0.5 and [p[0] for p in proxy.parts()] == ["proxy_phi1", "proxy_phi2"]
+    x = torch.rand(30, 1, 8, 8, dtype=torch.float64)     # 1e39: inf once the map casts to float32
+    bad = x.clone()
+    bad[7] = adversary
+    a, sens = release_proxy(proxy, x, 1.0, NoiseSource(seed=3))
+    b, sens_b = release_proxy(proxy, bad, 1.0, NoiseSource(seed=3))    # same noise: the difference is the data's
+    assert sens == sens_b == pytest.approx(2 * 2 ** 0.5 / 30)
+    assert torch.isfinite(b).all() and float((a - b).norm()) <= sens * (1 + 1e-6)
+    noisy = release_proxy(proxy, x, 50.0, NoiseSource(seed=4))[0]
+    assert float((noisy - a).std()) > 10 * sens                          # the noise is really there
+
+
+# -- checkpoint selection ----------------------------------------------------------------------------
+class Identity(FeatureMap):
+    name, norm_bound = "identity-test", 1.0
+
+    def __init__(self, d):
+        self.d = d
+
+    @property
+    def out_dim(self):
+        return self.d
+
+    def __call__(self, x):
+        return x.reshape(x.shape[0], -1)
+
+    def spec(self):
+        return {"name": self.name, "d": self.d}
+
+
+class ConstantGenerator(ConditionalGenerator):
+    """Outputs one learnable vector c, whatever the code."""
+
+    name = "constant-test"
+
+    def __init__(self, d=4):
+        super().__init__(1, 1)
+        self.c = torch.nn.Parameter(torch.zeros(d))
+
+    def forward(self, z):
+        return self.c.expand(z.shape[0], -1) + 0 * z[:, :1]
+
+    def spec(self):
+        return {"name": self.name, "d": self.c.numel()}
+
+
+def test_early_stopping_picks_the_checkpoint_closest_to_the_proxy(tmp_path):
+    """The generator walks from 0 to the target 1; the proxy sits at 0.3, so the selected checkpoint is an
+    early one near 0.3, not the last one, and a resume restores the selection exactly."""
+    config = TrainConfig(iterations=60, batch_size=4, lr=0.02, lr_step=1000, checkpoint_every=10)
+    target, proxy = torch.ones(4), torch.full((4,), 0.3, dtype=torch.float64)
+    gen = ConstantGenerator()
+    sel = Selection(Identity(4), proxy, every=5, n_samples=8)
+    train_generator(gen, Identity(4), target, config, conditional=False, selection=sel, device="cpu")
+    final_c = gen.c.detach().clone()
+    best_c = sel.best_state["c"]
+    assert 0 < sel.best_iteration < 60 and len(sel.scores) == 12
+    assert abs(float(best_c.mean()) - 0.3) < 0.05 < abs(float(final_c.mean()) - 0.3)
+    assert sel.scores[sel.best_iteration // 5 - 1][1] == min(s for _, s in sel.scores)
+    # interrupted at 30, resumed: same scores, same choice
+    gen2, sel2 = ConstantGenerator(), Selection(Identity(4), proxy, every=5, n_samples=8)
+    half = TrainConfig(**{**config.__dict__, "iterations": 30})
+    train_generator(gen2, Identity(4), target, half, conditional=False, selection=sel2, checkpoint_dir=tmp_path,
+                    device="cpu")
+    gen3, sel3 = ConstantGenerator(), Selection(Identity(4), proxy, every=5, n_samples=8)
+    train_generator(gen3, Identity(4), target, config, conditional=False, selection=sel3, checkpoint_dir=tmp_path,
+                    resume=True, device="cpu")
+    assert np.allclose(sel3.scores, sel.scores) and sel3.best_iteration == sel.best_iteration
+    assert torch.allclose(sel3.best_state["c"], best_c) and torch.allclose(gen3.c, final_c)
+
+
+def test_moving_average_loss_reaches_the_target_and_resumes_exactly(tmp_path):
+    target = torch.tensor([0.5, -0.2, 0.9, 0.1])
+    config = TrainConfig(iterations=300, batch_size=4, lr=0.02, lr_step=1000, checkpoint_every=50, loss="mavg",
+                         mavg_lr=0.05)
+    gen = ConstantGenerator()
+    losses = train_generator(gen, Identity(4), target, config, conditional=False, device="cpu")
+    assert losses[0] == pytest.approx(float((target ** 2).sum()))
+    assert losses[-1] < 1e-2 * losses[0]
+    gen2 = ConstantGenerator()
+    train_generator(gen2, Identity(4), target, TrainConfig(**{**config.__dict__, "iterations": 120}),
+                    conditional=False, checkpoint_dir=tmp_path, device="cpu")
+    gen3 = ConstantGenerator()
+    again = train_generator(gen3, Identity(4), target, config, conditional=False, checkpoint_dir=tmp_path,
+                            resume=True, device="cpu")
+    assert torch.allclose(gen3.c, gen.c, atol=1e-6) and again == pytest.approx(losses, abs=1e-6)
+    with pytest.raises(UnknownNameError, match="generator loss"):
+        TrainConfig(loss="wasserstein").validate()
+
+
+# -- the method ---------------------------------------------------------------------------------------
+def test_tiny_dpmepf_on_digits_beats_chance_and_noise_shows(encoder, digits, tmp_path):
+    """eps 10 learns the classes; at eps 0.01 the released embedding is mostly noise, so accuracy must
+    fall clearly below it (silently disabled noise would not)."""
+    scores = {}
+    for eps in (10.0, 0.01):
+        model = DPMEPF(eps, 1e-5, encoder=encoder, n_classes=10, iterations=150, batch_size=200, select_every=50,
+                       select_samples=500, noise_seed=1)
+        model.fit(digits.x_train, digits.y_train, dataset="digits")
+        x, y = model.sample(1500, seed=0)
+        assert x.shape == (1500, 1, 8, 8) and 0 <= x.min() and x.max() <= 1
+        scores[eps] = image_classifier_scores(x, y, digits.x_test, digits.y_test, seed=0)["logreg_acc"]
+    assert scores[10.0] > 0.6, scores
+    assert scores[0.01] < scores[10.0] - 0.2, scores
+    model.save(tmp_path / "m")
+    again = load(tmp_path / "m")
+    assert np.array_equal(again.sample(20, seed=1)[0], model.sample(20, seed=1)[0])
+    assert np.array_equal(again.sample(20, seed=1, checkpoint="final")[0],
+                          model.sample(20, seed=1, checkpoint="final")[0])
+    assert again.selection_["best_iteration"] == model.selection_["best_iteration"]
+
+
+def test_errors_name_the_problem(encoder, digits, tmp_path):
+    with pytest.raises(InvalidParameterError, match="encoder trained on PUBLIC data"):
+        DPMEPF(1.0, n_classes=10).fit(digits.x_train, digits.y_train, dataset="digits")
+    with pytest.raises(ArtifactError, match="pretrain-encoder"):
+        DPMEPF(1.0, encoder=str(tmp_path / "nope.safetensors"), n_classes=10).fit(digits.x_train, digits.y_train)
+    net = build_encoder("vgg_small", 1, 10)
+    leaky = tmp_path / "leaky.safetensors"
+    save_encoder(net, {"arch": "vgg_small", "in_channels": 1, "n_classes": 10, "dataset": "digits"}, leaky)
+    with pytest.raises(InvalidParameterError, match="depend on the private data"):
+        DPMEPF(1.0, encoder=str(leaky), n_classes=10).fit(digits.x_train, digits.y_train, dataset="digits")
+    with pytest.raises(InvalidParameterError, match="images"):
+        DPMEPF(1.0, encoder=encoder, n_classes=10).fit(digits.x_train.reshape(len(digits.y_train), -1),
+                                                       digits.y_train)
+    with pytest.raises(InvalidParameterError, match="moments"):
+        PerceptualFeatures(encoder, (1, 8, 8), moments=(1, 3))
+    # a release's features are pinned to the encoder file's bytes
+    fmap = PerceptualFeatures(encoder, (1, 8, 8))
+    spec = {**fmap.spec(), "encoder_sha256": "0" * 64}
+    from dpsynth.features import build_feature_map
+    with pytest.raises(ArtifactError, match="not the one"):
+        build_feature_map(spec)
+
+
+def test_early_stopping_is_a_plan_member_for_other_methods_too(encoder, digits):
+    """DP-NTK with a public proxy network: the same three-part machinery (embedding + proxy)."""
+    from dpsynth import DPNTK
+
+    model = DPNTK(1.0, n_classes=10, iterations=4, batch_size=50, early_stopping=True, proxy_encoder=encoder,
+                  select_every=2, select_samples=20, noise_seed=0)
+    model.fit(digits.x_train, digits.y_train, dataset="digits")
+    assert [e.description[:10] for e in model.release_.ledger.entries] == ["class-cond", "DP early-s"]
+    assert model.release_.ledger.entries[0].plan == {"multipliers": [1.0, 10.0]}
+    assert model.selection_["best_iteration"] in (2, 4)
+    with pytest.raises(InvalidParameterError, match="proxy_encoder"):
+        DPNTK(1.0, n_classes=10, early_stopping=True).fit(digits.x_train, digits.y_train)
+
+
+def test_release_refuses_a_plan_that_misses_a_release(encoder, digits):
+    fmap = PerceptualFeatures(encoder, (1, 8, 8), moments=(1, 2))
+    with pytest.raises(InvalidParameterError, match="must name every release"):
+        release_mean_embedding(fmap, digits.x_train, digits.y_train, epsilon=1, delta=1e-5, n_classes=10,
+                               plan=PrivacyPlan((1.0,)), noise_multiplier=3.0, multipliers={"embedding": 1.0})
