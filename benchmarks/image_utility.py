@@ -25,6 +25,7 @@ import resource
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from _rows import emit
 
@@ -33,8 +34,10 @@ from dpsynth.data import load_dataset
 from dpsynth.embedding import mean_embedding
 from dpsynth.evaluation import image_classifier_scores, save_image_grid
 from dpsynth.evaluation.convnet import cnn_scores
+from dpsynth.evaluation.frechet import frechet_report
 from dpsynth.privacy.ledger import Ledger
 from dpsynth.release import Release
+from dpsynth.training import Selection
 
 METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-mepf": DPMEPF}
 
@@ -52,8 +55,25 @@ def fit_nonprivate(model, data):
     return model
 
 
+class TracedSelection(Selection):
+    """Benchmark-only: each checkpoint the proxy scores is also scored by the Frechet distance on the
+    named network against the REAL test split (non-private; for the early-stopping table only)."""
+
+    def __init__(self, base: Selection, data):
+        super().__init__(base.proxy_map, base.proxy, base.every, base.n_samples, base.seed)
+        self.data, self.trace = data, []
+
+    def score(self, generator, iteration):
+        value = super().score(generator, iteration)
+        with torch.no_grad():
+            labels = torch.arange(self.n_samples) % generator.n_classes
+            x = generator.generate(labels, torch.Generator().manual_seed(self.seed + 1)).cpu().numpy()
+        self.trace.append([iteration, value, frechet_report(self.data, x)["fd"]])
+        return value
+
+
 def run(args, data, method, eps, seed):
-    kwargs = {"n_classes": data.n_classes, "iterations": args.iterations, "batch_size": args.batch_size,
+    kwargs = {"n_classes": data.n_classes, "conditional": not args.unconditional, "iterations": args.iterations, "batch_size": args.batch_size,
               "seed": seed, "progress": args.progress, "lr_step": args.lr_step}
     if args.generator:
         kwargs["generator"] = json.loads(args.generator)
@@ -67,6 +87,10 @@ def run(args, data, method, eps, seed):
     if args.lr:
         kwargs["lr"] = args.lr
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, **kwargs)
+    traced = []
+    if args.trace_fd:
+        make = model._selection
+        model._selection = lambda: traced.append(TracedSelection(make(), data)) or traced[-1]
     t = time.perf_counter()
     if math.isfinite(eps):
         model.fit(data.x_train, data.y_train, dataset=data.name)
@@ -74,13 +98,22 @@ def run(args, data, method, eps, seed):
         fit_nonprivate(model, data)
     fit_s = time.perf_counter() - t
     x, y = model.sample(6000, seed=seed)
-    scores = image_classifier_scores(x, y, data.x_test, data.y_test, seed=seed)
+    labelled = y is not None                 # unlabelled generation has no downstream accuracy
+    scores = image_classifier_scores(x, y, data.x_test, data.y_test, seed=seed) if labelled else {}
     if getattr(model, "final_generator_", None) is not None:   # DP early stopping: the last checkpoint too
         xf, yf = model.sample(6000, seed=seed, checkpoint="final")
-        scores.update({f"final_{k}": v for k, v in
-                       image_classifier_scores(xf, yf, data.x_test, data.y_test, seed=seed).items()})
+        if labelled:
+            scores.update({f"final_{k}": v for k, v in
+                           image_classifier_scores(xf, yf, data.x_test, data.y_test, seed=seed).items()})
     if getattr(model, "selection_", None):
         scores["selection"] = model.selection_
+    if args.fd:
+        scores["fd"] = frechet_report(data, x)["fd"]
+        scores["fd_network"] = frechet_report(data, x[:10])["fd_network"]
+        if getattr(model, "final_generator_", None) is not None:
+            scores["final_fd"] = frechet_report(data, xf)["fd"]
+    if traced:
+        scores["trace"] = traced[0].trace        # [iteration, proxy distance, true FD]
     if args.cnn:       # the ConvNet protocol on 60,000 samples (DPImageBench's count), 3 training seeds
         xc, yc = model.sample(args.cnn_samples, seed=seed + 1000)
         t_cnn = time.perf_counter()
@@ -88,10 +121,14 @@ def run(args, data, method, eps, seed):
         scores["cnn_s"] = round(time.perf_counter() - t_cnn, 1)
     if args.grids:
         Path(args.grids).mkdir(parents=True, exist_ok=True)
-        save_image_grid(x, y, Path(args.grids) / f"{data.name}_{method}_eps{eps:g}_s{seed}.png", classes=data.classes)
-    return {"dataset": data.name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
-            "iterations": args.iterations, "batch_size": args.batch_size, "features": model.method_params(),
-            "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss, "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
+        tag = "" if labelled else "_unlab"
+        save_image_grid(x, y if labelled else np.zeros(len(x), int),
+                        Path(args.grids) / f"{data.name}_{method}{tag}_eps{eps:g}_s{seed}.png",
+                        classes=data.classes if labelled else ["all"])
+    return {"dataset": data.name, "method": method, "conditional": not args.unconditional, "epsilon": eps,
+            "delta": 1e-5, "seed": seed, "iterations": args.iterations, "batch_size": args.batch_size,
+            "features": model.method_params(), "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss,
+            "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
@@ -118,6 +155,10 @@ def main():
     p.add_argument("--moments", nargs="+", type=int, default=[1, 2], help="dp-mepf: 1 2 (phi1, phi2) or 1")
     p.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, no selection")
     p.add_argument("--select-every", type=int, default=None, help="dp-mepf: score every N iterations")
+    p.add_argument("--fd", action="store_true", help="also the Frechet distance on dpsynth's named network")
+    p.add_argument("--trace-fd", action="store_true", help="dp-mepf: also the true FD (real test split) of "
+                   "every checkpoint the proxy scores (benchmark-only, for the early-stopping table)")
+    p.add_argument("--unconditional", action="store_true", help="unlabelled generation")
     p.add_argument("--grids", default=None, help="folder for sample grids")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol on --cnn-samples samples")

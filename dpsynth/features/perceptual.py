@@ -7,7 +7,8 @@ zero). Each block is its own release (:meth:`parts`): a mean embedding of one bl
 sensitivity 2/m under replace-one. Both blocks come from one forward pass, and the map is
 differentiable, so the generator's features go through it too. Inputs are images in [0, 1],
 mapped to the encoder's scale by the fixed (x - 0.5) / 0.5; grey images are repeated to 3 channels
-for a colour encoder and resized (bilinear) to the encoder's input size when it differs.
+for a colour encoder (colour images become their luminance for a grey one) and resized (bilinear)
+to the encoder's input size when it differs.
 
 :class:`PooledFeatures` is the same with the encoder's pooled representation (what its classifier
 head reads) in place of the convolution activations: DP-MEPF's early-stopping proxy features.
@@ -76,6 +77,8 @@ class PerceptualFeatures(FeatureMap):
         x = x.reshape(x.shape[0], *self.image_shape).to(torch.float32)
         if x.shape[1] == 1 and self.in_channels == 3:
             x = x.expand(-1, 3, -1, -1)
+        elif x.shape[1] == 3 and self.in_channels == 1:          # colour into a grey encoder: luminance
+            x = (x * torch.tensor([0.299, 0.587, 0.114], device=x.device)[None, :, None, None]).sum(1, keepdim=True)
         if x.shape[-1] != self.input_size:
             x = nn.functional.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear",
                                           align_corners=False)
