@@ -1,6 +1,6 @@
 """Markdown tables (mean +- standard deviation over seeds) from the benchmark JSON lines.
 
-    .venv/bin/python benchmarks/summarize.py [--image benchmarks/out/image.jsonl]
+    .venv/bin/python benchmarks/summarize.py [--image benchmarks/out/image.jsonl] [--mepf benchmarks/out/mepf.jsonl]
         [--tables benchmarks/out/tables.jsonl] [--peers benchmarks/out/peers.jsonl]
 """
 from __future__ import annotations
@@ -95,6 +95,39 @@ def image_table(rows) -> str:
     return "\n".join(out)
 
 
+#: DP-MEPF paper, Tables 1, 2, 10, 11 (phi1 + phi2; LogReg / MLP accuracy)
+PAPER_MEPF = {"mnist": {10: (0.834, 0.898), 1: (0.825, 0.893), 0.2: (0.758, 0.799)},
+              "fashion-mnist": {10: (0.757, 0.760), 1: (0.754, 0.747), 0.2: (0.725, 0.704)}}
+
+
+def mepf_table(rows, baseline) -> str:
+    """DP-MEPF (selected and final checkpoint) next to the paper and dpsynth's DP-NTK / DP-MERF at their
+    paper settings (LogReg / MLP accuracy; same evaluation protocol)."""
+    groups = defaultdict(list)
+    for r in rows:
+        if r.get("method") == "dp-mepf" and r.get("conditional", True):
+            groups[(r["dataset"], r["epsilon"], Path(r["features"]["encoder"]).stem,
+                    r["iterations"], r["batch_size"], r.get("loss"))].append(r)
+
+    def base(method, ds, eps):
+        rs = [r for r in baseline if r["dataset"] == ds and r["method"] == method and r["epsilon"] == eps
+              and (r["iterations"], r["batch_size"]) == PAPER_SETUP[method] and _setup(r) == CURRENT_SETUP]
+        return _metric_cell([[r["logreg_acc"] for r in rs], [r["mlp_acc"] for r in rs]])
+
+    out = ["| dataset | epsilon | public encoder | iterations x batch, loss | paper DP-MEPF | dpsynth DP-MEPF "
+           "(proxy-selected) | (final checkpoint) | selected iterations | dpsynth DP-NTK | dpsynth DP-MERF |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, eps, enc, it, b, loss), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        paper = " / ".join(f"{v:.3f}" for v in PAPER_MEPF.get(ds, {}).get(eps, ())) or "-"
+        sel = _metric_cell([[r["logreg_acc"] for r in rs], [r["mlp_acc"] for r in rs]])
+        fin = _metric_cell([[r.get("final_logreg_acc", r["logreg_acc"]) for r in rs],
+                            [r.get("final_mlp_acc", r["mlp_acc"]) for r in rs]])
+        best = ", ".join(str((r.get("selection") or {}).get("best_iteration", "-")) for r in rs)
+        out.append(f"| {ds} | {eps:g} | {enc} | {it:,} x {b}, {loss} | {paper} | {sel} | {fin} | {best} | "
+                   f"{base('dp-ntk', ds, eps)} | {base('dp-merf', ds, eps)} |")
+    return "\n".join(out)
+
+
 def table_table(rows, key="method", name_key="dataset") -> str:
     groups = defaultdict(list)
     for r in rows:
@@ -140,6 +173,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--image", nargs="+", default=["benchmarks/out/image.jsonl", "benchmarks/out/paper_settings.jsonl",
                                                   "benchmarks/out/lr_schedule.jsonl", "benchmarks/out/generator_arch.jsonl"])
+    p.add_argument("--mepf", default="benchmarks/out/mepf.jsonl")
     p.add_argument("--tables", default="benchmarks/out/tables.jsonl")
     p.add_argument("--peers", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
@@ -147,6 +181,8 @@ def main():
     if image:
         print(image_table(image), "\n")
         print(image_comparison_table(image), "\n")
+    if _rows(args.mepf):
+        print(mepf_table(_rows(args.mepf), image), "\n")
     if _rows(args.tables):
         print(table_table(_rows(args.tables)), "\n")
     peers = _rows(args.peers)

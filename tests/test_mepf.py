@@ -202,6 +202,15 @@ def test_tiny_dpmepf_on_digits_beats_chance_and_noise_shows(encoder, digits, tmp
     assert again.selection_["best_iteration"] == model.selection_["best_iteration"]
 
 
+def test_unlabelled_generation(encoder, digits):
+    model = DPMEPF(1.0, encoder=encoder, conditional=False, iterations=2, batch_size=10, select_every=1,
+                   select_samples=10, noise_seed=0).fit(digits.x_train, digits.y_train, dataset="digits")
+    assert model.release_.tensors["embedding"].shape == (2 * 3584,)
+    assert model.release_.ledger.entries[0].description.startswith("mean embedding under perceptual")
+    x, y = model.sample(5, seed=0)
+    assert x.shape == (5, 1, 8, 8) and y is None
+
+
 def test_errors_name_the_problem(encoder, digits, tmp_path):
     with pytest.raises(InvalidParameterError, match="encoder trained on PUBLIC data"):
         DPMEPF(1.0, n_classes=10).fit(digits.x_train, digits.y_train, dataset="digits")
