@@ -141,7 +141,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         y_t = torch.as_tensor(ya)
     warn_delta_vs_n(delta, m)
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
-    tensors, released = {}, []          # released: (description, multiplier, sensitivity)
+    what = "class-conditional mean embedding" if conditional else "mean embedding"
+    tensors, released = {}, []          # released: (description, noise multiplier, sensitivity)
     if proportions_share is not None:
         sigma_props = sigma * multipliers["class_proportions"]
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
@@ -150,40 +151,33 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                          2 ** 0.5 / m))
     blocks, start = [], 0
     for name, width, bound in parts:
-        mult = multipliers[name]
-        blocks.append(gaussian_mechanism(mu[start:start + width], 2.0 * bound / m, sigma * mult, noise))
-        released.append((name, sigma * mult, 2.0 * bound / m, start, start + width))
+        s_block = sigma * multipliers[name]
+        blocks.append(gaussian_mechanism(mu[start:start + width], 2.0 * bound / m, s_block, noise))
+        block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
+        released.append((f"{what} under {feature_map.spec()['name']} features{block}", s_block, 2.0 * bound / m))
         start += width
     tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
     if proxy_map is not None:
-        tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, sigma * multipliers["proxy"], noise, batch_size)
+        s_proxy = sigma * multipliers["proxy"]
+        tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, s_proxy, noise, batch_size)
+        released.append((f"DP early-stopping proxy: mean embedding under {proxy_map.spec()['name']} features of "
+                         f"the public network {proxy_map.spec().get('encoder', '')}", s_proxy, proxy_sens))
     # ---- end of private data ------------------------------------------------------------
 
-    what = "class-conditional mean embedding" if conditional else "mean embedding"
-    fname = feature_map.spec()["name"]
     common = dict(epsilon=epsilon, delta=delta, accountant=accountant, plan=plan.to_dict(),
                   noise_source=noise.policy, dataset=dataset, n_records=m, neighbouring="replace_one",
                   privacy_unit=privacy_unit)
     budget_id = {"budget_id": prior_entries[0].budget_id} if prior_entries else {}
     entries = []
-    for item in released:
-        if len(item) == 3:
-            desc, s, sens = item
-        else:
-            name, s, sens, a, b = item
-            desc = f"{what} under {fname} features" + (
-                f", block {name} (rows {a}:{b} of 'embedding')" if len(parts) > 1 else "")
-        entries.append(LedgerEntry(mechanism="gaussian", description=desc, noise_multiplier=float(s),
+    for desc, s_release, sens in released:
+        entries.append(LedgerEntry(mechanism="gaussian", description=desc, noise_multiplier=float(s_release),
                                    sensitivity=sens, **common, **budget_id))
         budget_id = {"budget_id": entries[0].budget_id}          # same plan, same budget: paid for once
-    if proxy_map is not None:
-        entries.append(LedgerEntry(
-            mechanism="gaussian", description=f"DP early-stopping proxy: mean embedding under "
-            f"{proxy_map.spec()['name']} features of the public network {proxy_map.spec().get('encoder', '')}",
-            noise_multiplier=float(sigma * multipliers["proxy"]), sensitivity=proxy_sens, **common, **budget_id))
     entries = tuple(prior_entries) + tuple(entries)
     if budget is not None:
-        budget.charge(epsilon, delta, entries[-1].description, entries[-1].budget_id)
+        budget.charge(epsilon, delta, f"{what} under {feature_map.spec()['name']} features"
+                      + (f" ({len(released)} Gaussian releases in one plan)" if len(released) > 1 else ""),
+                      entries[-1].budget_id)
     facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, sigma, len(entries) - len(prior_entries))
