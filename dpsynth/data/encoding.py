@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..errors import SchemaError
 from .private_schema import conform, inferred_columns, require_complete
 from .schema import Schema
 
