@@ -253,3 +253,17 @@ def test_release_refuses_a_plan_that_misses_a_release(encoder, digits):
     with pytest.raises(InvalidParameterError, match="must name every release"):
         release_mean_embedding(fmap, digits.x_train, digits.y_train, epsilon=1, delta=1e-5, n_classes=10,
                                plan=PrivacyPlan((1.0,)), noise_multiplier=3.0, multipliers={"embedding": 1.0})
+
+
+def test_encoders_are_found_by_name_in_the_encoder_folder(encoder, tmp_path):
+    from dpsynth.features.encoders import encoder_dir, resolve_encoder
+
+    named = encoder_dir() / "public-vgg_small.safetensors"       # DPSYNTH_CACHE_DIR is per test
+    named.parent.mkdir(parents=True)
+    for suffix in (".safetensors", ".json"):
+        named.with_suffix(suffix).write_bytes(open(encoder.replace(".safetensors", suffix), "rb").read())
+    assert resolve_encoder("public-vgg_small") == named
+    assert PerceptualFeatures("public-vgg_small", (1, 8, 8)).spec()["encoder"] == str(named)
+    with pytest.raises(ArtifactError, match="nor a named encoder") as info:
+        resolve_encoder("no-such-encoder")
+    assert "pretrain-encoder --dataset" in str(info.value)
