@@ -106,7 +106,8 @@ def mepf_table(rows, baseline) -> str:
     groups = defaultdict(list)
     for r in rows:
         if r.get("method") == "dp-mepf" and r.get("conditional", True):
-            groups[(r["dataset"], r["epsilon"], Path(r["features"]["encoder"]).stem,
+            moments = "phi" + "+phi".join(str(m) for m in r["features"]["moments"])
+            groups[(r["dataset"], r["epsilon"], f'{Path(r["features"]["encoder"]).stem}, {moments}',
                     r["iterations"], r["batch_size"], r.get("loss"))].append(r)
 
     def base(method, ds, eps):
@@ -114,7 +115,7 @@ def mepf_table(rows, baseline) -> str:
               and (r["iterations"], r["batch_size"]) == PAPER_SETUP[method] and _setup(r) == CURRENT_SETUP]
         return _metric_cell([[r["logreg_acc"] for r in rs], [r["mlp_acc"] for r in rs]])
 
-    out = ["| dataset | epsilon | public encoder | iterations x batch, loss | paper DP-MEPF | dpsynth DP-MEPF "
+    out = ["| dataset | epsilon | public encoder, moments | iterations x batch, loss | paper DP-MEPF | dpsynth DP-MEPF "
            "(proxy-selected) | (final checkpoint) | selected iterations | dpsynth DP-NTK | dpsynth DP-MERF |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for (ds, eps, enc, it, b, loss), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
