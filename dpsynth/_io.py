@@ -37,18 +37,24 @@ def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dic
     its presence names the step done)."""
     import json
 
-    import torch
     from safetensors.torch import save_file
 
-    tensors = dict(tensors)
-    state = optimizer.state_dict()
-    for idx, st in state["state"].items():
-        for key, value in st.items():
-            tensors[f"{prefix}{idx}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    opt_tensors, param_groups = optimizer_tensors(optimizer, prefix)
     with atomic_write(tensor_path) as tmp:
-        save_file(tensors, str(tmp))
+        save_file({**tensors, **opt_tensors}, str(tmp))
     with atomic_write(meta_path) as tmp:
-        tmp.write_text(json.dumps({**meta, "param_groups": state["param_groups"]}))
+        tmp.write_text(json.dumps({**meta, "param_groups": param_groups}))
+
+
+def optimizer_tensors(optimizer, prefix: str) -> tuple[dict, list]:
+    """(the optimiser's state as tensors under keys ``prefix``IDX.NAME, its param groups for JSON):
+    what :func:`restore_optimizer` reads back."""
+    import torch
+
+    state = optimizer.state_dict()
+    tensors = {f"{prefix}{idx}.{key}": torch.as_tensor(value).detach().cpu().contiguous()
+               for idx, st in state["state"].items() for key, value in st.items()}
+    return tensors, state["param_groups"]
 
 
 def load_checkpoint(tensor_path: Path, meta_path: Path, what: str) -> tuple[dict, dict]:

@@ -142,6 +142,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     warn_delta_vs_n(delta, m)
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
     what = "class-conditional mean embedding" if conditional else "mean embedding"
+    what = f"{what} under {feature_map.spec()['name']} features"
     tensors, released = {}, []          # released: (description, noise multiplier, sensitivity)
     if proportions_share is not None:
         sigma_props = sigma * multipliers["class_proportions"]
@@ -154,14 +155,15 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         s_block = sigma * multipliers[name]
         blocks.append(gaussian_mechanism(mu[start:start + width], 2.0 * bound / m, s_block, noise))
         block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
-        released.append((f"{what} under {feature_map.spec()['name']} features{block}", s_block, 2.0 * bound / m))
+        released.append((f"{what}{block}", s_block, 2.0 * bound / m))
         start += width
     tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
     if proxy_map is not None:
         s_proxy = sigma * multipliers["proxy"]
         tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, s_proxy, noise, batch_size)
-        released.append((f"DP early-stopping proxy: mean embedding under {proxy_map.spec()['name']} features of "
-                         f"the public network {proxy_map.spec().get('encoder', '')}", s_proxy, proxy_sens))
+        proxy_spec = proxy_map.spec()
+        released.append((f"DP early-stopping proxy: mean embedding under {proxy_spec['name']} features of "
+                         f"the public network {proxy_spec.get('encoder', '')}", s_proxy, proxy_sens))
     # ---- end of private data ------------------------------------------------------------
 
     common = dict(epsilon=epsilon, delta=delta, accountant=accountant, plan=plan.to_dict(),
@@ -175,11 +177,11 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         budget_id = {"budget_id": entries[0].budget_id}          # same plan, same budget: paid for once
     entries = tuple(prior_entries) + tuple(entries)
     if budget is not None:
-        budget.charge(epsilon, delta, f"{what} under {feature_map.spec()['name']} features"
-                      + (f" ({len(released)} Gaussian releases in one plan)" if len(released) > 1 else ""),
+        budget.charge(epsilon, delta, what + (f" ({len(released)} Gaussian releases in one plan)"
+                                              if len(released) > 1 else ""),
                       entries[-1].budget_id)
     facts = {"name": dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, sigma, len(entries) - len(prior_entries))
-    extra = {"proxy_spec": proxy_map.spec()} if proxy_map is not None else {}
+    extra = {"proxy_spec": proxy_spec} if proxy_map is not None else {}
     return Release(tensors, feature_map.spec(), facts, Ledger(entries), extra)

@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from ._io import restore_optimizer, save_checkpoint
+from ._io import optimizer_tensors, restore_optimizer, save_checkpoint
 from .early_stopping import proxy_distance
 from .errors import ArtifactError, unknown_name
 from .features.base import FeatureMap
@@ -174,9 +174,8 @@ class _State:
                 "scheduler": self.scheduler.state_dict()}
         if self.mavg is not None:
             tensors["mavg.m"] = self.mavg.m.detach().cpu().contiguous()
-            mstate = self.mavg.optimizer.state_dict()
-            tensors.update({f"mavg_opt.{k}": torch.as_tensor(v).detach().cpu().contiguous()
-                            for k, v in mstate["state"].get(0, {}).items()})
+            opt_tensors, meta["mavg_param_groups"] = optimizer_tensors(self.mavg.optimizer, "mavg_opt.")
+            tensors.update(opt_tensors)
         if self.selection is not None:
             meta["selection"] = self.selection.to_dict()
             tensors.update({f"best.{k}": v.contiguous() for k, v in (self.selection.best_state or {}).items()})
@@ -197,14 +196,10 @@ class _State:
         self.rng.set_state(tensors["rng"])
         self.iteration, self.losses = int(meta["iteration"]), list(meta["losses"])
         if self.mavg is not None and "mavg.m" in tensors:
-            dev = self.mavg.m.device
             with torch.no_grad():
-                self.mavg.m.copy_(tensors["mavg.m"].to(dev))
-            mstate = self.mavg.optimizer.state_dict()
-            opt_state = {k[len("mavg_opt."):]: v.to(dev) if v.dim() else v
-                         for k, v in tensors.items() if k.startswith("mavg_opt.")}
-            self.mavg.optimizer.load_state_dict({"state": {0: opt_state} if opt_state else {},
-                                                 "param_groups": mstate["param_groups"]})
+                self.mavg.m.copy_(tensors["mavg.m"].to(self.mavg.m.device))
+            restore_optimizer(self.mavg.optimizer, tensors, {"param_groups": meta["mavg_param_groups"]},
+                              prefix="mavg_opt.")
         if self.selection is not None:
             self.selection.restore(meta.get("selection", {}), tensors)
 
@@ -282,9 +277,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
         bar.set_postfix(loss=f"{state.losses[-1]:.4g}")
         last = state.iteration == config.iterations
         if selection is not None and (state.iteration % selection.every == 0 or last):
-            if not selection.scores or selection.scores[-1][0] != state.iteration:
-                selection.score(generator, state.iteration)
-                generator.train()
+            selection.score(generator, state.iteration)
         if ckpt is not None and (state.iteration % config.checkpoint_every == 0 or last):
             state.save(ckpt, config)
     bar.close()

@@ -152,6 +152,18 @@ def resolve_encoder(path_or_name) -> Path:
     )
 
 
+def encoder_spec(path) -> dict:
+    """The JSON spec of a dpsynth encoder (architecture, the public dataset it was trained on, its
+    accuracy) without loading its weights; ``{}`` for a torchvision ``.pth`` (no spec)."""
+    path = resolve_encoder(path)
+    if path.suffix != ".safetensors":
+        return {}
+    try:
+        return json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read the encoder spec {path.with_suffix('.json')}: {exc}") from exc
+
+
 def load_encoder(path, arch: str | None = None) -> tuple[nn.Module, dict]:
     """(encoder in eval mode, spec) from dpsynth's safetensors + JSON, or from a torchvision
     ``.pth`` state dict (``arch`` "vgg19" or "resnet18", guessed from the keys if not given;
@@ -159,11 +171,11 @@ def load_encoder(path, arch: str | None = None) -> tuple[nn.Module, dict]:
     an encoder in :func:`encoder_dir`."""
     path = resolve_encoder(path)
     if path.suffix == ".safetensors":
+        spec = encoder_spec(path)
         try:
-            spec = json.loads(path.with_suffix(".json").read_text())
             state = load_file(str(path))
         except (OSError, ValueError) as exc:
-            raise ArtifactError(f"cannot read the encoder {path} and its .json spec: {exc}") from exc
+            raise ArtifactError(f"cannot read the encoder {path}: {exc}") from exc
         net = build_encoder(spec["arch"], spec["in_channels"], spec["n_classes"])
         net.load_state_dict(state)
         return net.eval(), spec

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidParameterError
-from ..features.encoders import load_encoder, resolve_encoder
+from ..features.encoders import encoder_spec, resolve_encoder
 from ..features.perceptual import PerceptualFeatures
 from .base import KernelGeneratorMethod, register
 
@@ -54,8 +54,8 @@ class DPMEPF(KernelGeneratorMethod):
         self._encoder_path()
 
     def _release(self, X, y, dataset: str, budget):
-        for path in {self._encoder_path(), str(self.proxy_encoder or self._encoder_path())}:
-            public = load_encoder(path)[1].get("dataset")
+        for path in {self._encoder_path(), str(resolve_encoder(self.proxy_encoder or self._encoder_path()))}:
+            public = encoder_spec(path).get("dataset")
             if dataset and public == dataset:
                 raise InvalidParameterError(
                     f"the encoder {path} was trained on {public!r}, the dataset being privatised: its weights "
