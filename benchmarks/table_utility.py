@@ -1,4 +1,4 @@
-"""DP-NTK / DP-MERF / DP-KIP on the papers' tabular benchmarks (DP-NTK Table 4, DP-KIP Table 3).
+"""DP-NTK / DP-MERF / DP-HP / DP-KIP on the papers' tabular benchmarks (DP-NTK Table 4, DP-KIP Table 3).
 
 For each (dataset, method, seed): the preset's seeded undersampling and split, the
 method's preset settings (DP-NTK Table 5; epsilon 1, delta 1e-5), a fit on the training
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from dpsynth import DPKIP, DPMERF, DPNTK
+from dpsynth import DPHP, DPKIP, DPMERF, DPNTK
 from dpsynth.data import load_preset
 from dpsynth.data.encoding import TableEncoder
 from dpsynth.evaluation.tabular import table_classifier_scores
 from dpsynth.methods.presets import method_preset
 
-METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-kip": DPKIP}
+METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-kip": DPKIP}
 
 
 def run(data, method, seed, overrides):
@@ -47,10 +47,13 @@ def main():
     p.add_argument("--real", action="store_true", help="also the classifiers trained on real data")
     p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations")
     p.add_argument("--ntk-widths", default=None, help="override the DP-NTK preset's widths, e.g. 30,20")
+    p.add_argument("--length-scale", type=float, default=None, help="override the DP-HP / DP-MERF length scale")
     p.add_argument("--out", default="benchmarks/out/tables.jsonl")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     overrides = {"iterations": args.iterations} if args.iterations else {}
+    if args.length_scale:
+        overrides["length_scale"] = args.length_scale
     if args.ntk_widths:
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
     for name in args.dataset:

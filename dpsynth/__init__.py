@@ -11,8 +11,8 @@ from .errors import (
     SchemaError,
     UnknownNameError,
 )
-from .features import ENTKFeatures, RandomFourierFeatures, build_feature_map
-from .methods import DPKIP, DPMEPF, DPMERF, DPNTK, load
+from .features import ENTKFeatures, HermiteFeatures, RandomFourierFeatures, build_feature_map
+from .methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, load
 from .privacy import (
     BudgetFile,
     PrivacyPlan,
@@ -25,7 +25,7 @@ from .privacy import (
 from .release import Release
 
 __all__ = [
-    "ArtifactError", "BudgetFile", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "ENTKFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
+    "ArtifactError", "BudgetFile", "DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "ENTKFeatures", "HermiteFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
     "PrivacyBudgetError", "PrivacyPlan", "RandomFourierFeatures", "Release", "Schema", "SchemaError",
     "UnknownNameError", "__version__", "build_feature_map", "calibrate_sigma", "dpsgd_sigma",
     "epsilon_for_sigma", "gaussian_sigma", "list_datasets", "load", "load_dataset", "load_preset",

@@ -133,7 +133,7 @@ def _fit_inputs(args):
                                "privacy_unit": data.privacy_unit}, \
             method_preset(args.method, args.dataset), facts
     data = load_dataset(args.dataset, data_dir=args.data_dir)
-    defaults = {} if args.method == "dp-mepf" else IMAGE_DEFAULTS     # dp-mepf: the class's defaults
+    defaults = {} if args.method in ("dp-mepf", "dp-hp") else IMAGE_DEFAULTS     # these: the class's defaults
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
         {**defaults, "n_classes": data.n_classes}, {}
 
@@ -157,8 +157,18 @@ def cmd_fit(args) -> int:
                       "proxy_encoder": args.proxy_encoder, "select_every": args.select_every,
                       "moments": [int(m) for m in args.moments.split(",")] if args.moments else None,
                       "early_stopping": False if args.no_early_stopping else None})
+    elif args.method == "dp-hp":
+        given.update({"order": args.hp_order, "length_scale": args.length_scale, "n_product": args.product_releases,
+                      "product_dims": args.product_dims, "product_order": args.product_order,
+                      "sum_weight": args.sum_weight, "sum_share": args.sum_share})
     else:
         given.update({"n_features": args.n_features, "length_scale": args.length_scale})
+    hp_only = ("--hp-order", args.hp_order), ("--product-releases", args.product_releases), \
+        ("--product-dims", args.product_dims), ("--product-order", args.product_order), \
+        ("--sum-weight", args.sum_weight), ("--sum-share", args.sum_share)
+    wrong_hp = [flag for flag, value in hp_only if value is not None]
+    if wrong_hp and args.method != "dp-hp":
+        raise InvalidParameterError(f"{', '.join(wrong_hp)}: dp-hp options; this run is --method {args.method}.")
     mepf_only = ("--encoder", args.encoder), ("--proxy-encoder", args.proxy_encoder), ("--moments", args.moments), \
         ("--loss", args.loss), ("--mavg-lr", args.mavg_lr), ("--select-every", args.select_every)
     wrong = [flag for flag, value in mepf_only if value is not None] + (["--no-early-stopping"] if
@@ -410,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator")
-    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-mepf", "dp-kip"])
+    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-hp", "dp-mepf", "dp-kip"])
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
@@ -434,7 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--arch", choices=["fc_1l", "fc_2l", "cnn_2l", "cnn"], help="dp-ntk: NTK network "
                    "(default fc_1l images, the preset's tables)")
     s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
-    s.add_argument("--length-scale", type=float, default=None, help="dp-merf: kernel length scale")
+    s.add_argument("--length-scale", type=float, default=None, help="dp-merf, dp-hp: kernel length scale s of "
+                   "exp(-(x-y)^2/(2 s^2)) (public; dp-hp default 0.0707, the authors' MNIST s^2 = 0.005)")
+    s.add_argument("--hp-order", type=int, help="dp-hp: Hermite order C of the sum kernel (default 100)")
+    s.add_argument("--product-releases", type=int, help="dp-hp: number of product-kernel releases, each over its "
+                   "own random dimensions (default 10, one per epoch in the paper; 0: sum kernel only)")
+    s.add_argument("--product-dims", type=int, help="dp-hp: dimensions per product kernel (default 2)")
+    s.add_argument("--product-order", type=int, help="dp-hp: Hermite order of the product kernels (default 20)")
+    s.add_argument("--sum-weight", type=float, help="dp-hp: weight gamma of the sum-kernel loss (default 20)")
+    s.add_argument("--sum-share", type=float, help="dp-hp: share of the privacy for the sum kernel (default 0.8)")
     s.add_argument("--encoder", metavar="FILE", help="dp-mepf: encoder trained on PUBLIC data (from `dpsynth "
                    "pretrain-encoder`, or its name; or a torchvision VGG19/ResNet18 .pth)")
     s.add_argument("--moments", help="dp-mepf: 1,2 (phi1 and phi2, default) or 1")

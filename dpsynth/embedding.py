@@ -42,11 +42,11 @@ def release_plan(feature_map: FeatureMap | None = None, *, proxy_multiplier: flo
                  shares: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
     """The plan of every Gaussian release :func:`release_mean_embedding` makes, and each one's
     noise multiplier relative to the base sigma: one per block of the feature map
-    (:meth:`FeatureMap.parts`; DP-MEPF: phi1, phi2; a map of unknown parts: "embedding") at 1,
+    (:meth:`FeatureMap.parts`; DP-MEPF: phi1, phi2; a map of unknown parts: "embedding") at its
+    :meth:`FeatureMap.noise_multipliers` (1, except DP-HP's product blocks),
     the early-stopping proxy at ``proxy_multiplier`` when given, and the releases named in
     ``shares`` (class proportions, schema statistics) at their share of the privacy."""
-    names = [name for name, _, _ in feature_map.parts()] if feature_map is not None else ["embedding"]
-    relative = {name: 1.0 for name in names}
+    relative = dict(feature_map.noise_multipliers()) if feature_map is not None else {"embedding": 1.0}
     if proxy_multiplier is not None:
         relative["proxy"] = float(proxy_multiplier)
     return compose_plan(relative, {k: v for k, v in (shares or {}).items() if v})

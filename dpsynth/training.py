@@ -261,6 +261,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     while state.iteration < config.iterations:
         labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
         x = generator.generate(labels, state.rng)
+        feature_map.at_iteration(state.iteration, config.iterations)
         if state.mavg is None:
             loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
             value = loss.detach()

@@ -42,16 +42,32 @@ class FeatureMap(ABC):
         computed in one pass and each released with sensitivity 2 * bound / m."""
         return [("embedding", self.out_dim, self.norm_bound)]
 
+    def noise_multipliers(self) -> dict[str, float]:
+        """Each block's noise multiplier relative to the plan's base sigma (all 1 by default;
+        DP-HP gives its sum-kernel block a larger share of the privacy than each product block)."""
+        return {name: 1.0 for name, _, _ in self.parts()}
+
     def bounded(self, phi: torch.Tensor) -> torch.Tensor:
         """Each record's row made safe block by block (:func:`bounded_rows` on every part)."""
         parts = self.parts()
         if len(parts) == 1:
             return bounded_rows(phi, parts[0][2])
-        blocks, start = [], 0
+        out, start, n = torch.empty_like(phi), 0, phi.shape[0]
+        runs = []                                   # consecutive blocks of one width and bound: one call
         for _, width, bound in parts:
-            blocks.append(bounded_rows(phi[:, start:start + width], bound))
-            start += width
-        return torch.cat(blocks, 1)
+            if runs and runs[-1][1:] == (width, bound):
+                runs[-1][0] += 1
+            else:
+                runs.append([1, width, bound])
+        for count, width, bound in runs:
+            cols = slice(start, start + count * width)
+            out[:, cols] = bounded_rows(phi[:, cols].reshape(n, count, width), bound).reshape(n, -1)
+            start += count * width
+        return out
+
+    def at_iteration(self, iteration: int, total: int) -> None:
+        """Called by the training loop before each generator step. Maps whose loss changes during
+        training (DP-HP matches product release j in the j-th part of it) override this."""
 
     def to(self, device) -> "FeatureMap":
         """Move the map's tensors to ``device`` (for training on a GPU); returns self."""

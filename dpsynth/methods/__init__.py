@@ -1,7 +1,7 @@
 """Methods by name: fit / sample / save / load."""
 from .base import METHODS, KernelGeneratorMethod, load
-from .kernel import DPMERF, DPNTK
+from .kernel import DPHP, DPMERF, DPNTK
 from .kip import DPKIP
 from .mepf import DPMEPF
 
-__all__ = ["DPKIP", "DPMEPF", "DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]
+__all__ = ["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "KernelGeneratorMethod", "METHODS", "load"]

@@ -23,6 +23,34 @@ DPNTK_TABLE = {
 }
 
 
+DPHP_TABLE = {
+    #            sum order, product order, product dims, gamma (product weight), epochs (product releases)
+    "adult": (100, 5, 5, 0.1, 20),
+    "census": (100, 5, 5, 0.1, 50),
+    "cervical": (20, 13, 5, 1.0, 20),
+    "credit": (20, 7, 5, 1e-5, 200),
+    "epileptic": (10, 5, 7, 0.1, 20),
+    "isolet": (10, 13, 5, 1.0, 20),
+    "covtype": (10, 7, 2, 1.0, 200),
+    "intrusion": (7, 5, 5, 1.0, 200),
+}
+HP_TABLE_LENGTH_SCALE = 0.3
+MAX_PRODUCT_WIDTH = 8000
+
+
+def _dphp_table(dataset: str) -> dict:
+    order, p_order, p_dims, gamma, epochs = DPHP_TABLE[dataset]
+    while (p_order + 1) ** p_dims > MAX_PRODUCT_WIDTH:         # keep the authors' dimensions, lower the order
+        if p_order > 5:
+            p_order -= 1
+        else:
+            p_dims -= 1
+    return {"order": order, "product_order": p_order, "product_dims": p_dims, "product_weight": gamma,
+            "sum_weight": 1.0, "n_product": min(epochs, 20), "sum_share": 0.6, "length_scale": HP_TABLE_LENGTH_SCALE,
+            "iterations": 2000, "code_dim": DPNTK_TABLE[dataset][1], "batch_size": 200, "lr": 0.01, "lr_step": 100,
+            "epsilon": 1.0, "delta": 1e-5}
+
+
 def method_preset(method: str, dataset: str) -> dict:
     """Constructor arguments of ``method`` for a tabular benchmark ``dataset``."""
     if dataset not in DPNTK_TABLE:
@@ -34,8 +62,10 @@ def method_preset(method: str, dataset: str) -> dict:
     if method == "dp-merf":
         return {"iterations": 2000, "code_dim": DPNTK_TABLE[dataset][1], "n_features": 2000, "batch_size": 200,
                 "lr": 0.01, "lr_step": 100, "epsilon": 1.0, "delta": 1e-5}
+    if method == "dp-hp":
+        return _dphp_table(dataset)
     if method == "dp-kip":   # the paper's Table 3 setting (10 points per class); the rest not published
         # batch 200, except cervical, whose training split (about 190 rows) is smaller than that
         return {"images_per_class": 10, "epochs": 10, "batch_size": 50 if dataset == "cervical" else 200,
                 "lr": 1e-2, "clip": 1e-2, "reg": 1e-6, "epsilon": 1.0, "delta": 1e-5}
-    raise unknown_name("method", method, ["dp-ntk", "dp-merf", "dp-kip"])
+    raise unknown_name("method", method, ["dp-ntk", "dp-merf", "dp-hp", "dp-kip"])
