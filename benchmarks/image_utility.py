@@ -1,4 +1,4 @@
-"""DP-NTK / DP-MERF / DP-MEPF utility on MNIST and Fashion-MNIST (DP-NTK paper, Table 2 protocol).
+"""DP-NTK / DP-MERF / DP-HP / DP-MEPF utility on MNIST and Fashion-MNIST (DP-NTK paper, Table 2 protocol).
 
 For each (dataset, method, epsilon, seed): fit on the training split (delta 1e-5),
 draw 6,000 samples with balanced labels, train LogisticRegression and MLP on them,
@@ -9,6 +9,12 @@ appended to ``--out``, with the fit wall time and peak resident memory.
 
     python benchmarks/image_utility.py --dataset mnist --method dp-ntk --epsilon 10 1 0.2 \
         --seeds 0 1 2 --iterations 2000 --batch-size 1000 --out benchmarks/out/image.jsonl
+
+DP-HP at the authors' settings (10 epochs of batch 200 = 3,000 iterations, lr 0.01 x0.9 per epoch;
+length scale and gamma per dataset from ``dpsynth.methods.presets.DPHP_IMAGE``):
+
+    python benchmarks/image_utility.py --dataset mnist --method dp-hp --epsilon 1 --seeds 0 1 2 \
+        --iterations 3000 --batch-size 200 --lr 0.01 --lr-step 300 --out benchmarks/out/dphp.jsonl
 
 DP-MEPF needs ``--encoder`` (a PUBLIC encoder from ``dpsynth pretrain-encoder``); with DP early
 stopping (default) the row also scores the final checkpoint (``final_*``) beside the selected one.
@@ -29,17 +35,18 @@ import numpy as np
 import torch
 from _rows import emit
 
-from dpsynth import DPMEPF, DPMERF, DPNTK
+from dpsynth import DPHP, DPMEPF, DPMERF, DPNTK
 from dpsynth.data import load_dataset
 from dpsynth.embedding import mean_embedding
 from dpsynth.evaluation import image_classifier_scores, save_image_grid
 from dpsynth.evaluation.convnet import cnn_scores
 from dpsynth.evaluation.frechet import frechet_report
+from dpsynth.methods.presets import image_preset
 from dpsynth.privacy.ledger import Ledger
 from dpsynth.release import Release
 from dpsynth.training import Selection
 
-METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-mepf": DPMEPF}
+METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-mepf": DPMEPF}
 
 
 def fit_nonprivate(model, data):
@@ -84,6 +91,11 @@ def run(args, data, method, eps, seed):
                       early_stopping=not args.no_early_stopping, select_every=args.select_every)
         if args.mavg_lr:
             kwargs["mavg_lr"] = args.mavg_lr
+    if method == "dp-hp":           # the authors' per-dataset length scale and gamma, then overrides
+        kwargs.update(image_preset(method, data.name))
+        kwargs.update({k: v for k, v in {"length_scale": args.length_scale, "sum_weight": args.sum_weight,
+                                         "order": args.hp_order, "n_product": args.product_releases}.items()
+                       if v is not None})
     if args.lr:
         kwargs["lr"] = args.lr
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, **kwargs)
@@ -155,6 +167,11 @@ def main():
     p.add_argument("--moments", nargs="+", type=int, default=[1, 2], help="dp-mepf: 1 2 (phi1, phi2) or 1")
     p.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, no selection")
     p.add_argument("--select-every", type=int, default=None, help="dp-mepf: score every N iterations")
+    p.add_argument("--length-scale", type=float, default=None, help="dp-hp: kernel length scale (default: the "
+                   "authors' per dataset)")
+    p.add_argument("--sum-weight", type=float, default=None, help="dp-hp: gamma (default: the authors' per dataset)")
+    p.add_argument("--hp-order", type=int, default=None, help="dp-hp: sum-kernel order (default 100)")
+    p.add_argument("--product-releases", type=int, default=None, help="dp-hp: product releases (default 10)")
     p.add_argument("--fd", action="store_true", help="also the Frechet distance on dpsynth's named network")
     p.add_argument("--trace-fd", action="store_true", help="dp-mepf: also the true FD (real test split) of "
                    "every checkpoint the proxy scores (benchmark-only, for the early-stopping table)")

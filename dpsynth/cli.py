@@ -113,7 +113,7 @@ IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "lr_step":
 def _fit_inputs(args):
     """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
     from .data import Schema, get_info, load_dataset, load_preset, read_table
-    from .methods.presets import method_preset
+    from .methods.presets import image_preset, method_preset
 
     if args.csv:
         if not (args.schema and args.label):
@@ -135,7 +135,7 @@ def _fit_inputs(args):
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     defaults = {} if args.method in ("dp-mepf", "dp-hp") else IMAGE_DEFAULTS     # these: the class's defaults
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**defaults, "n_classes": data.n_classes}, {}
+        {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
 
 
 def cmd_fit(args) -> int:

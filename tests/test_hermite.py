@@ -1,6 +1,6 @@
 """DP-HP: Hermite polynomial features (norm bound, truncation bound, sensitivity), the plan of the
 sum and product releases, and tiny fits on digits and on a table."""
-import math
+import json
 
 import numpy as np
 import pandas as pd
@@ -186,3 +186,22 @@ def test_structured_class_sums_equal_the_generic_bounded_route(dims):
         fast = fmap.class_sums(X, labels, classes, batch_size=64)
         generic = FeatureMap.class_sums(fmap, X, labels, classes, batch_size=64)
         assert torch.allclose(fast, generic, atol=1e-12)
+
+
+def test_cli_fit_inspect_sample_and_flag_checks(tmp_path, capsys):
+    from dpsynth.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["fit", "--method", "dp-hp", "--dataset", "digits", "--epsilon", "1", "--iterations", "6",
+                 "--batch-size", "50", "--hp-order", "8", "--length-scale", "0.3", "--product-releases", "2",
+                 "--product-order", "3", "--sum-weight", "5", "--out", str(out), "-q"]) == 0
+    assert "fitted dp-hp on digits: epsilon=1" in capsys.readouterr().out
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("under hermite features") == 3 and "block hermite_product_1" in text
+    assert main(["sample", str(out), "--n", "10", "--out", str(tmp_path / "s.npz")]) == 0
+    params = json.loads((out / "model.json").read_text())["params"]
+    assert params["order"] == 8 and params["n_product"] == 2 and params["length_scale"] == 0.3
+    assert main(["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "1", "--hp-order", "5",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "dp-hp options" in capsys.readouterr().err

@@ -78,13 +78,16 @@ def _recursion(x, order, rho, dim, scale, out=None) -> torch.Tensor:
     shape.insert(dim, order + 1)
     out = torch.empty(shape, dtype=x.dtype, device=x.device) if out is None else out.view(shape)
     out.select(dim, 0).copy_(phi0)
-    for k in range(order):       # phi_{k+1} = sqrt(2 rho / (k+1)) x phi_k - rho sqrt(k / (k+1)) phi_{k-1}
+    ks = torch.arange(order + 1, dtype=x.dtype, device=x.device).view((-1,) + (1,) * rho.dim())
+    up = torch.sqrt(2.0 * rho / ks[1:])                        # phi_{k+1} = up_k x phi_k - back_k phi_{k-1}
+    back = rho * torch.sqrt(ks[:-1] / ks[1:])
+    tmp = torch.empty_like(x)
+    for k in range(order):
         nxt = out.select(dim, k + 1)
         torch.mul(out.select(dim, k), x, out=nxt)
-        nxt.mul_(torch.sqrt(2.0 * rho / (k + 1)))
+        nxt.mul_(up[k])
         if k:
-            back = rho * math.sqrt(k / (k + 1))
-            nxt.addcmul_(out.select(dim, k - 1), back.expand_as(x) if back.dim() else back, value=-1.0)
+            nxt.sub_(torch.mul(out.select(dim, k - 1), back[k], out=tmp))
     return out
 
 
