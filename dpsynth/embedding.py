@@ -39,14 +39,18 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
 
 
 def release_plan(feature_map: FeatureMap | None = None, *, proxy_multiplier: float | None = None,
-                 shares: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
+                 shares: dict | None = None, blocks: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
     """The plan of every Gaussian release :func:`release_mean_embedding` makes, and each one's
     noise multiplier relative to the base sigma: one per block of the feature map
     (:meth:`FeatureMap.parts`; DP-MEPF: phi1, phi2; a map of unknown parts: "embedding") at its
     :meth:`FeatureMap.noise_multipliers` (1, except DP-HP's product blocks),
     the early-stopping proxy at ``proxy_multiplier`` when given, and the releases named in
-    ``shares`` (class proportions, schema statistics) at their share of the privacy."""
-    relative = dict(feature_map.noise_multipliers()) if feature_map is not None else {"embedding": 1.0}
+    ``shares`` (class proportions, schema statistics) at their share of the privacy. ``blocks``
+    (name -> relative multiplier) stands in for the map when it cannot be built yet (a table's
+    encoder waits for private schema inference)."""
+    if blocks is None:
+        blocks = feature_map.noise_multipliers() if feature_map is not None else {"embedding": 1.0}
+    relative = dict(blocks)
     if proxy_multiplier is not None:
         relative["proxy"] = float(proxy_multiplier)
     return compose_plan(relative, {k: v for k, v in (shares or {}).items() if v})

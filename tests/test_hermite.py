@@ -1,6 +1,7 @@
 """DP-HP: Hermite polynomial features (norm bound, truncation bound, sensitivity), the plan of the
 sum and product releases, and tiny fits on digits and on a table."""
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -205,3 +206,20 @@ def test_cli_fit_inspect_sample_and_flag_checks(tmp_path, capsys):
     assert main(["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "1", "--hp-order", "5",
                  "--out", str(tmp_path / "x")]) == 2
     assert "dp-hp options" in capsys.readouterr().err
+
+
+def test_private_schema_inference_joins_the_hermite_blocks_plan():
+    """With bounds/categories left to private inference, the plan is calibrated before the encoder (and
+    so the map) exists: the method's block multipliers stand in, and every release shares one budget."""
+    from test_private_schema import partial_schema, table_with_rare_value
+
+    model = DPHP(1.0, 1e-5, order=6, length_scale=0.5, n_product=2, product_dims=2, product_order=3,
+                 schema_share=0.1, iterations=3, batch_size=50, noise_seed=0)
+    model.fit(table_with_rare_value(600), label="y", schema=partial_schema())
+    entries = model.release_.ledger.entries
+    assert len(entries) == 1 + 1 + 3 and len({e.budget_id for e in entries}) == 1
+    blocks = [e for e in entries if "hermite features" in e.description]
+    assert len(blocks) == 3
+    ratio = blocks[1].noise_multiplier / blocks[0].noise_multiplier
+    assert ratio == pytest.approx(math.sqrt(2 * 0.8 / 0.2))
+    assert model.release_.ledger.total()[0] == pytest.approx(1.0)

@@ -134,6 +134,15 @@ def _per_dim(value, dim: int, name: str) -> list[float]:
     return values
 
 
+def hermite_noise_multipliers(n_product: int, sum_share: float) -> dict[str, float]:
+    """Relative noise multipliers of DP-HP's blocks: 1/sigma^2 of the sum block is ``sum_share`` of
+    the blocks' total, each product block (1 - sum_share) / n_product of it."""
+    if not n_product:
+        return {"hermite_sum": 1.0}
+    prod = math.sqrt(n_product * sum_share / (1.0 - sum_share))
+    return {"hermite_sum": 1.0, **{f"hermite_product_{j}": prod for j in range(n_product)}}
+
+
 @register
 class HermiteFeatures(FeatureMap):
     """DP-HP's features: the sum kernel over all dimensions (block ``hermite_sum``, width D (C+1))
@@ -205,12 +214,7 @@ class HermiteFeatures(FeatureMap):
             [(f"hermite_product_{j}", self.product_width, 1.0) for j in range(self.n_product)]
 
     def noise_multipliers(self) -> dict[str, float]:
-        """Relative noise multipliers: 1/sigma^2 of the sum block is ``sum_share`` of the blocks'
-        total, each product block (1 - sum_share) / n_product of it."""
-        if not self.n_product:
-            return {"hermite_sum": 1.0}
-        prod = math.sqrt(self.n_product * self.sum_share / (1.0 - self.sum_share))
-        return {"hermite_sum": 1.0, **{f"hermite_product_{j}": prod for j in range(self.n_product)}}
+        return hermite_noise_multipliers(self.n_product, self.sum_share)
 
     def to(self, device) -> "HermiteFeatures":
         self.rho, self.rho_product = self.rho.to(device), self.rho_product.to(device)

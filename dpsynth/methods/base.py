@@ -95,6 +95,12 @@ class KernelGeneratorMethod:
         """Constructor arguments specific to the method (saved in model.json)."""
         return {}
 
+    def block_multipliers(self) -> dict[str, float]:
+        """The feature map's released blocks and their relative noise multipliers
+        (:meth:`FeatureMap.noise_multipliers`), known before any data: plans that must be calibrated
+        before the map can be built (private schema inference) use them."""
+        return {"embedding": 1.0}
+
     def default_proxy_encoder(self) -> str | None:
         """The PUBLIC network whose pooled features make the early-stopping proxy when
         ``proxy_encoder`` is not given (DP-MEPF: its own encoder; others: none)."""
@@ -233,8 +239,8 @@ class KernelGeneratorMethod:
             require_complete(schema)  # raises, naming the columns and the fixes
         joint = {}
         if todo:  # schema inference joins the plan: calibrate all of it before reading a row
-            plan, mults = release_plan(shares={"schema": self.schema_share,
-                                               "class_proportions": self.proportions_share})
+            plan, mults = release_plan(blocks=self.block_multipliers(),
+                                       shares={"schema": self.schema_share, "class_proportions": self.proportions_share})
             delta_t = todo.threshold_delta(self.delta)
             sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
             if budget is not None:
@@ -255,6 +261,9 @@ class KernelGeneratorMethod:
                      "prior_entries": (entry,)}
         encoder = TableEncoder.for_frame(schema, df)
         fmap = self.table_feature_map(encoder, schema.n_classes)
+        if fmap.noise_multipliers() != self.block_multipliers():
+            raise RuntimeError(f"{type(self).__name__}.block_multipliers() disagrees with its feature map's blocks; "
+                               f"the plan would not match the releases.")
         return release_mean_embedding(
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
             n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,

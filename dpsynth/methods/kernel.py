@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
+from ..features.hermite import hermite_noise_multipliers
 from .base import KernelGeneratorMethod, register
 
 
@@ -92,6 +93,9 @@ class DPHP(KernelGeneratorMethod):
                 "product_dims": self.product_dims, "product_order": self.product_order,
                 "product_length_scale": plain(self.product_length_scale), "sum_share": self.sum_share,
                 "sum_weight": self.sum_weight, "product_weight": self.product_weight, "hp_seed": self.hp_seed}
+
+    def block_multipliers(self) -> dict[str, float]:
+        return hermite_noise_multipliers(int(self.n_product), float(self.sum_share))
 
     def feature_map(self, input_dim: int, n_classes: int) -> HermiteFeatures:
         return HermiteFeatures(input_dim, self.order, self.length_scale, self.n_product, self.product_dims,
