@@ -16,7 +16,7 @@ from dpsynth import DPMERF, Schema, mean_embedding, release_mean_embedding
 from dpsynth.data import presets
 from dpsynth.data.encoding import TableEncoder
 from dpsynth.errors import DataValidationError, InvalidParameterError
-from dpsynth.features import ENTKFeatures, MixedRFF, RandomFourierFeatures
+from dpsynth.features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
 from dpsynth.privacy import NoiseSource, gaussian_mechanism
 from dpsynth.privacy.ledger import LedgerEntry
 from dpsynth.privacy.mechanisms import SNAP_BITS
@@ -85,6 +85,7 @@ def _maps():
         "entk_fc_2l": ENTKFeatures(6, "fc_2l", (16, 8), 2),
         "entk_cnn_2l": ENTKFeatures(6, "cnn_2l", (4, 8), 2),
         "entk_generic": ENTKFeatures(6, "fc_1l", (16,), 2, fast=False),
+        "hermite": HermiteFeatures(6, order=30, length_scale=0.3, n_product=2, product_dims=3, product_order=4),
     }
 
 
