@@ -160,12 +160,13 @@ def cmd_fit(args) -> int:
     elif args.method == "dp-hp":
         given.update({"order": args.hp_order, "length_scale": args.length_scale, "n_product": args.product_releases,
                       "product_dims": args.product_dims, "product_order": args.product_order,
-                      "sum_weight": args.sum_weight, "sum_share": args.sum_share})
+                      "sum_weight": args.sum_weight, "product_weight": args.product_weight,
+                      "sum_share": args.sum_share})
     else:
         given.update({"n_features": args.n_features, "length_scale": args.length_scale})
     hp_only = ("--hp-order", args.hp_order), ("--product-releases", args.product_releases), \
         ("--product-dims", args.product_dims), ("--product-order", args.product_order), \
-        ("--sum-weight", args.sum_weight), ("--sum-share", args.sum_share)
+        ("--sum-weight", args.sum_weight), ("--product-weight", args.product_weight), ("--sum-share", args.sum_share)
     wrong_hp = [flag for flag, value in hp_only if value is not None]
     if wrong_hp and args.method != "dp-hp":
         raise InvalidParameterError(f"{', '.join(wrong_hp)}: dp-hp options; this run is --method {args.method}.")
@@ -452,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--product-dims", type=int, help="dp-hp: dimensions per product kernel (default 2)")
     s.add_argument("--product-order", type=int, help="dp-hp: Hermite order of the product kernels (default 20)")
     s.add_argument("--sum-weight", type=float, help="dp-hp: weight gamma of the sum-kernel loss (default 20)")
+    s.add_argument("--product-weight", type=float, help="dp-hp: weight of the product-kernel loss (default 1; "
+                   "tables: the preset's)")
     s.add_argument("--sum-share", type=float, help="dp-hp: share of the privacy for the sum kernel (default 0.8)")
     s.add_argument("--encoder", metavar="FILE", help="dp-mepf: encoder trained on PUBLIC data (from `dpsynth "
                    "pretrain-encoder`, or its name; or a torchvision VGG19/ResNet18 .pth)")

@@ -223,3 +223,30 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
     ratio = blocks[1].noise_multiplier / blocks[0].noise_multiplier
     assert ratio == pytest.approx(math.sqrt(2 * 0.8 / 0.2))
     assert model.release_.ledger.total()[0] == pytest.approx(1.0)
+
+
+def test_cli_table_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path):
+    """Every preset setting reaches the model (none silently replaced by a class default)."""
+    import dpsynth.cli as cli
+    from dpsynth.cli import build_parser
+    from dpsynth.methods.presets import method_preset
+
+    args = build_parser().parse_args(["fit", "--method", "dp-hp", "--dataset", "adult", "--out", str(tmp_path)])
+    preset = method_preset("dp-hp", "adult")
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit_inputs(a):
+        return ((None,), {"dataset": "adult"}, preset, {})
+
+    def fake_init(self, **kwargs):
+        captured.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(cli, "_fit_inputs", fake_fit_inputs)
+    monkeypatch.setattr(DPHP, "__init__", lambda self, *a, **k: fake_init(self, **k))
+    with pytest.raises(Stop):
+        cli.cmd_fit(args)
+    assert {k: captured[k] for k in preset} == preset
