@@ -30,3 +30,21 @@ def require_data(name: str):
         if os.environ.get("CI") or os.environ.get("DPSYNTH_REQUIRE_DATA") == "1":
             pytest.fail(f"dataset {name} is required in CI but was not found")
         pytest.skip(f"dataset {name} not available locally")
+
+
+def assert_learns_digits_and_noise_shows(make_model, digits):
+    """Fit ``make_model(epsilon)`` on digits at eps 10 and 0.01: eps 10 must learn the classes (LogReg on
+    1,500 samples > 0.6) and eps 0.01, whose release is mostly noise, must score clearly lower (silently
+    disabled noise would not). Returns the eps-0.01 model."""
+    from dpsynth.evaluation.downstream import image_classifier_scores
+
+    scores = {}
+    for eps in (10.0, 0.01):
+        model = make_model(eps)
+        model.fit(digits.x_train, digits.y_train, dataset="digits")
+        x, y = model.sample(1500, seed=0)
+        assert x.shape == (1500, 1, 8, 8) and 0 <= x.min() and x.max() <= 1
+        scores[eps] = image_classifier_scores(x, y, digits.x_test, digits.y_test, seed=0)["logreg_acc"]
+    assert scores[10.0] > 0.6, scores
+    assert scores[0.01] < scores[10.0] - 0.2, scores
+    return model

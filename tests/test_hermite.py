@@ -10,9 +10,10 @@ import torch
 
 from dpsynth import DPHP, HermiteFeatures, Schema, build_feature_map, load, mean_embedding, release_mean_embedding
 from dpsynth.errors import InvalidParameterError
-from dpsynth.evaluation.downstream import image_classifier_scores
 from dpsynth.features.hermite import hermite_functions, mehler_rho, truncation_bound
 from dpsynth.privacy import PrivacyPlan, calibrate_sigma, epsilon_for_sigma
+
+from conftest import assert_learns_digits_and_noise_shows
 
 
 def gaussian(x, y, s):
@@ -137,16 +138,9 @@ def test_bad_parameters_are_refused_with_their_name():
 def test_tiny_dphp_on_digits_beats_chance_and_noise_shows(digits, tmp_path):
     """eps 10 learns the classes; at eps 0.01 the release is mostly noise and accuracy must fall
     clearly below (silently disabled noise would not)."""
-    scores = {}
-    for eps in (10.0, 0.01):
-        model = DPHP(eps, 1e-5, n_classes=10, order=20, length_scale=0.3, n_product=2, product_order=5,
-                     sum_weight=5.0, iterations=150, batch_size=200, lr_step=100, noise_seed=1)
-        model.fit(digits.x_train, digits.y_train, dataset="digits")
-        x, y = model.sample(1500, seed=0)
-        assert x.shape == (1500, 1, 8, 8) and 0 <= x.min() and x.max() <= 1
-        scores[eps] = image_classifier_scores(x, y, digits.x_test, digits.y_test, seed=0)["logreg_acc"]
-    assert scores[10.0] > 0.6, scores
-    assert scores[0.01] < scores[10.0] - 0.2, scores
+    model = assert_learns_digits_and_noise_shows(
+        lambda eps: DPHP(eps, 1e-5, n_classes=10, order=20, length_scale=0.3, n_product=2, product_order=5,
+                         sum_weight=5.0, iterations=150, batch_size=200, lr_step=100, noise_seed=1), digits)
     assert len(model.release_.ledger.entries) == 3
     model.save(tmp_path / "m")
     again = load(tmp_path / "m")

@@ -10,13 +10,14 @@ from dpsynth import DPMEPF, BudgetFile, load
 from dpsynth.early_stopping import release_proxy
 from dpsynth.embedding import release_mean_embedding, release_plan
 from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
-from dpsynth.evaluation import image_classifier_scores
 from dpsynth.features.base import FeatureMap
 from dpsynth.features.encoders import build_encoder, save_encoder
 from dpsynth.features.perceptual import PerceptualFeatures, PooledFeatures
 from dpsynth.generators.base import ConditionalGenerator
 from dpsynth.privacy import NoiseSource, PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
 from dpsynth.training import Selection, TrainConfig, train_generator
+
+from conftest import assert_learns_digits_and_noise_shows
 
 
 @pytest.fixture(scope="module")
@@ -184,16 +185,9 @@ def test_moving_average_loss_reaches_the_target_and_resumes_exactly(tmp_path):
 def test_tiny_dpmepf_on_digits_beats_chance_and_noise_shows(encoder, digits, tmp_path):
     """eps 10 learns the classes; at eps 0.01 the released embedding is mostly noise, so accuracy must
     fall clearly below it (silently disabled noise would not)."""
-    scores = {}
-    for eps in (10.0, 0.01):
-        model = DPMEPF(eps, 1e-5, encoder=encoder, n_classes=10, iterations=150, batch_size=200, select_every=50,
-                       select_samples=500, noise_seed=1)
-        model.fit(digits.x_train, digits.y_train, dataset="digits")
-        x, y = model.sample(1500, seed=0)
-        assert x.shape == (1500, 1, 8, 8) and 0 <= x.min() and x.max() <= 1
-        scores[eps] = image_classifier_scores(x, y, digits.x_test, digits.y_test, seed=0)["logreg_acc"]
-    assert scores[10.0] > 0.6, scores
-    assert scores[0.01] < scores[10.0] - 0.2, scores
+    model = assert_learns_digits_and_noise_shows(
+        lambda eps: DPMEPF(eps, 1e-5, encoder=encoder, n_classes=10, iterations=150, batch_size=200, select_every=50,
+                           select_samples=500, noise_seed=1), digits)
     model.save(tmp_path / "m")
     again = load(tmp_path / "m")
     assert np.array_equal(again.sample(20, seed=1)[0], model.sample(20, seed=1)[0])
