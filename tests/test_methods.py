@@ -70,6 +70,17 @@ def test_phase_decomposed_upsample_conv_equals_upsample_then_conv(k):
     assert torch.allclose(g(z), naive, atol=1e-6)
 
 
+def test_fc_generator_is_the_dp_hp_authors_mnist_architecture():
+    g = build_generator({"name": "fc", "image_shape": [1, 28, 28], "n_classes": 10})
+    linears = [m for m in g.net if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(15, 500), (500, 500), (500, 784)]
+    x = g.generate(torch.arange(6) % 10, torch.Generator().manual_seed(0))
+    assert x.shape == (6, 1, 28, 28) and 0 <= float(x.min()) and float(x.max()) <= 1
+    assert build_generator(json.loads(json.dumps(g.spec()))).spec() == g.spec()
+    with pytest.raises(InvalidParameterError, match="hidden"):
+        build_generator({"name": "fc", "hidden": []})
+
+
 def test_resnet_generator_and_shape_errors():
     g = ResNetGenerator((3, 32, 32), 10, code_dim=8, channels=(16, 8, 8))
     assert g.generate(g.draw_labels(4)).shape == (4, 3, 32, 32)

@@ -1,10 +1,10 @@
 """Generators trained against a release: image (conv, ResNet) and tabular (mixed heads)."""
 from ..errors import unknown_name
 from .base import ConditionalGenerator
-from .image import ConvGenerator, ResNetGenerator, default_generator_spec
+from .image import ConvGenerator, FCGenerator, ResNetGenerator, default_generator_spec
 from .table import TableGenerator
 
-GENERATORS = {"conv": ConvGenerator, "resnet": ResNetGenerator, "table": TableGenerator}
+GENERATORS = {"conv": ConvGenerator, "fc": FCGenerator, "resnet": ResNetGenerator, "table": TableGenerator}
 
 
 def build_generator(spec: dict) -> ConditionalGenerator:
@@ -16,5 +16,5 @@ def build_generator(spec: dict) -> ConditionalGenerator:
     return cls(**{**getattr(cls, "LEGACY_SPEC", {}), **spec})
 
 
-__all__ = ["ConditionalGenerator", "ConvGenerator", "GENERATORS", "ResNetGenerator", "TableGenerator",
+__all__ = ["ConditionalGenerator", "ConvGenerator", "FCGenerator", "GENERATORS", "ResNetGenerator", "TableGenerator",
            "build_generator", "default_generator_spec"]

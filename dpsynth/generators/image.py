@@ -16,6 +16,7 @@ rebuilds the same architecture with :func:`build_generator`.
   after the second BN) is the variant dpsynth used before, which scored lower;
   older saved generators are rebuilt with it.
 * :class:`ResNetGenerator`: ResNet-style up-sampling blocks for 32x32 colour.
+* :class:`FCGenerator`: fully connected (the DP-MERF / DP-HP authors' MNIST generator).
 """
 from __future__ import annotations
 
@@ -111,6 +112,33 @@ class ConvGenerator(ConditionalGenerator):
         return {"name": self.name, "image_shape": list(self.image_shape), "n_classes": self.n_classes,
                 "code_dim": self.code_dim, "hidden": self.hidden, "channels": list(self.channels),
                 "kernel_size": self.kernel_size, "upsample": self.upsample, "relu_after_fc": self.relu_after_fc}
+
+
+class FCGenerator(ConditionalGenerator):
+    """A fully connected image generator (the DP-MERF / DP-HP authors' MNIST ``FCCondGen``): code +
+    one-hot -> [FC(h) -> BN -> ReLU] per hidden width (default 500, 500) -> FC(C H W) -> sigmoid,
+    reshaped to ``image_shape``. Any image size."""
+
+    name = "fc"
+
+    def __init__(self, image_shape=(1, 28, 28), n_classes: int = 10, code_dim: int = 5, hidden=(500, 500)):
+        super().__init__(n_classes, code_dim)
+        self.image_shape = _shape(image_shape)
+        self.hidden = tuple(int(h) for h in hidden)
+        if not self.hidden or min(self.hidden) < 1:
+            raise InvalidParameterError(f"hidden must list one or more positive widths; got {hidden!r}.")
+        layers, width = [], self.code_dim + self.n_classes
+        for h in self.hidden:
+            layers += [nn.Linear(width, h), nn.BatchNorm1d(h), nn.ReLU()]
+            width = h
+        self.net = nn.Sequential(*layers, nn.Linear(width, math.prod(self.image_shape)), nn.Sigmoid())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z).reshape(z.shape[0], *self.image_shape)
+
+    def spec(self) -> dict:
+        return {"name": self.name, "image_shape": list(self.image_shape), "n_classes": self.n_classes,
+                "code_dim": self.code_dim, "hidden": list(self.hidden)}
 
 
 class _UpBlock(nn.Module):
