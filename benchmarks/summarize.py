@@ -33,7 +33,8 @@ def _setup(r) -> str:
     were recorded used the nearest-upsampling generator with a ReLU after the FC block and
     lr_step 100)."""
     g = r.get("generator") or {"upsample": "nearest", "relu_after_fc": True}
-    arch = g.get("upsample", "nearest") + ("+relu" if g.get("relu_after_fc", True) else "")
+    arch = "fc generator" if g.get("name") == "fc" else \
+        g.get("upsample", "nearest") + ("+relu" if g.get("relu_after_fc", True) else "")
     return f"{arch}, lr step {r.get('lr_step', 100)}"
 
 
