@@ -92,7 +92,8 @@ def run(args, data, method, eps, seed):
         if args.mavg_lr:
             kwargs["mavg_lr"] = args.mavg_lr
     if method == "dp-hp":           # the authors' per-dataset length scale and gamma, then overrides
-        kwargs.update(image_preset(method, data.name))
+        kwargs.update({k: v for k, v in image_preset(method, data.name).items()
+                       if k != "generator" or not args.generator})
         kwargs.update({k: v for k, v in {"length_scale": args.length_scale, "sum_weight": args.sum_weight,
                                          "order": args.hp_order, "n_product": args.product_releases}.items()
                        if v is not None})

@@ -176,7 +176,7 @@ def cmd_fit(args) -> int:
                                                                       args.no_early_stopping else [])
     if wrong and args.method != "dp-mepf":
         raise InvalidParameterError(f"{', '.join(wrong)}: dp-mepf options; this run is --method {args.method}.")
-    params = {**{k: v for k, v in defaults.items() if k in given or k == "n_classes"},
+    params = {**{k: v for k, v in defaults.items() if k in given or k in ("n_classes", "generator")},
               **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "

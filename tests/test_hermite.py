@@ -219,14 +219,18 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
     assert model.release_.ledger.total()[0] == pytest.approx(1.0)
 
 
-def test_cli_table_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path):
-    """Every preset setting reaches the model (none silently replaced by a class default)."""
+@pytest.mark.parametrize("dataset", ["adult", "mnist"])
+def test_cli_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path, dataset):
+    """Every preset setting (tables; images: the authors' length scale, gamma and MNIST's FC generator)
+    reaches the model, none silently replaced by a class default."""
     import dpsynth.cli as cli
     from dpsynth.cli import build_parser
-    from dpsynth.methods.presets import method_preset
+    from dpsynth.methods.presets import image_preset, method_preset
 
-    args = build_parser().parse_args(["fit", "--method", "dp-hp", "--dataset", "adult", "--out", str(tmp_path)])
-    preset = method_preset("dp-hp", "adult")
+    args = build_parser().parse_args(["fit", "--method", "dp-hp", "--dataset", dataset, "--epsilon", "1",
+                                      "--out", str(tmp_path)])
+    preset = method_preset("dp-hp", dataset) if dataset == "adult" else image_preset("dp-hp", dataset)
+    assert dataset == "adult" or preset["generator"] == "fc"
     captured = {}
 
     class Stop(Exception):
