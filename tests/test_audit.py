@@ -1,0 +1,103 @@
+"""The empirical privacy audit (`dpsynth audit`): it passes the real mechanisms and catches broken ones.
+
+An audit that cannot fail proves nothing, so every "passes" test has a twin that breaks the noise
+(from outside, by patching the noise source the library uses) and expects the bound above the claim.
+"""
+import json
+import math
+
+import pytest
+from scipy.stats import beta
+
+from dpsynth import cli
+from dpsynth.audit import audit, clopper_pearson, epsilon_bounds
+from dpsynth.errors import InvalidParameterError
+from dpsynth.privacy.mechanisms import NoiseSource
+
+
+def _break_noise(monkeypatch, factor):
+    """The deliberately broken mechanism: every noise std divided by ``factor``."""
+    original = NoiseSource.add_noise
+    monkeypatch.setattr(NoiseSource, "add_noise", lambda self, value, std: original(self, value, std / factor))
+
+
+def test_clopper_pearson_known_values():
+    assert clopper_pearson(0, 100, 0.05) == (0.0, pytest.approx(1 - 0.05 ** (1 / 100)))   # the "rule of three"
+    assert clopper_pearson(100, 100, 0.05) == (pytest.approx(0.05 ** (1 / 100)), 1.0)
+    lo, hi = clopper_pearson(30, 100, 0.025)
+    assert lo == pytest.approx(beta.ppf(0.025, 30, 71)) and hi == pytest.approx(beta.ppf(0.975, 31, 70))
+    assert lo < 0.3 < hi
+
+
+def test_epsilon_bounds_follow_the_dp_inequality():
+    # TPR <= e^eps FPR + delta: eps >= ln((TPR - delta) / FPR), with each rate at its pessimistic end
+    lower, upper, point = epsilon_bounds(600, 100, 1000, 1e-5, 0.025)
+    assert point == pytest.approx(math.log((0.6 - 1e-5) / 0.1))
+    tpr_lo, _ = clopper_pearson(600, 1000, 0.025)
+    _, fpr_hi = clopper_pearson(100, 1000, 0.025)
+    assert lower == pytest.approx(math.log((tpr_lo - 1e-5) / fpr_hi))
+    assert lower < point < upper
+    assert epsilon_bounds(100, 100, 1000, 1e-5, 0.025)[0] == 0.0        # a useless test proves nothing
+    assert epsilon_bounds(500, 0, 1000, 1e-5, 0.025)[1] is None         # no false positive: no upper end
+
+
+def test_release_audit_finds_the_worst_case_canary_and_stays_below_the_claim():
+    r = audit(1.0, 1e-5, trials=3000)
+    assert r.passed and 0 <= r.epsilon_lower <= 1.0
+    assert r.canary_gap == pytest.approx(1.0, abs=1e-3)       # the canary uses the full sensitivity 2/m
+    assert r.optimal_epsilon == pytest.approx(1.0, abs=1e-3)  # ... so an ideal attack would reach the claim
+    assert r.sigma == pytest.approx(3.7306, abs=1e-3) and r.sensitivity == pytest.approx(0.2)
+    assert r.noise_source.startswith("secure") and r.neighbouring == "replace_one"
+    assert r.epsilon_lower > 0.0                                # the attack does see the canary
+
+
+def test_release_audit_detects_a_mechanism_with_a_quarter_of_the_noise(monkeypatch):
+    _break_noise(monkeypatch, 4)
+    r = audit(1.0, 1e-5, trials=3000)
+    assert not r.passed and r.epsilon_lower > 1.0
+    assert "ABOVE THE CLAIM" in r.format()
+
+
+@pytest.mark.slow
+def test_release_audit_detects_halved_noise(monkeypatch):
+    # halved noise at claim 2 is epsilon ~4.3; 40,000 runs each resolve it (simulated: >= 2.23 in 20 of 20)
+    _break_noise(monkeypatch, 2)
+    r = audit(2.0, 1e-5, trials=40000)
+    assert r.epsilon_lower > 2.0
+
+
+@pytest.mark.slow
+def test_dpsgd_step_audit_passes_and_detects_broken_noise(monkeypatch):
+    honest = audit(1.0, 1e-5, mechanism="dpsgd-step", trials=1000)
+    assert honest.passed and honest.neighbouring == "add_remove"
+    assert honest.canary_gap == pytest.approx(1.0, abs=1e-3)     # the canary's gradient is clipped to C
+    _break_noise(monkeypatch, 4)
+    assert audit(1.0, 1e-5, mechanism="dpsgd-step", trials=1500).epsilon_lower > 1.0
+
+
+def test_audit_refuses_bad_settings():
+    with pytest.raises(InvalidParameterError, match="trials must be >= 100"):
+        audit(1.0, 1e-5, trials=10)
+    with pytest.raises(InvalidParameterError, match="mechanism must be one of"):
+        audit(1.0, 1e-5, mechanism="laplace")
+    with pytest.raises(InvalidParameterError, match="one Gaussian release"):
+        audit(1.0, 1e-5, trials=100, feature_map={"name": "hermite", "input_dim": 2, "order": 5,
+                                                  "n_product": 1, "product_dims": 2, "product_order": 2})
+    with pytest.raises(InvalidParameterError, match="confidence"):
+        audit(1.0, 1e-5, confidence=1.0)
+
+
+def test_cli_audit_prints_the_claim_beside_the_bound_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "a" / "audit.json"
+    rc = cli.main(["audit", "--epsilon", "2", "--trials", "300", "--out", str(out),
+                   "--feature-map", '{"name": "rff", "input_dim": 3, "n_features": 2}'])
+    text = capsys.readouterr().out
+    assert rc == 0 and "claimed epsilon 2" in text and "empirical epsilon lower bound" in text
+    saved = json.loads(out.read_text())
+    assert saved["passed"] and saved["trials"] == 300 and saved["epsilon"] == 2.0
+
+
+def test_cli_audit_exits_1_when_the_bound_exceeds_the_claim(monkeypatch, capsys):
+    _break_noise(monkeypatch, 4)
+    assert cli.main(["audit", "--trials", "3000", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["passed"] is False
