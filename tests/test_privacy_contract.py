@@ -1,0 +1,253 @@
+"""One privacy contract, run over every entry of the feature-map and method registries (issue 15).
+
+For every plug-in, on adversarial neighbouring datasets (a record's class swapped, a record at the
+bounds, an all-zero record, huge values, the record that maximises the feature norm, the record
+that moves the statistic most):
+
+* the released statistic moves by at most the sensitivity its ledger entry records (same noise
+  seed on both datasets, so the difference of the releases is the difference of the statistics);
+* every noise draw has std = noise multiplier x sensitivity of its ledger entry, in ledger order;
+* nothing private is read before the noise is calibrated.
+
+A plug-in registered without an entry here fails ``test_every_registered_*_is_covered``.
+"""
+import numpy as np
+import pytest
+import torch
+
+import dpsynth.embedding as embedding_module
+import dpsynth.methods.kip as kip_module
+from dpsynth import release_mean_embedding
+from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures,
+                              PooledFeatures, RandomFourierFeatures, build_feature_map)
+from dpsynth.features.encoders import build_encoder, save_encoder
+from dpsynth.kip.dpsgd import private_gradient
+from dpsynth.kip.kernels import FCReLUKernel
+from dpsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
+from dpsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
+
+M, C, D = 12, 3, 6          # records, classes, record width of the vector maps
+IMAGE = (1, 8, 8)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A randomly initialised (data-free, so public) encoder for 8x8 images."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("enc") / "random.safetensors"
+    save_encoder(build_encoder("vgg_small", 1, 10), {"arch": "vgg_small", "in_channels": 1, "n_classes": 10,
+                                                      "image_size": 8, "dataset": "random-init"}, path)
+    return str(path)
+
+
+# name in FEATURE_MAPS -> variants: (label, factory(encoder path), record shape)
+MAP_VARIANTS = {
+    "rff": [("rff", lambda e: RandomFourierFeatures(D, 40), (D,))],
+    "mixed_rff": [("mixed_rff", lambda e: MixedRFF(2, 2, 4, 40), (D,))],
+    "entk": [("fc_1l fast", lambda e: ENTKFeatures(D, "fc_1l", (16,), C), (D,)),
+             ("fc_1l generic", lambda e: ENTKFeatures(D, "fc_1l", (16,), C, fast=False), (D,)),
+             ("fc_2l", lambda e: ENTKFeatures(D, "fc_2l", (16, 8), C), (D,)),
+             ("cnn_2l", lambda e: ENTKFeatures(D, "cnn_2l", (4, 8), C), (D,))],
+    "hermite": [("hermite", lambda e: HermiteFeatures(D, order=30, length_scale=0.3, n_product=2, product_dims=3,
+                                                      product_order=4), (D,))],
+    "perceptual": [("perceptual phi1+phi2", lambda e: PerceptualFeatures(e, IMAGE, moments=(1, 2)), IMAGE)],
+    "pooled": [("pooled", lambda e: PooledFeatures(e, IMAGE), IMAGE)],
+}
+VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
+
+
+def test_every_registered_feature_map_is_covered():
+    assert set(MAP_VARIANTS) == set(FEATURE_MAPS), "add the new feature map to MAP_VARIANTS"
+
+
+def _base(shape, seed=0):
+    g = np.random.default_rng(seed)
+    return g.random((M, *shape)), np.arange(M) % C
+
+
+def _adversarial_neighbours(fmap, X, y):
+    """(what, X', y'): D' differs from D in record 0 only."""
+    shape = X.shape[1:]
+    g = np.random.default_rng(1)
+    cands = np.concatenate([g.uniform(-3, 4, (300, *shape)), np.zeros((1, *shape)), np.ones((1, *shape)),
+                            np.full((1, *shape), 1e39), np.full((1, *shape), -1e6)])
+    with torch.no_grad():
+        phis = fmap.bounded(fmap(torch.as_tensor(cands, dtype=torch.float32)).double())
+        phi0 = fmap.bounded(fmap(torch.as_tensor(X[:1], dtype=torch.float32)).double())
+    moved = (phis - phi0).norm(dim=1)                         # same class: phi(x') - phi(x0)
+    swapped = (phis.norm(dim=1) ** 2 + phi0.norm() ** 2).sqrt()   # other class: both columns move
+    out = []
+
+    def record(what, row, label):
+        X2, y2 = X.copy(), y.copy()
+        X2[0], y2[0] = row, label
+        out.append((what, X2, y2))
+    other = (y[0] + 1) % C
+    record("class swapped", X[0], other)
+    record("all-zero record", np.zeros(shape), y[0])
+    record("record at the upper bound, other class", np.ones(shape), other)
+    record("huge values (1e39)", np.full(shape, 1e39), y[0])
+    record("feature-norm maximiser", cands[int(phis.norm(dim=1).argmax())], other)
+    record("statistic-move maximiser, same class", cands[int(moved.argmax())], y[0])
+    record("statistic-move maximiser, other class", cands[int(swapped.argmax())], other)
+    return out
+
+
+class _NoiseLog:
+    """Records the std of every noise draw (patched into NoiseSource, which every mechanism uses)."""
+
+    def __init__(self, monkeypatch):
+        self.stds = []
+        original = NoiseSource.add_noise
+
+        def add_noise(source, value, std):
+            self.stds.append(float(std))
+            return original(source, value, std)
+        monkeypatch.setattr(NoiseSource, "add_noise", add_noise)
+
+
+def _pieces(release):
+    """(released tensor piece, its ledger entry) in ledger order, for the one-shot releases."""
+    fmap = build_feature_map(release.feature_spec)
+    blocks, start, out = iter(fmap.parts()), 0, []
+    for e in release.ledger.entries:
+        if e.description.startswith("class proportions"):
+            out.append((release.tensors["class_proportions"], e))
+        elif e.description.startswith("DP early-stopping proxy"):
+            out.append((release.tensors["proxy"], e))
+        elif e.mechanism == "gaussian" and "schema" not in e.description:
+            _, width, _ = next(blocks)
+            out.append((release.tensors["embedding"][start:start + width], e))
+            start += width
+    assert next(blocks, None) is None, "a block of the embedding has no ledger entry"
+    return out
+
+
+def _assert_moves_within_recorded_sensitivity(rel_a, rel_b, what):
+    for (a, entry), (b, _) in zip(_pieces(rel_a), _pieces(rel_b)):
+        move = float((a.double() - b.double()).norm())
+        assert move <= entry.sensitivity * (1 + 1e-9) + 1e-9, (what, entry.description, move, entry.sensitivity)
+
+
+def _assert_noise_matches_ledger(log, release):
+    entries = [e for e in release.ledger.entries if "schema" not in e.description]
+    assert log.stds == pytest.approx([e.noise_std for e in entries], rel=1e-12)
+    for e in entries:
+        assert e.noise_std == pytest.approx(e.noise_multiplier * e.sensitivity, rel=1e-12)
+    # the releases actually made compose exactly like one at (sum 1/s_i^2)^-1/2: within the claim
+    effective = sum(e.noise_multiplier ** -2 for e in entries) ** -0.5
+    first = release.ledger.entries[0]
+    assert epsilon_for_sigma(effective, first.delta, accountant="exact") <= first.epsilon * (1 + 1e-6)
+
+
+class _Guarded:
+    """Array-like whose values may be read only after calibration (its shape is public)."""
+
+    def __init__(self, arr, flag):
+        self.arr, self.flag, self.shape = arr, flag, arr.shape
+
+    def __array__(self, dtype=None, copy=None):
+        assert self.flag["calibrated"], "private records read before the noise was calibrated"
+        return np.asarray(self.arr, dtype=dtype)
+
+    def __len__(self):
+        return len(self.arr)
+
+
+def _watch_calibration(monkeypatch, *modules):
+    flag = {"calibrated": False}
+    for module in modules:
+        real = module.calibrate_sigma
+
+        def calibrate(*a, _real=real, **k):
+            flag["calibrated"] = True
+            return _real(*a, **k)
+        monkeypatch.setattr(module, "calibrate_sigma", calibrate)
+    return flag
+
+
+@pytest.mark.parametrize("name,label,factory,shape", VARIANTS, ids=[v[1] for v in VARIANTS])
+def test_feature_map_release_contract(name, label, factory, shape, encoder, monkeypatch):
+    fmap = factory(encoder)
+    X, y = _base(shape)
+    flag = _watch_calibration(monkeypatch, embedding_module)
+    log = _NoiseLog(monkeypatch)
+    kw = dict(epsilon=1.0, delta=1e-5, n_classes=C)
+    base = release_mean_embedding(fmap, _Guarded(X, flag), y, noise=NoiseSource(seed=0), **kw)
+    assert flag["calibrated"]
+    _assert_noise_matches_ledger(log, base)
+    for what, X2, y2 in _adversarial_neighbours(fmap, X, y):
+        other = release_mean_embedding(fmap, X2, y2, noise=NoiseSource(seed=0), **kw)
+        for t in other.tensors.values():
+            assert torch.isfinite(t).all(), what
+        _assert_moves_within_recorded_sensitivity(base, other, what)
+
+
+# -- methods -----------------------------------------------------------------------------------
+KERNEL_METHODS = {
+    "dp-ntk": lambda e: DPNTK(1.0, n_classes=10, ntk_width=20, iterations=1, batch_size=10, noise_seed=0),
+    "dp-merf": lambda e: DPMERF(1.0, n_classes=10, n_features=40, iterations=1, batch_size=10, noise_seed=0),
+    "dp-hp": lambda e: DPHP(1.0, n_classes=10, order=8, n_product=2, product_order=3, iterations=1, batch_size=10,
+                            noise_seed=0),
+    "dp-mepf": lambda e: DPMEPF(1.0, encoder=e, n_classes=10, iterations=1, batch_size=10, select_every=1,
+                                select_samples=20, noise_seed=0),
+}
+DPSGD_METHODS = {"dp-kip"}
+
+
+def test_every_registered_method_is_covered():
+    assert set(KERNEL_METHODS) | DPSGD_METHODS == set(METHODS), "add the new method to this contract"
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_METHODS))
+def test_kernel_method_release_contract(name, encoder, digits, monkeypatch):
+    X, y = digits.x_train[:60].numpy().astype(np.float64), digits.y_train[:60].numpy()
+    flag = _watch_calibration(monkeypatch, embedding_module)
+    log = _NoiseLog(monkeypatch)
+    base = KERNEL_METHODS[name](encoder).fit(_Guarded(X, flag), y).release_
+    assert flag["calibrated"]
+    _assert_noise_matches_ledger(log, base)
+    for what, row, label in [("class swapped", X[0], (y[0] + 1) % 10), ("all-zero image", 0.0, y[0]),
+                             ("white image, other class", 1.0, (y[0] + 5) % 10), ("huge values", 1e39, y[0])]:
+        X2, y2 = X.copy(), y.copy()
+        X2[0], y2[0] = row, label
+        other = KERNEL_METHODS[name](encoder).fit(X2, y2).release_
+        _assert_moves_within_recorded_sensitivity(base, other, what)
+
+
+def test_dpsgd_step_contract(monkeypatch):
+    """DP-KIP's data-touching step: add/remove one record (any record) moves the clipped sum by <= C,
+    and the noise std is sigma x C."""
+    kernel = FCReLUKernel(1)
+    g = torch.Generator().manual_seed(0)
+    x_s, y_s = torch.rand(4, D, generator=g, dtype=torch.float64), torch.eye(2, dtype=torch.float64)[[0, 1, 0, 1]]
+    X, Y = torch.rand(M, D, generator=g, dtype=torch.float64), torch.eye(2, dtype=torch.float64)[torch.arange(M) % 2]
+    clip, sigma = 1e-3, 2.0
+    log = _NoiseLog(monkeypatch)
+    kw = dict(reg=1e-6, clip=clip, noise_multiplier=sigma, expected_batch=float(M))
+    base = private_gradient(kernel, x_s, y_s, X, Y, noise=NoiseSource(seed=0), **kw)
+    for what, row in [("all-zero", torch.zeros(D)), ("ones", torch.ones(D)), ("huge", torch.full((D,), 1e39, dtype=torch.float64)),
+                      ("copy of record 0", X[0])]:
+        for label in (0, 1):
+            X2 = torch.cat([X, row[None].double()])
+            Y2 = torch.cat([Y, torch.eye(2, dtype=torch.float64)[[label]]])
+            other = private_gradient(kernel, x_s, y_s, X2, Y2, noise=NoiseSource(seed=0), **kw)
+            assert torch.isfinite(other).all()
+            assert float((other - base).norm()) * M <= clip * (1 + 1e-9), what      # outputs are divided by qN
+    removed = private_gradient(kernel, x_s, y_s, X[1:], Y[1:], noise=NoiseSource(seed=0), **kw)
+    assert float((removed - base).norm()) * M <= clip * (1 + 1e-9)
+    assert set(log.stds) == {sigma * clip}
+
+
+def test_dpkip_fit_contract(digits, monkeypatch):
+    """The method around the step: calibrated before reading, every step's noise as its ledger says."""
+    flag = _watch_calibration(monkeypatch, kip_module)
+    log = _NoiseLog(monkeypatch)
+    X, y = digits.x_train[:200].numpy(), digits.y_train[:200].numpy()
+    m = DPKIP(1.0, 1e-5, n_classes=10, images_per_class=1, epochs=1, batch_size=50, clip=1e-2, seed=0,
+              noise_seed=0).fit(_Guarded(X, flag), y)
+    e = m.release_.ledger.entries[0]
+    assert flag["calibrated"] and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
+    assert log.stds and log.stds == pytest.approx([e.noise_std] * len(log.stds), rel=1e-12)
+    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
+    assert len(log.stds) == plan.steps and epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0
