@@ -4,7 +4,8 @@ On disk a release is two files in one folder:
 
 * ``release.safetensors``: the noisy tensors (safetensors: no code runs on load);
 * ``release.json``: feature-map spec, public dataset facts, the privacy ledger,
-  the library version and the sha256 of the tensor file.
+  the library version, the sha256 of the tensor file and of its own content (a truncated,
+  corrupt or edited file is refused on load, naming the file).
 
 ``release.json`` is written last, so a folder without it holds no release.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ._io import sha256_file
+from ._io import read_sealed_json, sealed, sha256_file
 from ._version import __version__
 from .errors import ArtifactError
 from .privacy.ledger import Ledger
@@ -57,7 +58,7 @@ class Release:
                 "ledger": self.ledger.to_list(),
                 "extra": self.extra,
             }
-            tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
+            tmp_meta.write_text(json.dumps(sealed(meta), indent=2, sort_keys=True))
             os.replace(tmp_tensors, directory / TENSOR_FILE)
             os.replace(tmp_meta, directory / META_FILE)
         finally:
@@ -75,10 +76,7 @@ class Release:
                 f"no release in {directory}: expected {META_FILE} and {TENSOR_FILE}. "
                 f"Pass the folder that `dpsynth fit` or Release.save wrote."
             )
-        try:
-            meta = json.loads(meta_path.read_text())
-        except ValueError as exc:
-            raise ArtifactError(f"{meta_path} is not valid JSON: {exc}") from exc
+        meta = read_sealed_json(meta_path, "release")
         if meta.get("format") != FORMAT:
             raise ArtifactError(f"{meta_path} is not a dpsynth release (format={meta.get('format')!r}).")
         if meta.get("format_version", 0) > FORMAT_VERSION:

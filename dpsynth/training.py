@@ -24,12 +24,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from ._io import optimizer_tensors, restore_optimizer, save_checkpoint
+from ._io import load_checkpoint, optimizer_tensors, restore_optimizer, save_checkpoint
 from .early_stopping import proxy_distance
-from .errors import ArtifactError, unknown_name
+from .errors import unknown_name
 from .features.base import FeatureMap
 from .validation import check_positive
 
@@ -183,12 +182,7 @@ class _State:
                         prefix="optimizer.")
 
     def load(self, directory: Path) -> None:
-        try:
-            meta = json.loads((directory / CKPT_META).read_text())
-            tensors = load_file(str(directory / CKPT_TENSORS))
-        except (OSError, ValueError) as exc:
-            raise ArtifactError(f"cannot read the training checkpoint in {directory}: {exc}. "
-                                f"Delete {CKPT_META} to restart training from the saved release.") from exc
+        tensors, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "training")
         gen_state = {k[len("generator."):]: v for k, v in tensors.items() if k.startswith("generator.")}
         self.generator.load_state_dict(gen_state)
         restore_optimizer(self.optimizer, tensors, meta, prefix="optimizer.")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .._io import load_checkpoint, restore_optimizer, save_checkpoint
+from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..errors import ArtifactError, InvalidParameterError
 from ..evaluation.convnet import convnet_accuracy
 from ..validation import check_positive
@@ -82,8 +82,7 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
             "image_size": int(x.shape[-1]), "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "lr": lr, "seed": seed, "test_acc": acc, "train_s": round(time.perf_counter() - t0, 1)}
     save_encoder(net.cpu(), spec, out)
-    for p in (ckpt_t, ckpt_m):
-        p.unlink(missing_ok=True)
+    remove_checkpoint(ckpt_t, ckpt_m)
     return spec
 
 

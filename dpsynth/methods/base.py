@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from .._io import atomic_write
+from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
@@ -49,6 +51,7 @@ METHODS: dict[str, type] = {}
 MODEL_META = "model.json"
 GENERATOR_FILE = "generator.safetensors"
 FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
+STAGING = ".staging"       # where a save writes before moving its files into place
 
 
 def register(cls):
@@ -384,8 +387,7 @@ class KernelGeneratorMethod:
             if hasattr(self, "final_generator_"):
                 gens[FINAL_GENERATOR_FILE] = self.final_generator_
             for name, gen in gens.items():
-                with atomic_write(folder / name) as tmp:
-                    save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(tmp))
+                save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(folder / name))
         return write_model_folder(directory, self, {
             "generator_spec": self.generator_.spec(), "final_loss": self.losses_[-1] if self.losses_ else None,
             "iterations_done": len(self.losses_), "selection": getattr(self, "selection_", None)}, payload=weights)
@@ -396,7 +398,8 @@ class KernelGeneratorMethod:
         model.generator_ = build_generator(meta["generator_spec"])
         model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
         model.generator_.eval()
-        if (directory / FINAL_GENERATOR_FILE).exists():
+        if FINAL_GENERATOR_FILE in meta.get("files", {FINAL_GENERATOR_FILE: None} if
+                                             (directory / FINAL_GENERATOR_FILE).exists() else {}):
             model.final_generator_ = build_generator(meta["generator_spec"])
             model.final_generator_.load_state_dict(load_file(str(directory / FINAL_GENERATOR_FILE)))
             model.final_generator_.eval()
@@ -406,19 +409,38 @@ class KernelGeneratorMethod:
 
 
 def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
-    """A fitted model folder, for every method: the release (if not there yet), then
-    ``payload(folder)`` (e.g. generator weights), then ``model.json`` (method, params, ``meta``),
-    written last because its presence marks the folder complete."""
+    """A fitted model folder, for every method: the release (if not there yet), then the files
+    ``payload(folder)`` writes (e.g. generator weights), then ``model.json`` (method, params,
+    ``meta``, the sha256 of every payload file and of itself), written last because its presence
+    marks the folder complete.
+
+    Crash safety: the payload and model.json are written to a staging folder first (a full disk
+    or any error there leaves the previous model untouched, and the staging folder is removed),
+    then moved into place, model.json last. A kill between those moves leaves files that do not
+    match the model.json beside them: :func:`load` refuses that folder, naming the file, and
+    ``fit(..., resume=True)`` rewrites it from the checkpoint without spending privacy."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "release" / META_FILE).exists():
         model.release_.save(directory / "release")
-    if payload is not None:
-        payload(directory)
-    meta = {"format": "dpsynth-model", "library_version": __version__, "method": model.method,
-            "params": model.get_params(), **meta}
-    with atomic_write(directory / MODEL_META) as tmp:
-        tmp.write_text(json.dumps(meta, indent=2))
+    staging = directory / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        if payload is not None:
+            payload(staging)
+        files = {f.name: sha256_file(f) for f in sorted(staging.iterdir())}
+        meta = sealed({"format": "dpsynth-model", "library_version": __version__, "method": model.method,
+                       "params": model.get_params(), **meta, "files": files})
+        (staging / MODEL_META).write_text(json.dumps(meta, indent=2))
+        for name in files:
+            os.replace(staging / name, directory / name)
+        os.replace(staging / MODEL_META, directory / MODEL_META)
+        for stale in (FINAL_GENERATOR_FILE,):      # a file the previous model had and this one has not
+            if stale not in files and (directory / stale).exists():
+                (directory / stale).unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 
@@ -456,10 +478,10 @@ def load(directory):
         hint = " It holds a release but no trained generator: run `dpsynth fit ... --resume`." \
             if (directory / "release" / META_FILE).exists() else ""
         raise ArtifactError(f"no fitted model in {directory}: {MODEL_META} is missing.{hint}")
-    try:
-        meta = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    meta = read_sealed_json(path, "model")
+    for name, digest in meta.get("files", {}).items():
+        check_file_digest(directory / name, digest, f"model in {directory} (re-run the fit with --resume to "
+                                                     f"rewrite it without spending privacy)")
     if meta.get("format") != "dpsynth-model":
         raise ArtifactError(f"{path} is not a dpsynth model (format={meta.get('format')!r}).")
     if meta.get("method") not in METHODS:

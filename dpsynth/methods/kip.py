@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .._io import load_checkpoint, restore_optimizer, save_checkpoint
+from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
 from ..errors import ArtifactError, InvalidParameterError
 from ..kip.dpsgd import clipped_sum, poisson_batch, private_gradient
@@ -220,8 +220,7 @@ class DPKIP:
                                 extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
         if out is not None:
             self.save(out)
-            for name in (CKPT_TENSORS, CKPT_META):    # the sampler state must not outlive training
-                (out / name).unlink(missing_ok=True)
+            remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
         return self
 
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
