@@ -38,6 +38,21 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
     return (sums.T.contiguous() if y is not None else sums[0]) / X.shape[0]
 
 
+def public_assumptions(m: int, n_classes: int | None, public_facts: dict | None = None) -> dict:
+    """What a release's calibration takes as public, for its ledger entries: the record count m,
+    the number of classes, and for tables the numeric bounds of the encoder's schema (declared, or
+    inferred with budget)."""
+    out = {"m": int(m)}
+    if n_classes is not None:
+        out["n_classes"] = int(n_classes)
+    table = (public_facts or {}).get("table")
+    if table:
+        cols = table.get("schema", {}).get("columns", [])
+        out["numeric bounds (declared or privately inferred)"] = {
+            c["name"]: c["bounds"] for c in cols if c.get("bounds") is not None}
+    return out
+
+
 def release_plan(feature_map: FeatureMap | None = None, *, proxy_multiplier: float | None = None,
                  shares: dict | None = None, blocks: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
     """The plan of every Gaussian release :func:`release_mean_embedding` makes, and each one's
@@ -153,13 +168,14 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
         tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, sigma_props, noise)
         released.append((f"class proportions ({proportions_share:g} of the plan's privacy)", sigma_props,
-                         2 ** 0.5 / m))
+                         2 ** 0.5 / m, {"sensitivity": "sqrt(2) / m (one label changes)"}))
     blocks, start = [], 0
     for name, width, bound in parts:
         s_block = sigma * multipliers[name]
         blocks.append(gaussian_mechanism(mu[start:start + width], 2.0 * bound / m, s_block, noise))
         block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
-        released.append((f"{what}{block}", s_block, 2.0 * bound / m))
+        released.append((f"{what}{block}", s_block, 2.0 * bound / m,
+                         {"feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"}))
         start += width
     tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
     if proxy_map is not None:
@@ -167,7 +183,9 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, s_proxy, noise, batch_size)
         proxy_spec = proxy_map.spec()
         released.append((f"DP early-stopping proxy: mean embedding under {proxy_spec['name']} features of "
-                         f"the public network {proxy_spec.get('encoder', '')}", s_proxy, proxy_sens))
+                         f"the public network {proxy_spec.get('encoder', '')}", s_proxy, proxy_sens,
+                         {"feature_norm_bound": proxy_map.norm_bound, "sensitivity": "2 * feature_norm_bound / m",
+                          "public network": proxy_spec.get("encoder", "")}))
     # ---- end of private data ------------------------------------------------------------
 
     common = dict(epsilon=epsilon, delta=delta, accountant=accountant, plan=plan.to_dict(),
@@ -175,9 +193,10 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                   privacy_unit=privacy_unit)
     budget_id = {"budget_id": prior_entries[0].budget_id} if prior_entries else {}
     entries = []
-    for desc, s_release, sens in released:
+    public = public_assumptions(m, n_classes if conditional else None, public_facts)
+    for desc, s_release, sens, assumed in released:
         entries.append(LedgerEntry(mechanism="gaussian", description=desc, noise_multiplier=float(s_release),
-                                   sensitivity=sens, **common, **budget_id))
+                                   sensitivity=sens, assumed={**public, **assumed}, **common, **budget_id))
         budget_id = {"budget_id": entries[0].budget_id}          # same plan, same budget: paid for once
     entries = tuple(prior_entries) + tuple(entries)
     if budget is not None:

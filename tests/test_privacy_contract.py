@@ -134,6 +134,7 @@ def _assert_noise_matches_ledger(log, release):
     assert log.stds == pytest.approx([e.noise_std for e in entries], rel=1e-12)
     for e in entries:
         assert e.noise_std == pytest.approx(e.noise_multiplier * e.sensitivity, rel=1e-12)
+        assert e.assumed["m"] == e.n_records and "sensitivity" in e.assumed     # what the proof takes as public
     # the releases actually made compose exactly like one at (sum 1/s_i^2)^-1/2: within the claim
     effective = sum(e.noise_multiplier ** -2 for e in entries) ** -0.5
     first = release.ledger.entries[0]
@@ -248,6 +249,7 @@ def test_dpkip_fit_contract(digits, monkeypatch):
               noise_seed=0).fit(_Guarded(X, flag), y)
     e = m.release_.ledger.entries[0]
     assert flag["calibrated"] and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
+    assert e.assumed["N"] == 200 and e.assumed["clip"] == 1e-2
     assert log.stds and log.stds == pytest.approx([e.noise_std] * len(log.stds), rel=1e-12)
     plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
     assert len(log.stds) == plan.steps and epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0

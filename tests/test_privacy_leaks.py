@@ -241,6 +241,9 @@ def test_every_ledger_entry_records_neighbouring_and_privacy_unit():
     assert len(entries) == 3
     for e in entries:
         assert e.neighbouring == "replace_one" and e.privacy_unit == "one patient"
+        assert e.assumed["m"] == 60 and "sensitivity" in e.assumed
+    assert entries[1].assumed["n_classes"] == 2
+    assert entries[1].assumed["numeric bounds (declared or privately inferred)"]["w"] == [0, 1]
     assert "neighbouring=replace_one; privacy unit: one patient" in m.release_.ledger.format()
 
 

@@ -175,8 +175,11 @@ def schema_ledger_entry(inference: SchemaInference, noise_multiplier: float, thr
     if inference.categorical:
         parts.append(f"categories of {list(inference.categorical)} (noisy counts kept above {threshold:.4g}; "
                      f"the thresholds use delta {threshold_delta:.3g} of the plan's delta)")
+    assumed = {"m": common.get("n_records"), "sensitivity": "sqrt(2 x inferred columns): replacing a record takes 1 "
+               "from one bin and adds 1 to another in each inferred column's counts"}
     return LedgerEntry(mechanism="gaussian", description="schema inference: " + "; ".join(parts),
-                       noise_multiplier=float(noise_multiplier), sensitivity=inference.sensitivity, **common)
+                       noise_multiplier=float(noise_multiplier), sensitivity=inference.sensitivity,
+                       assumed=assumed, **common)
 
 
 def require_complete(schema: Schema) -> None:

@@ -195,7 +195,10 @@ class DPKIP:
                 f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}", epsilon=float(self.epsilon),
                 delta=float(self.delta), noise_multiplier=float(sigma), sensitivity=float(self.clip),
                 accountant=self.accountant, plan=plan.to_dict(), noise_source=NoiseSource(self.noise_seed).policy,
-                dataset=dataset, n_records=n_records, neighbouring="add_remove", privacy_unit=privacy_unit)
+                dataset=dataset, n_records=n_records, neighbouring="add_remove", privacy_unit=privacy_unit,
+                assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
+                         "sensitivity": "clip (one record added or removed)",
+                         "sampling": "Poisson, rate batch_size / N, divided by the expected batch q N"})
             if budget is not None:
                 budget.check(self.epsilon, self.delta)
             state = _KIPState.start(self, shape, entry, self._public_start(public_init, shape))

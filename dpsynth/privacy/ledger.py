@@ -31,6 +31,10 @@ class LedgerEntry:
     neighbouring: str = "replace_one"
     #: what one record is: the unit whose change the guarantee covers
     privacy_unit: str = PRIVACY_UNIT
+    #: the public facts the calibration and the sensitivity rest on (record count m, classes, norm
+    #: bound or clip, the sensitivity's formula, declared bounds): if one of them is not public,
+    #: the guarantee does not hold as recorded
+    assumed: dict = field(default_factory=dict)
     #: entries released under one calibration (one plan, one budget) share this id
     budget_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     library_version: str = __version__
@@ -88,7 +92,12 @@ class Ledger:
                 f"noise std={e.noise_std:.6g}\n"
                 f"    plan={e.plan}\n"
                 f"    neighbouring={e.neighbouring}; privacy unit: {e.privacy_unit}\n"
+                + (f"    assumed public: {_facts(e.assumed)}\n" if e.assumed else "") +
                 f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
                 f"    dpsynth {e.library_version}, {e.created}"
             )
         return "\n".join(lines) if lines else "(no releases)"
+
+
+def _facts(assumed: dict) -> str:
+    return "; ".join(f"{k}={v}" for k, v in assumed.items())
