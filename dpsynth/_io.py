@@ -31,6 +31,23 @@ def sealed(meta: dict) -> dict:
     return {**meta, SEAL: json_digest(meta)}
 
 
+def read_json(path: Path, what: str, error=None):
+    """The JSON content of ``path``; ``error`` (default ArtifactError) naming the file and ``what`` it
+    should hold if it is missing, unreadable or not valid JSON (e.g. truncated)."""
+    from .errors import ArtifactError
+
+    error = error or ArtifactError
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise error(f"{what} {path} does not exist.") from exc
+    except OSError as exc:
+        raise error(f"cannot read the {what} {path}: {exc}") from exc
+    except ValueError as exc:
+        raise error(f"{what} {path} is not valid JSON (truncated or corrupt?): {exc}") from exc
+
+
 def read_sealed_json(path: Path, what: str) -> dict:
     """Read a JSON artifact written with :func:`sealed`, refusing (ArtifactError naming the file) one
     that is unreadable, truncated or whose content no longer matches its recorded digest. Files
@@ -39,12 +56,7 @@ def read_sealed_json(path: Path, what: str) -> dict:
     from .errors import ArtifactError
 
     path = Path(path)
-    try:
-        meta = json.loads(path.read_text())
-    except OSError as exc:
-        raise ArtifactError(f"cannot read the {what} {path}: {exc}") from exc
-    except ValueError as exc:
-        raise ArtifactError(f"{path} is not valid JSON (truncated or corrupt {what}): {exc}") from exc
+    meta = read_json(path, what)
     if not isinstance(meta, dict):
         raise ArtifactError(f"{path} is not a dpsynth {what} (a JSON object was expected).")
     if SEAL in meta and meta[SEAL] != json_digest(meta):

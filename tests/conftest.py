@@ -48,3 +48,20 @@ def assert_learns_digits_and_noise_shows(make_model, digits):
     assert scores[10.0] > 0.6, scores
     assert scores[0.01] < scores[10.0] - 0.2, scores
     return model
+
+
+class Guarded:
+    """Array-like private data whose values may be read only once ``flag["calibrated"]`` is set
+    (its shape is public): calibration-before-reading tests."""
+
+    def __init__(self, arr, flag):
+        self.arr, self.flag, self.shape = arr, flag, arr.shape
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        assert self.flag["calibrated"], "private records read before the noise was calibrated"
+        return np.asarray(self.arr, dtype=dtype)
+
+    def __len__(self):
+        return len(self.arr)

@@ -18,6 +18,8 @@ from dpsynth.kip.per_record import _support_terms, factored_clipped_sum, gradien
 from dpsynth.methods import kip as kip_module
 from dpsynth.privacy import NoiseSource, PrivacyPlan
 
+from conftest import Guarded
+
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ntk_reference.npz"
 
 
@@ -152,20 +154,6 @@ def test_sampler_is_poisson():
 TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
 
 
-class _Guarded:
-    """Array-like whose rows may be read only after calibration (shape is public)."""
-
-    def __init__(self, arr, flag):
-        self.arr, self.flag, self.shape = arr, flag, arr.shape
-
-    def __array__(self, dtype=None, copy=None):
-        assert self.flag["calibrated"], "private rows read before calibration"
-        return np.asarray(self.arr, dtype=dtype)
-
-    def __len__(self):
-        return len(self.arr)
-
-
 def test_calibrates_before_reading_and_spends_at_most_epsilon(digits, monkeypatch):
     flag = {"calibrated": False}
     real = kip_module.calibrate_sigma
@@ -174,7 +162,7 @@ def test_calibrates_before_reading_and_spends_at_most_epsilon(digits, monkeypatc
         flag["calibrated"] = True
         return real(*a, **k)
     monkeypatch.setattr(kip_module, "calibrate_sigma", calibrate)
-    m = DPKIP(1.0, 1e-5, **TINY).fit(_Guarded(digits.x_train.numpy(), flag), digits.y_train.numpy())
+    m = DPKIP(1.0, 1e-5, **TINY).fit(Guarded(digits.x_train.numpy(), flag), digits.y_train.numpy())
     e = m.release_.ledger.entries[0]
     plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
     assert plan.steps == math.ceil(2 * 1437 / 100) and e.neighbouring == "add_remove" and e.sensitivity == 1e-2

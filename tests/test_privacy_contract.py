@@ -26,6 +26,8 @@ from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
 from dpsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
 
+from conftest import Guarded
+
 M, C, D = 12, 3, 6          # records, classes, record width of the vector maps
 IMAGE = (1, 8, 8)
 
@@ -141,20 +143,6 @@ def _assert_noise_matches_ledger(log, release):
     assert epsilon_for_sigma(effective, first.delta, accountant="exact") <= first.epsilon * (1 + 1e-6)
 
 
-class _Guarded:
-    """Array-like whose values may be read only after calibration (its shape is public)."""
-
-    def __init__(self, arr, flag):
-        self.arr, self.flag, self.shape = arr, flag, arr.shape
-
-    def __array__(self, dtype=None, copy=None):
-        assert self.flag["calibrated"], "private records read before the noise was calibrated"
-        return np.asarray(self.arr, dtype=dtype)
-
-    def __len__(self):
-        return len(self.arr)
-
-
 def _watch_calibration(monkeypatch, *modules):
     flag = {"calibrated": False}
     for module in modules:
@@ -174,7 +162,7 @@ def test_feature_map_release_contract(name, label, factory, shape, encoder, monk
     flag = _watch_calibration(monkeypatch, embedding_module)
     log = _NoiseLog(monkeypatch)
     kw = dict(epsilon=1.0, delta=1e-5, n_classes=C)
-    base = release_mean_embedding(fmap, _Guarded(X, flag), y, noise=NoiseSource(seed=0), **kw)
+    base = release_mean_embedding(fmap, Guarded(X, flag), y, noise=NoiseSource(seed=0), **kw)
     assert flag["calibrated"]
     _assert_noise_matches_ledger(log, base)
     for what, X2, y2 in _adversarial_neighbours(fmap, X, y):
@@ -205,7 +193,7 @@ def test_kernel_method_release_contract(name, encoder, digits, monkeypatch):
     X, y = digits.x_train[:60].numpy().astype(np.float64), digits.y_train[:60].numpy()
     flag = _watch_calibration(monkeypatch, embedding_module)
     log = _NoiseLog(monkeypatch)
-    base = KERNEL_METHODS[name](encoder).fit(_Guarded(X, flag), y).release_
+    base = KERNEL_METHODS[name](encoder).fit(Guarded(X, flag), y).release_
     assert flag["calibrated"]
     _assert_noise_matches_ledger(log, base)
     for what, row, label in [("class swapped", X[0], (y[0] + 1) % 10), ("all-zero image", 0.0, y[0]),
@@ -246,7 +234,7 @@ def test_dpkip_fit_contract(digits, monkeypatch):
     log = _NoiseLog(monkeypatch)
     X, y = digits.x_train[:200].numpy(), digits.y_train[:200].numpy()
     m = DPKIP(1.0, 1e-5, n_classes=10, images_per_class=1, epochs=1, batch_size=50, clip=1e-2, seed=0,
-              noise_seed=0).fit(_Guarded(X, flag), y)
+              noise_seed=0).fit(Guarded(X, flag), y)
     e = m.release_.ledger.entries[0]
     assert flag["calibrated"] and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
     assert e.assumed["N"] == 200 and e.assumed["clip"] == 1e-2

@@ -133,14 +133,9 @@ class Schema:
 
     @classmethod
     def from_json(cls, path) -> "Schema":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise SchemaError(f"schema file {path} does not exist.") from exc
-        except ValueError as exc:
-            raise SchemaError(f"schema file {path} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        from .._io import read_json
+
+        return cls.from_dict(read_json(path, "schema file", SchemaError))
 
     def to_json(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
