@@ -187,3 +187,24 @@ def test_full_disk_during_release_save_leaves_no_release(digits, tmp_path, monke
     assert left == []
     with pytest.raises(ArtifactError, match="no release"):
         Release.load(tmp_path / "run" / "release")
+
+
+@pytest.mark.parametrize("damage", ["weights", "spec"])
+def test_damaged_encoder_is_refused_naming_the_file(tmp_path, damage):
+    from dpsynth.features.encoders import build_encoder, load_encoder, save_encoder
+
+    path = save_encoder(build_encoder("vgg_small", 1, 10), {"arch": "vgg_small", "in_channels": 1, "n_classes": 10,
+                                                             "dataset": "fashion-mnist"}, tmp_path / "enc.safetensors")
+    load_encoder(path)
+    if damage == "weights":
+        data = path.read_bytes()
+        path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        name = path.name
+    else:
+        spec_path = path.with_suffix(".json")
+        spec = json.loads(spec_path.read_text())
+        spec["dataset"] = "mnist"                       # claims another public dataset
+        spec_path.write_text(json.dumps(spec))
+        name = spec_path.name
+    with pytest.raises(ArtifactError, match=name):
+        load_encoder(path)

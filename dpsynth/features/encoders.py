@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .._io import atomic_write
+from .._io import SEAL, atomic_write, check_file_digest, read_sealed_json, sealed, sha256_file
 from ..errors import ArtifactError, unknown_name
 
 VGG_CONFIGS = {
@@ -117,12 +117,14 @@ def conv_layers(net: nn.Module) -> list[str]:
 
 
 def save_encoder(net: nn.Module, spec: dict, path) -> Path:
-    """Weights as ``path`` (.safetensors) and the spec as ``path`` with suffix .json."""
+    """Weights as ``path`` (.safetensors) and the spec as ``path`` with suffix .json, sealed and
+    holding the weights' sha256 (a damaged or edited file is refused on load, naming it)."""
     path = Path(path)
     with atomic_write(path) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(tmp))
+        digest = sha256_file(tmp)
     with atomic_write(path.with_suffix(".json")) as tmp:
-        tmp.write_text(json.dumps(spec, indent=1))
+        tmp.write_text(json.dumps(sealed({**spec, "weights_sha256": digest}), indent=1))
     return path
 
 
@@ -158,10 +160,8 @@ def encoder_spec(path) -> dict:
     path = resolve_encoder(path)
     if path.suffix != ".safetensors":
         return {}
-    try:
-        return json.loads(path.with_suffix(".json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"cannot read the encoder spec {path.with_suffix('.json')}: {exc}") from exc
+    spec = read_sealed_json(path.with_suffix(".json"), "encoder spec")
+    return {k: v for k, v in spec.items() if k != SEAL}
 
 
 def load_encoder(path, arch: str | None = None) -> tuple[nn.Module, dict]:
@@ -172,6 +172,8 @@ def load_encoder(path, arch: str | None = None) -> tuple[nn.Module, dict]:
     path = resolve_encoder(path)
     if path.suffix == ".safetensors":
         spec = encoder_spec(path)
+        if "weights_sha256" in spec:
+            check_file_digest(path, spec["weights_sha256"], "encoder")
         try:
             state = load_file(str(path))
         except (OSError, ValueError) as exc:
