@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,9 +98,9 @@ def _versions(tensor_path: Path) -> list[Path]:
     """The tensor files of a checkpoint, legacy name included (``NAME.safetensors`` and the
     digest-named ``NAME.<digest>.safetensors`` of :func:`save_checkpoint`)."""
     tensor_path = Path(tensor_path)
-    stem, suffix = tensor_path.name[: -len(tensor_path.suffix)], tensor_path.suffix
-    return [p for p in tensor_path.parent.glob(f"{stem}*{suffix}")
-            if p.name == tensor_path.name or (p.name.startswith(stem + ".") and len(p.name) == len(stem) + 17 + len(suffix))]
+    stem, suffix = re.escape(tensor_path.stem), re.escape(tensor_path.suffix)
+    name = re.compile(rf"{stem}(\.[0-9a-f]{{16}})?{suffix}")
+    return [p for p in tensor_path.parent.iterdir() if name.fullmatch(p.name)]
 
 
 def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dict, optimizer,
@@ -120,7 +121,7 @@ def save_checkpoint(tensor_path: Path, meta_path: Path, tensors: dict, meta: dic
     try:
         save_file({**tensors, **opt_tensors}, str(tmp))
         digest = sha256_file(tmp)
-        named = tensor_path.with_name(f"{tensor_path.name[: -len(tensor_path.suffix)]}.{digest[:16]}{tensor_path.suffix}")
+        named = tensor_path.with_name(f"{tensor_path.stem}.{digest[:16]}{tensor_path.suffix}")
         os.replace(tmp, named)
     finally:
         if tmp.exists():

@@ -15,7 +15,7 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
    (epsilon, delta);
 3. the likelihood-ratio test of the attacker who knows D and D' (for Gaussian noise: project the
    output on the difference of the two noise-free statistics), its threshold and direction
-   chosen on the first half of the trials and evaluated once on the second half;
+   chosen on the first tenth of the trials (``SELECT_FRACTION``) and evaluated once on the rest;
 4. Clopper-Pearson bounds on the held-out TPR (lower) and FPR (upper), each at (1 - confidence)/2,
    turn the test into ``epsilon_lower``: with probability >= ``confidence`` the mechanism's true
    epsilon is at least that. Its interval is ``[epsilon_lower, epsilon_upper]`` (the upper end
@@ -168,6 +168,7 @@ class _ReleaseTarget:
                                         f"makes {len(self.multipliers)}: audit a one-block map.")
         self.sigma = calibrate_sigma(epsilon, delta, self.plan)
         self.sensitivity = 2.0 * feature_map.norm_bound / n_records
+        self.output_sensitivity = self.sensitivity          # the release is the statistic itself
         base = mean_embedding(feature_map, torch.as_tensor(self.X, dtype=torch.float32),
                               torch.as_tensor(self.y), n_classes)
         # the canary replaces record 0 (label y0) by (x', label): the class-conditional embedding
@@ -235,7 +236,7 @@ class _DPSGDTarget:
         self.expected = float(n_records)        # q = 1: the expected batch is N, public
         other = clipped_sum(self.kernel, self.x_s, self.y_s, self.X2, self.y2, 1e-6, clip)
         self.stats = ((base / self.expected).flatten(), (other / self.expected).flatten())
-        self.sensitivity_scale = 1.0 / self.expected
+        self.output_sensitivity = clip / self.expected      # the step returns the noisy sum / (q N)
         self.description = (f"one DP-SGD step of DP-KIP (private_gradient; full batch of {n_records} records, "
                             f"clip {clip:g})")
 
@@ -275,10 +276,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         fmap = feature_map if isinstance(feature_map, FeatureMap) else \
             build_feature_map(feature_map) if feature_map is not None else default_audit_map()
         target = _ReleaseTarget(epsilon, delta, fmap, n_records, int(n_classes), seed)
-        scale = 1.0
     else:
         target = _DPSGDTarget(epsilon, delta, n_records, seed)
-        scale = target.sensitivity_scale
     s0, s1 = target.stats
     gap = float((s1 - s0).norm())
     if not gap > 0:
@@ -300,10 +299,9 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     else:
         tp, fp = int((neg <= t).sum()), int((pos <= t).sum())
     lower, upper, point = epsilon_bounds(tp, fp, n, delta, alpha)
-    sensitivity = target.sensitivity * scale
     from .privacy.calibration import epsilon_for_sigma
 
-    canary_gap = gap / sensitivity
+    canary_gap = gap / target.output_sensitivity
     optimal = epsilon_for_sigma(target.sigma / canary_gap, delta, accountant="exact") if canary_gap > 1e-9 else 0.0
     result = AuditResult(
         mechanism=mechanism, epsilon=epsilon, delta=delta, trials=trials, confidence=float(confidence),

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ._io import read_sealed_json, sealed, sha256_file
+from ._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from ._version import __version__
 from .errors import ArtifactError
 from .privacy.ledger import Ledger
@@ -84,13 +84,7 @@ class Release:
                 f"{meta_path} has format version {meta['format_version']}, newer than this dpsynth "
                 f"({__version__}) reads ({FORMAT_VERSION}); upgrade dpsynth."
             )
-        digest = sha256_file(tensor_path)
-        if digest != meta.get("tensors_sha256"):
-            raise ArtifactError(
-                f"{tensor_path} does not match the sha256 recorded in {META_FILE} "
-                f"(file {digest[:12]}..., recorded {str(meta.get('tensors_sha256'))[:12]}...): "
-                f"the release is corrupt or was modified."
-            )
+        check_file_digest(tensor_path, meta.get("tensors_sha256"), f"release recorded in {META_FILE}")
         return cls(
             tensors=load_file(str(tensor_path)),
             feature_spec=meta["feature_spec"],

@@ -398,8 +398,8 @@ class KernelGeneratorMethod:
         model.generator_ = build_generator(meta["generator_spec"])
         model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
         model.generator_.eval()
-        if FINAL_GENERATOR_FILE in meta.get("files", {FINAL_GENERATOR_FILE: None} if
-                                             (directory / FINAL_GENERATOR_FILE).exists() else {}):
+        files = meta.get("files")          # None: written before model.json listed its files
+        if FINAL_GENERATOR_FILE in files if files is not None else (directory / FINAL_GENERATOR_FILE).exists():
             model.final_generator_ = build_generator(meta["generator_spec"])
             model.final_generator_.load_state_dict(load_file(str(directory / FINAL_GENERATOR_FILE)))
             model.final_generator_.eval()
@@ -436,9 +436,8 @@ def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
         for name in files:
             os.replace(staging / name, directory / name)
         os.replace(staging / MODEL_META, directory / MODEL_META)
-        for stale in (FINAL_GENERATOR_FILE,):      # a file the previous model had and this one has not
-            if stale not in files and (directory / stale).exists():
-                (directory / stale).unlink()
+        if FINAL_GENERATOR_FILE not in files:      # the previous model may have had one; this one has not
+            (directory / FINAL_GENERATOR_FILE).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return directory
