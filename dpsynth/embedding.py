@@ -78,6 +78,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            batch_size: int | None = None, public_facts: dict | None = None,
                            proportions_share: float | None = None, multipliers: dict | None = None,
                            noise: NoiseSource | None = None, prior_entries: tuple = (),
+                           prior_tensors: dict | None = None,
                            privacy_unit: str = PRIVACY_UNIT, proxy_map: FeatureMap | None = None,
                            proxy_multiplier: float = 10.0) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
@@ -107,7 +108,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     before it): the caller calibrates ``noise_multiplier`` for ``plan`` (:func:`release_plan`),
     passes the multipliers of this function's releases (relative to it), the same ``noise``
     source, and the ledger entries already released under the plan (``prior_entries``: their
-    budget id is reused, the budget is charged once, here).
+    budget id is reused, the budget is charged once, here) with their noisy tensors
+    (``prior_tensors``, saved in the same release).
 
     ``privacy_unit`` says what one record is (recorded in every ledger entry; presets say that
     the guarantee covers their preprocessed training split). Checks on the private data never
@@ -162,7 +164,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
     what = "class-conditional mean embedding" if conditional else "mean embedding"
     what = f"{what} under {feature_map.spec()['name']} features"
-    tensors, released = {}, []          # released: (description, noise multiplier, sensitivity)
+    tensors, released = dict(prior_tensors or {}), []          # released: (description, noise multiplier, sensitivity)
     if proportions_share is not None:
         sigma_props = sigma * multipliers["class_proportions"]
         counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)

@@ -41,14 +41,14 @@ def test_missing_bounds_or_categories_without_a_share_are_refused_before_reading
     with pytest.raises(SchemaError, match=r"bounds of numeric column\(s\) \['score'\] and categories of "
                                           r"categorical column\(s\) \['colour'\].*schema_share=0.1"):
         DPMERF(epsilon=1, **TINY).fit(Unreadable(toy_table(50)), label="y", schema=partial_schema())
-    with pytest.raises(InvalidParameterError, match="schema_share must be a number in \\(0, 1\\) leaving room"):
+    with pytest.raises(InvalidParameterError, match="schema_share=0.95, numeric_share=0.1 add up to 1 or more"):
         DPMERF(epsilon=1, schema_share=0.95, **TINY).fit(toy_table(50), label="y", schema=partial_schema())
 
 
 def test_inference_joins_the_plan_and_is_ledgered(tmp_path):
     budget = BudgetFile.open(tmp_path / "budget.json", "toy", 1.0, 1e-5)
-    m = DPMERF(epsilon=1.0, schema_share=0.2, **TINY).fit(table_with_rare_value(), label="y",
-                                                            schema=partial_schema(), budget=budget)
+    m = DPMERF(epsilon=1.0, schema_share=0.2, numeric_encoding="minmax", **TINY).fit(
+        table_with_rare_value(), label="y", schema=partial_schema(), budget=budget)
     schema_entry, props, emb = m.release_.ledger.entries
     assert "schema inference" in schema_entry.description and "'score'" in schema_entry.description
     assert schema_entry.budget_id == props.budget_id == emb.budget_id

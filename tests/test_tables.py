@@ -79,15 +79,20 @@ def test_mixed_rff_norm_bound_and_neighbouring_sensitivity():
 def test_class_proportions_release_shares_one_calibrated_plan():
     df = toy_table(400)
     m = DPMERF(epsilon=1.0, proportions_share=0.2, **TINY).fit(df, label="y", schema=SCHEMA)
-    props, emb = m.release_.ledger.entries
-    assert props.budget_id == emb.budget_id and m.release_.ledger.total() == (1.0, 1e-5)
+    sketch, props, emb = m.release_.ledger.entries
+    assert sketch.budget_id == props.budget_id == emb.budget_id and m.release_.ledger.total() == (1.0, 1e-5)
+    assert "numeric-column distributions" in sketch.description and sketch.sensitivity == pytest.approx(2.0)
     assert props.sensitivity == pytest.approx(math.sqrt(2) / 400) and emb.sensitivity == pytest.approx(2 / 400)
     sigma = calibrate_sigma(1.0, 1e-5)  # one release at (1, 1e-5): the plan composes exactly to it
-    assert 1 / props.noise_multiplier ** 2 + 1 / emb.noise_multiplier ** 2 == pytest.approx(1 / sigma ** 2, rel=1e-3)
+    assert sum(1 / e.noise_multiplier ** 2 for e in (sketch, props, emb)) == pytest.approx(1 / sigma ** 2, rel=1e-3)
     assert props.noise_multiplier == pytest.approx(sigma / math.sqrt(0.2), rel=1e-3)
+    assert sketch.noise_multiplier == pytest.approx(sigma / math.sqrt(0.1), rel=1e-3)
     p = m.release_.tensors["class_proportions"]
     true = (df["y"] == "pos").mean()
     assert p.shape == (2,) and abs(float(p[1]) - true) < 0.1 and float(p[1]) != true  # noisy, but close
+    minmax = DPMERF(epsilon=1.0, proportions_share=0.2, numeric_encoding="minmax", **TINY).fit(
+        df, label="y", schema=SCHEMA)
+    assert [e.description.split(" ")[0] for e in minmax.release_.ledger.entries] == ["class", "class-conditional"]
 
 
 def test_public_parts_do_not_depend_on_the_private_rows():

@@ -1,7 +1,8 @@
 """Encode a table for kernel features and decode generated rows back.
 
-Layout: the numeric columns first, each scaled to [0, 1] with its *declared*
-bounds, then one one-hot block per categorical column (schema order). Nothing
+Layout: the numeric columns first, each mapped to [0, 1]: through its privately
+released CDF when the release holds one (quantile encoding,
+:mod:`dpsynth.data.numeric_sketch`), else scaled with its *declared* bounds (min-max); then one one-hot block per categorical column (schema order). Nothing
 is estimated from the data: bounds and categories come from the schema, so
 encoding reads no statistic of the private table. Decoding clips numbers to
 their bounds (rounding integer columns), draws each categorical value from the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .numeric_sketch import QuantileMap
 from .private_schema import conform, inferred_columns, require_complete
 from .schema import Schema
 
@@ -35,18 +37,36 @@ def schema_dtype(kind: str, integer: bool = False, categories=None) -> str:
 
 
 class TableEncoder:
-    def __init__(self, schema: Schema, columns: list[str] | None = None):
+    def __init__(self, schema: Schema, columns: list[str] | None = None, numeric_maps: dict | None = None):
         require_complete(schema)
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
         self.columns = list(columns or [])
+        #: column -> released CDF knots {"x", "u"} (quantile encoding); other numeric columns: min-max
+        self.numeric_maps = dict(numeric_maps or {})
+        self._maps = {name: QuantileMap(k) for name, k in self.numeric_maps.items()}
 
     @classmethod
-    def for_frame(cls, schema: Schema, df: pd.DataFrame) -> "TableEncoder":
+    def for_frame(cls, schema: Schema, df: pd.DataFrame, numeric_maps: dict | None = None) -> "TableEncoder":
         """An encoder that restores ``df``'s column order (its column names; never its dtypes or
         any value)."""
-        return cls(schema, [str(c) for c in df.columns])
+        return cls(schema, [str(c) for c in df.columns], numeric_maps)
+
+    @property
+    def numeric_encoding(self) -> str:
+        return "quantile" if self._maps else "minmax"
+
+    def minmax(self) -> "TableEncoder":
+        """The same schema and column order with every numeric column min-max scaled (the fixed
+        feature encoding of the downstream classifiers, the same for every method and peer)."""
+        return TableEncoder(self.schema, self.columns)
+
+    def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
+        """``df`` checked against the schema (after :func:`conform` for privately inferred columns)."""
+        if inferred_columns(self.schema):
+            df = conform(df, self.schema)
+        return self.schema.validate(df, require_label=with_label and self.schema.label is not None)
 
     @property
     def dtypes(self) -> dict[str, str]:
@@ -72,13 +92,15 @@ class TableEncoder:
         """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema;
         columns whose bounds or categories were inferred privately are first clipped / mapped
         to them (:func:`~dpsynth.data.private_schema.conform`)."""
-        if inferred_columns(self.schema):
-            df = conform(df, self.schema)
-        clean = self.schema.validate(df, require_label=with_label and self.schema.label is not None)
+        clean = self.clean(df, with_label=with_label)
         parts = []
         for c in self.numeric:
-            lo, hi = c.bounds
-            parts.append(((clean[c.name].to_numpy(dtype=np.float64) - lo) / (hi - lo))[:, None])
+            values = clean[c.name].to_numpy(dtype=np.float64)
+            if c.name in self._maps:
+                parts.append(self._maps[c.name].encode(values)[:, None])
+            else:
+                lo, hi = c.bounds
+                parts.append(((values - lo) / (hi - lo))[:, None])
         for c in self.categorical:
             lookup = {str(v): i for i, v in enumerate(c.categories)}
             codes = clean[c.name].map(lookup).to_numpy(dtype=np.int64)
@@ -94,7 +116,7 @@ class TableEncoder:
         out = {}
         for j, c in enumerate(self.numeric):
             lo, hi = c.bounds
-            v = lo + np.clip(X[:, j], 0.0, 1.0) * (hi - lo)
+            v = self._maps[c.name].decode(X[:, j]) if c.name in self._maps else lo + np.clip(X[:, j], 0.0, 1.0) * (hi - lo)
             out[c.name] = np.clip(np.round(v), lo, hi) if c.integer else v
         start = self.n_numeric
         for c in self.categorical:
@@ -116,11 +138,14 @@ class TableEncoder:
 
     def to_dict(self) -> dict:
         # a list keeps the column order through JSON writers that sort keys
-        return {"schema": self.schema.to_dict(), "columns": list(self.columns)}
+        d = {"schema": self.schema.to_dict(), "columns": list(self.columns)}
+        if self.numeric_maps:
+            d["numeric_maps"] = self.numeric_maps
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TableEncoder":
         """Releases written by dpsynth 0.1 stored the private frame's dtypes as ``dtypes``:
         only their column order is used; the types come from the schema."""
         columns = d.get("columns") or [c for c, _ in d.get("dtypes") or []]
-        return cls(Schema.from_dict(d["schema"]), columns)
+        return cls(Schema.from_dict(d["schema"]), columns, d.get("numeric_maps"))

@@ -2,7 +2,8 @@
 
 Trained on synthetic rows, tested on the real test split (nothing is selected
 on the test set, unlike the reference code). Features: the table encoding
-(numeric columns scaled with the declared bounds, one-hot categoricals).
+with numeric columns min-max scaled by the declared bounds (whatever encoding the model used),
+one-hot categoricals.
 Binary labels: ROC-AUC and PR-AUC (average precision) from probabilities or
 decision scores (not hard labels); multi-class: weighted F1.
 """
@@ -69,6 +70,7 @@ def table_classifier_scores(train: pd.DataFrame, test: pd.DataFrame, encoder: Ta
     and the failure is named in ``failures``: nothing is silently dropped from the mean.
     """
     names = list(classifiers or TABLE_CLASSIFIERS)
+    encoder = encoder.minmax()        # one feature encoding for every method and peer
     Xs, ys = encoder.encode(train)
     Xt, yt = encoder.encode(test)
     n_classes = encoder.schema.n_classes

@@ -29,6 +29,8 @@ from safetensors.torch import load_file, save_file
 from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._version import __version__
 from ..data.encoding import TableEncoder
+from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, release_numeric_sketch, sketch_ledger_entry
 from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
                                    require_complete, schema_ledger_entry)
 from ..data.schema import Schema
@@ -51,6 +53,7 @@ METHODS: dict[str, type] = {}
 MODEL_META = "model.json"
 GENERATOR_FILE = "generator.safetensors"
 FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
+NUMERIC_ENCODINGS = ("quantile", "minmax")
 STAGING = ".staging"       # where a save writes before moving its files into place
 
 
@@ -69,7 +72,8 @@ class KernelGeneratorMethod:
                  lr_step: int = 1500, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
-                 proportions_share: float = 0.1, schema_share: float | None = None, loss: str = "direct",
+                 proportions_share: float = 0.1, schema_share: float | None = None,
+                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE, loss: str = "direct",
                  mavg_lr: float = 1e-3, early_stopping: bool = False, proxy_encoder: str | None = None,
                  proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
@@ -79,6 +83,7 @@ class KernelGeneratorMethod:
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
         self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
+        self.numeric_encoding, self.numeric_share = numeric_encoding, numeric_share
         self.loss, self.mavg_lr = loss, mavg_lr
         self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
         self.select_every, self.select_samples = select_every, select_samples
@@ -128,7 +133,7 @@ class KernelGeneratorMethod:
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress", "code_dim", "proportions_share", "schema_share", "loss", "mavg_lr", "early_stopping",
+                "progress", "code_dim", "proportions_share", "schema_share", "numeric_encoding", "numeric_share", "loss", "mavg_lr", "early_stopping",
                 "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
@@ -139,12 +144,19 @@ class KernelGeneratorMethod:
     def _validate(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta)
-        if self.schema_share is not None and not (
-                0 < float(self.schema_share) < 1 and float(self.schema_share) + float(self.proportions_share or 0) < 1):
+        if self.numeric_encoding not in NUMERIC_ENCODINGS:
+            raise InvalidParameterError(f"numeric_encoding must be one of {NUMERIC_ENCODINGS}; got "
+                                        f"{self.numeric_encoding!r}.")
+        shares = {"proportions_share": self.proportions_share, "schema_share": self.schema_share,
+                  "numeric_share": self.numeric_share if self.numeric_encoding == "quantile" else None}
+        for name, v in shares.items():
+            if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
+                raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
+                                            f"got {v!r} (try 0.1).")
+        if sum(float(v or 0) for v in shares.values()) >= 1:
             raise InvalidParameterError(
-                f"schema_share must be a number in (0, 1) leaving room for proportions_share="
-                f"{self.proportions_share} and the embedding; got {self.schema_share!r} (try 0.1)."
-            )
+                f"the shares {', '.join(f'{k}={v}' for k, v in shares.items() if v)} add up to 1 or more, leaving "
+                f"nothing for the embedding; lower them (e.g. 0.1 each).")
         self.train_config()
         if self.early_stopping:
             check_positive(self.proxy_multiplier, "proxy_multiplier")
@@ -240,45 +252,68 @@ class KernelGeneratorMethod:
         todo = SchemaInference.of(schema)
         if todo and self.schema_share is None:
             require_complete(schema)  # raises, naming the columns and the fixes
-        joint = {}
-        if todo:  # schema inference joins the plan: calibrate all of it before reading a row
-            plan, mults = release_plan(blocks=self.block_multipliers(),
-                                       shares={"schema": self.schema_share, "class_proportions": self.proportions_share})
-            delta_t = todo.threshold_delta(self.delta)
-            sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
-            if budget is not None:
-                budget.check(self.epsilon, self.delta)
-            noise = NoiseSource(self.noise_seed)
+        sketched = self.numeric_encoding == "quantile" and bool(schema.numeric)
+        # every release of the fit joins one plan, calibrated before any row is read
+        plan, mults = release_plan(blocks=self.block_multipliers(), shares={
+            "schema": self.schema_share if todo else None,
+            "numeric_sketch": self.numeric_share if sketched else None,
+            "class_proportions": self.proportions_share})
+        delta_t = todo.threshold_delta(self.delta)
+        sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
+        if budget is not None:
+            budget.check(self.epsilon, self.delta)
+        noise = NoiseSource(self.noise_seed)
+        common = dict(epsilon=self.epsilon, delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
+                      noise_source=noise.policy, dataset=dataset, n_records=len(df), privacy_unit=self._privacy_unit)
+        entries = []
+        # ---- private data: releases of counts, each followed by its post-processing ------------
+        if todo:
             sigma_schema = sigma * mults["schema"]
             std = sigma_schema * todo.sensitivity
             tau = todo.category_threshold(std, self.delta) if todo.categorical else None
-            # ---- private data: one Gaussian release of counts, then post-processing ------------
             stats = release_schema_statistics(schema.validate(df), todo, sigma_schema, noise)
             schema = complete_schema(schema, stats, std, tau)
             del stats
-            entry = schema_ledger_entry(todo, sigma_schema, tau, delta_t, epsilon=self.epsilon,
-                                        delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
-                                        noise_source=noise.policy, dataset=dataset, n_records=len(df),
-                                        privacy_unit=self._privacy_unit)
-            joint = {"plan": plan, "noise_multiplier": sigma, "multipliers": mults, "noise": noise,
-                     "prior_entries": (entry,)}
-        encoder = TableEncoder.for_frame(schema, df)
+            entries.append(schema_ledger_entry(todo, sigma_schema, tau, delta_t, **common))
+        maps, counts, sketch_facts = None, {}, {}
+        if sketched:
+            sketch = NumericSketch.of(schema)        # public cells from the (declared or inferred) bounds
+            sigma_sketch = sigma * mults["numeric_sketch"]
+            counts = release_numeric_sketch(TableEncoder(schema).clean(df), sketch, sigma_sketch, noise)
+            sketch_facts = {"noise_std": sigma_sketch * sketch.sensitivity}
+            maps = sketch.cdfs(counts, sketch_facts["noise_std"])
+            entries.append(sketch_ledger_entry(sketch, sigma_sketch, **common))
+        encoder = TableEncoder.for_frame(schema, df, maps)
         fmap = self.table_feature_map(encoder, schema.n_classes)
         if fmap.noise_multipliers() != self.block_multipliers():
             raise RuntimeError(f"{type(self).__name__}.block_multipliers() disagrees with its feature map's blocks; "
                                f"the plan would not match the releases.")
         return release_mean_embedding(
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
-            n_classes=schema.n_classes, accountant=self.accountant, seed=self.noise_seed, dataset=dataset,
+            n_classes=schema.n_classes, accountant=self.accountant, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
-            public_facts={"record_shape": [encoder.dim], "method": self.method, "table": encoder.to_dict(),
-                          **self._public_facts}, **joint,
+            public_facts={"record_shape": [encoder.dim], "method": self.method,
+                          "table": encoder.minmax().to_dict(), "numeric_encoding": encoder.numeric_encoding,
+                          **({"numeric_sketch": sketch_facts} if sketch_facts else {}), **self._public_facts},
+            plan=plan, noise_multiplier=sigma, multipliers=mults, noise=noise, prior_entries=tuple(entries),
+            prior_tensors={SKETCH_PREFIX + name: c for name, c in counts.items()},
         )
 
     @property
     def encoder_(self) -> TableEncoder | None:
+        """The table encoder of the release: its schema and column order (public facts), and with
+        quantile encoding the numeric columns' CDFs, rebuilt from the released noisy counts
+        (post-processing)."""
         table = self.release_.dataset.get("table") if hasattr(self, "release_") else None
-        return TableEncoder.from_dict(table) if table else None
+        if not table:
+            return None
+        encoder = TableEncoder.from_dict(table)
+        sketch = self.release_.dataset.get("numeric_sketch")
+        if sketch is None:
+            return encoder
+        counts = {k[len(SKETCH_PREFIX):]: v for k, v in self.release_.tensors.items() if k.startswith(SKETCH_PREFIX)}
+        return TableEncoder(encoder.schema, encoder.columns,
+                            NumericSketch.of(encoder.schema).cdfs(counts, sketch["noise_std"]))
 
     @property
     def proportions_(self) -> torch.Tensor | None:
