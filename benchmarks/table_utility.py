@@ -3,8 +3,11 @@
 For each (dataset, method, seed): the preset's seeded undersampling and split, the
 method's preset settings (DP-NTK Table 5; epsilon 1, delta 1e-5), a fit on the training
 split, as many synthetic rows as training rows, the 12 classifiers trained on them and
-tested on the real test split. ``--real`` adds the row of classifiers trained on the real
-training split. One JSON line per run is appended to ``--out``.
+tested on the real test split, and the fidelity metrics against the real test split
+(:func:`dpsynth.evaluation.fidelity.table_fidelity`). ``--real`` adds the row of classifiers
+trained on the real training split. ``--bounds wide`` replaces the preset's numeric bounds (the
+published files' ranges) by the wide ones a user would write (``benchmarks/wide_bounds.json``);
+``--numeric-encoding minmax quantile`` runs both encodings. One JSON line per run is appended to ``--out``.
 
     python benchmarks/table_utility.py --dataset adult cervical --method dp-ntk dp-merf \
         --seeds 0 1 2 3 4 --real --out benchmarks/out/tables.jsonl
@@ -20,7 +23,11 @@ import torch
 
 from dpsynth import DPHP, DPKIP, DPMERF, DPNTK
 from dpsynth.data import load_preset
+from dataclasses import replace
+
+from dpsynth.data import Schema
 from dpsynth.data.encoding import TableEncoder
+from dpsynth.evaluation.fidelity import table_fidelity
 from dpsynth.evaluation.tabular import table_classifier_scores
 from dpsynth.methods.presets import method_preset
 
@@ -36,7 +43,29 @@ def run(data, method, seed, overrides):
     # generators: as many rows as the training split; DP-KIP: its support set (10 per class)
     synth = model.sample(None if method == "dp-kip" else len(data.train), seed=seed)
     scores = table_classifier_scores(synth, data.test, model.encoder_, seed=seed)
-    return {"method": method, "fit_s": round(fit_s, 1), "params": params, **scores}
+    return {"method": method, "fit_s": round(fit_s, 1), "params": params, **scores,
+            "fidelity": summary(table_fidelity(data.test, synth, data.schema, seed=seed))}
+
+
+def summary(fid: dict) -> dict:
+    """The fidelity numbers without the association matrices (kept out of the JSON lines)."""
+    pair = {k: v for k, v in fid["pairwise"].items() if k not in ("real", "synthetic", "columns")}
+    return {**{k: v for k, v in fid.items() if k != "pairwise"}, "pairwise": pair}
+
+
+WIDE = Path(__file__).with_name("wide_bounds.json")
+
+
+def with_bounds(data, which: str):
+    """The preset with its numeric bounds replaced by the wide ones of ``benchmarks/wide_bounds.json``."""
+    if which == "preset":
+        return data
+    wide = json.loads(WIDE.read_text())[data.name]
+    cols = [replace(c, bounds=tuple(float(b) for b in wide[c.name])) if c.name in wide else c
+            for c in data.schema.columns]
+    data.schema = Schema(cols, data.schema.label, data.schema.label_categories,
+                         "benchmarks/wide_bounds.json (a user's wide, round bounds)", data.schema.notes)
+    return data
 
 
 def main():
@@ -48,6 +77,10 @@ def main():
     p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations")
     p.add_argument("--ntk-widths", default=None, help="override the DP-NTK preset's widths, e.g. 30,20")
     p.add_argument("--length-scale", type=float, default=None, help="override the DP-HP / DP-MERF length scale")
+    p.add_argument("--bounds", default="preset", choices=["preset", "wide"])
+    p.add_argument("--numeric-encoding", nargs="+", default=[None], help="minmax and/or quantile (default: "
+                   "the method's default)")
+    p.add_argument("--numeric-share", type=float, default=None)
     p.add_argument("--out", default="benchmarks/out/tables.jsonl")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -58,18 +91,27 @@ def main():
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
     for name in args.dataset:
         for seed in args.seeds:
-            data = load_preset(name, seed=seed)
+            data = with_bounds(load_preset(name, seed=seed), args.bounds)
             rows = []
             if args.real:
                 t = time.perf_counter()
                 real = table_classifier_scores(data.train, data.test, TableEncoder(data.schema), seed=seed)
-                rows.append({"method": "real", "fit_s": 0.0, "eval_s": round(time.perf_counter() - t, 1), **real})
+                rows.append({"method": "real", "fit_s": 0.0, "eval_s": round(time.perf_counter() - t, 1), **real,
+                             "fidelity": summary(table_fidelity(data.test, data.train, data.schema, seed=seed))})
             for method in args.method:
-                rows.append(run(data, method, seed, overrides))
+                for encoding in args.numeric_encoding:
+                    extra = {"numeric_encoding": encoding} if encoding else {}
+                    if args.numeric_share:
+                        extra["numeric_share"] = args.numeric_share
+                    rows.append(run(data, method, seed, {**overrides, **extra}))
             for row in rows:
                 row.update({"dataset": name, "seed": seed, "n_train": len(data.train), "n_test": len(data.test),
-                            "torch_threads": torch.get_num_threads()})
-                print(json.dumps({k: row[k] for k in ("dataset", "method", "seed", "mean", "fit_s")}), flush=True)
+                            "bounds": args.bounds, "torch_threads": torch.get_num_threads()})
+                fid = row["fidelity"]
+                print(json.dumps({**{k: row[k] for k in ("dataset", "method", "seed", "mean", "fit_s")},
+                                  "encoding": row.get("params", {}).get("numeric_encoding"),
+                                  "num_tv": fid["mean_numeric_tv"], "cat_tv": fid["mean_categorical_tv"],
+                                  "pair": fid["pairwise"]["mean_abs_error"]}), flush=True)
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
 

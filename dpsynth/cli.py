@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
+import warnings
 from pathlib import Path
 
 from . import __version__
@@ -129,6 +131,10 @@ def cmd_demo(args) -> int:
     return 0
 
 
+EVALUATION_FILE = "evaluation.json"     # written into the model folder by `evaluate`, read by `report`
+RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
+#: `fit --csv` defaults (user tables), stated in `fit --help`
+CSV_DEFAULTS = {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}
 IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "lr_step": 1500, "ntk_width": 800}
 
 
@@ -142,9 +148,9 @@ def _fit_inputs(args):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
         schema = Schema.from_json(args.schema)
-        df = read_table(args.csv, schema, label=args.label)
+        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
-            {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}, {}
+            dict(CSV_DEFAULTS), {}
     if not args.dataset:
         raise InvalidParameterError("give --dataset NAME (see `dpsynth datasets`) or --csv FILE with --schema.")
     info = get_info(args.dataset)
@@ -160,12 +166,58 @@ def _fit_inputs(args):
         {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
 
 
+def _resume_inputs(args):
+    """``fit --resume --out DIR`` without --dataset/--csv: everything from the folder's release (no data)."""
+    from .release import META_FILE, Release
+
+    out = Path(args.out)
+    if not (out / "release" / META_FILE).exists():
+        raise InvalidParameterError(f"--resume: {out} holds no release to resume; run the fit without --resume first.")
+    facts = Release.load(out / "release").dataset
+    method = args.method or facts.get("method")
+    if method == "dp-kip":
+        raise InvalidParameterError("dp-kip resumes DP-SGD, which reads the private data: give the same --dataset "
+                                    "or --csv as the first run, with --resume.")
+    if args.method and facts.get("method") and args.method != facts["method"]:
+        raise InvalidParameterError(f"--method {args.method}, but {out} holds a {facts['method']} release.")
+    args.method = method
+    params = dict(facts.get("fit_params") or {})
+    for key in ("seed", "noise_seed", "checkpoint_every"):      # the first run's, unless given again
+        if key in params:
+            value = params.pop(key)
+            if getattr(args, key) == RUN_DEFAULTS.get(key):
+                setattr(args, key, value)
+    return (None,), {"dataset": facts.get("name", "")}, params, {}
+
+
+def _check_out_folder(out: Path, args) -> None:
+    """Refuse to write a run into a non-empty folder that is not a dpsynth run (unless --force)."""
+    if args.resume or args.force or not out.exists():
+        return
+    if not out.is_dir():
+        raise InvalidParameterError(f"--out {out} is a file; give a folder for the model.")
+    entries = [p.name for p in out.iterdir()]
+    ours = {"release", "model.json", "budget.json"}
+    if entries and not ours & set(entries) and not any(n.startswith("checkpoint") for n in entries):
+        raise InvalidParameterError(
+            f"--out {out} is a non-empty folder that is not a dpsynth run (it holds {sorted(entries)[:5]}); "
+            f"give a new or empty folder, or --force to write into it anyway.")
+
+
 def cmd_fit(args) -> int:
     from .methods import METHODS
     from .privacy import BudgetFile
+    from .training import describe_trend
 
     out = Path(args.out)
-    data, fit_kwargs, defaults, facts = _fit_inputs(args)
+    _check_out_folder(out, args)
+    if args.resume and not (args.dataset or args.csv):
+        data, fit_kwargs, defaults, facts = _resume_inputs(args)
+    elif not args.method:
+        raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
+                                    "`fit --resume --out DIR` reads it from the folder.")
+    else:
+        data, fit_kwargs, defaults, facts = _fit_inputs(args)
     given = {"iterations": args.iterations, "batch_size": args.batch_size, "lr": args.lr, "lr_step": args.lr_step,
              "epsilon": args.epsilon,
              "delta": args.delta, "code_dim": args.code_dim}
@@ -198,7 +250,13 @@ def cmd_fit(args) -> int:
                                                                       args.no_early_stopping else [])
     if wrong and args.method != "dp-mepf":
         raise InvalidParameterError(f"{', '.join(wrong)}: dp-mepf options; this run is --method {args.method}.")
-    params = {**{k: v for k, v in defaults.items() if k in given or k in ("n_classes", "generator")},
+    if args.numeric_encoding is not None or args.numeric_share is not None:
+        if args.method in ("dp-kip", "dp-mepf"):
+            raise InvalidParameterError(f"--numeric-encoding / --numeric-share apply to tables fitted by dp-ntk, "
+                                        f"dp-merf or dp-hp; this run is --method {args.method}.")
+        given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
+    keep = given if not args.resume or args.dataset or args.csv else defaults     # resume: the first run's settings
+    params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator")},
               **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
@@ -230,6 +288,7 @@ def cmd_fit(args) -> int:
         return 0
     print(f"fitted {args.method} on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
           f"{len(model.losses_)} iterations, final loss {model.losses_[-1]:.4g}; saved to {out}")
+    print(describe_trend(model.loss_trend_).replace("more iterations", "a larger --iterations with --resume"))
     if getattr(model, "selection_", None):
         sel = model.selection_
         print(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
@@ -274,6 +333,8 @@ def cmd_sample(args) -> int:
     out = Path(args.out)
     if out.suffix not in (".npz", ".csv", ".parquet"):
         raise InvalidParameterError(f"--out must end in .npz (images) or .csv/.parquet (tables); got {out.name!r}.")
+    if out.exists() and not args.force:
+        raise InvalidParameterError(f"--out {out} exists; give a new file name, or --force to overwrite it.")
     model = load(args.model)
     if model.encoder_ is not None:
         if out.suffix not in (".csv", ".parquet"):
@@ -387,27 +448,36 @@ def _result_header(model, n: int) -> dict:
 def _evaluate_table(args, model) -> int:
     from .data import load_preset, read_table
     from .data.private_schema import declared_part
+    from .evaluation.fidelity import table_fidelity
     from .evaluation.tabular import table_classifier_scores
 
     facts, encoder = model.release_.dataset, model.encoder_
     if args.test:
         declared = declared_part(encoder.schema)  # raw rows; inferred bounds/categories apply in encode
-        test = read_table(args.test, declared, label=encoder.schema.label)
-        train_real = read_table(args.real_train, declared, label=encoder.schema.label) if args.real_train else None
+        test = read_table(args.test, declared, label=encoder.schema.label, drop_unlisted=True)
+        train_real = read_table(args.real_train, declared, label=encoder.schema.label, drop_unlisted=True) if args.real_train else None
     elif facts.get("preset"):
         data = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=args.data_dir)
         test, train_real = data.test, data.train
     else:
         raise InvalidParameterError("this model was fitted on a user table: pass --test FILE (same schema) to "
                                     "evaluate on your real test split.")
+    if args.real and train_real is None:
+        raise InvalidParameterError("--real scores classifiers trained on the real training split, which this "
+                                    "model cannot find: pass --real-train FILE (same schema) with --test.")
     n = args.n or int(facts["n_records"])
     synth = model.sample(n, seed=args.seed)
     result = _result_header(model, n)
+    keys = ("binary", "mean", "classifiers", "failures")
     scores = table_classifier_scores(synth, test, encoder, seed=args.seed)
-    result.update({"binary": scores["binary"], "mean": scores["mean"], "classifiers": scores["classifiers"],
-                   "failures": scores["failures"]})
-    if train_real is not None and args.real:
-        result["real"] = table_classifier_scores(train_real, test, encoder, seed=args.seed)["mean"]
+    result.update({k: scores[k] for k in keys})
+    if args.real:          # the same layout as the synthetic block
+        real = table_classifier_scores(train_real, test, encoder, seed=args.seed)
+        result["real"] = {k: real[k] for k in keys}
+    result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
+    result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
+    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows
+        tmp.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
     return 0
 
@@ -442,13 +512,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 
-    s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator")
-    s.add_argument("--method", required=True, choices=["dp-ntk", "dp-merf", "dp-hp", "dp-mepf", "dp-kip"])
+    s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
+    s.add_argument("--method", choices=["dp-ntk", "dp-merf", "dp-hp", "dp-mepf", "dp-kip"], help="required, "
+                   "except for `fit --resume --out DIR`, which reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
     s.add_argument("--schema", help="JSON schema of --csv (see README: schema format)")
     s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
+                   "(default: refuse, naming them)")
+    s.add_argument("--numeric-encoding", choices=["quantile", "minmax"], default=None, help="tables: numeric "
+                   "columns through their privately released CDF (quantile, default) or scaled by their declared "
+                   "bounds (minmax)")
+    s.add_argument("--numeric-share", type=float, default=None, help="tables: share of the privacy plan for the "
+                   "numeric columns' distributions (quantile encoding; default 0.1)")
+    s.add_argument("--force", action="store_true", help="write into a non-empty --out that is not a dpsynth run")
     s.add_argument("--infer-schema", type=float, default=None, metavar="SHARE",
                    help="--csv: release the bounds / categories the schema leaves out from the data, with "
                    "this share of the privacy plan (e.g. 0.1); recorded in the ledger")
@@ -502,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--checkpoint-every", type=int, default=200)
     s.add_argument("--resume", action="store_true", help="continue from the folder's release and checkpoint "
-                   "(spends no privacy budget)")
+                   "(spends no privacy budget, reads no data: `fit --resume --out DIR` is enough; a larger "
+                   "--iterations trains longer)")
     s.add_argument("--budget", default=None, help="budget file to charge (created with --budget-epsilon)")
     s.add_argument("--budget-epsilon", type=float, default=None, help="total epsilon of a new budget file")
     s.add_argument("--data-dir", default=None)
@@ -517,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
                    "stopping: the checkpoint closest to the proxy (default) or the last one")
+    s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     s.set_defaults(func=cmd_sample)
 
     s = sub.add_parser("pretrain-encoder", help="train an encoder on a PUBLIC image dataset (for DP-MEPF's "
@@ -589,15 +671,70 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+FIT_EPILOG = f"""\
+defaults:
+  --dataset (images): the method's settings for the dataset (DP-NTK: {IMAGE_DEFAULTS['iterations']} iterations,
+      batch {IMAGE_DEFAULTS['batch_size']}, lr {IMAGE_DEFAULTS['lr']}); --epsilon is required.
+  --dataset (tables): the paper's preset (epsilon 1, delta 1e-5, its iterations and network).
+  --csv (your table): epsilon {CSV_DEFAULTS['epsilon']:g}, delta {CSV_DEFAULTS['delta']:g}, \
+{CSV_DEFAULTS['iterations']} iterations, batch {CSV_DEFAULTS['batch_size']},
+      lr {CSV_DEFAULTS['lr']} x0.9 every {CSV_DEFAULTS['lr_step']} iterations; numeric columns quantile-encoded
+      with 0.1 of the privacy (--numeric-share), class proportions released with 0.1; dp-merf 10000 random
+      features, dp-ntk fc_1l width 800. The shares are parts of one (epsilon, delta), not extra charges.
+
+examples:
+  dpsynth fit --method dp-merf --csv data.csv --schema schema.json --label income --out runs/mine
+  dpsynth fit --resume --out runs/mine --iterations 4000      # train longer: no data read, no budget spent
+"""
+
+#: Python parameter -> command-line flag, for messages raised by the library
+CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "resume": "--resume", "schema_share": "--infer-schema",
+             "encoder": "--encoder", "iterations": "--iterations", "batch_size": "--batch-size", "lr": "--lr",
+             "n_features": "--n-features", "length_scale": "--length-scale", "numeric_share": "--numeric-share",
+             "numeric_encoding": "--numeric-encoding", "drop_unlisted": "--drop-unlisted", "out": "--out",
+             "proxy_encoder": "--proxy-encoder", "noise_seed": "--noise-seed", "n": "--n"}
+
+
+def cli_message(message: str) -> str:
+    """A library message in command-line words: ``epsilon=1.0`` -> ``--epsilon 1.0``, ``resume=True`` ->
+    ``--resume``, a leading ``epsilon must`` -> ``--epsilon must``."""
+    names = "|".join(sorted(map(re.escape, CLI_FLAGS), key=len, reverse=True))
+
+    def flag(m):
+        value = m.group(2)
+        return CLI_FLAGS[m.group(1)] + ("" if value == "True" else f" {value}")
+    message = re.sub(rf"(?<![\w.-])({names})=(True\b|[^\s,;)]+)", flag, message)
+    return re.sub(rf"^({names}) must", lambda m: f"{CLI_FLAGS[m.group(1)]} must", message)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings on the command line: one line, no source."""
+    print(f"dpsynth: warning: {cli_message(str(message))}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
+    from .training import TrainingInterrupted
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         return args.func(args)
     except DpsynthError as exc:
-        print(f"dpsynth: error: {exc}", file=sys.stderr)
+        print(f"dpsynth: error: {cli_message(str(exc))}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as exc:
+        where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: dpsynth fit --resume --out " \
+                f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
+        print(f"dpsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("dpsynth: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":  # pragma: no cover

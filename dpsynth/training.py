@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -251,7 +252,63 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             state.load(ckpt)
             logger.info("resumed from iteration %d (%s)", state.iteration, ckpt)
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
-               desc="training generator", unit="it")
+               desc="training generator", unit="it", **progress_rate())
+    try:
+        _loop(state, generator, feature_map, tgt, config, conditional, n_classes, props, label_proportions, dev,
+              selection, ckpt, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        if ckpt is not None:
+            state.save(ckpt, config)
+        raise TrainingInterrupted(state.iteration, ckpt) from None
+    bar.close()
+    generator.eval()
+    return state.losses
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: the state was checkpointed in ``checkpoint_dir`` (when there is one)."""
+
+    def __init__(self, iteration: int, checkpoint_dir):
+        super().__init__(iteration, checkpoint_dir)
+        self.iteration, self.checkpoint_dir = iteration, checkpoint_dir
+
+
+def progress_rate() -> dict:
+    """tqdm settings: live on a terminal; when stderr is a file or pipe (logs, CI), one line a minute."""
+    return {} if sys.stderr.isatty() else {"mininterval": 60.0, "maxinterval": 600.0}
+
+
+#: the loss has converged when its mean moved by less than this over the last tenth of training
+CONVERGED_CHANGE = 0.05
+
+
+def loss_trend(losses: list[float]) -> dict:
+    """Relative change of the loss over the last 10 % of iterations: mean of the last 5 % against
+    the mean of the 5 % ending at 90 %; ``converged`` when it moved by less than ``CONVERGED_CHANGE``."""
+    n = len(losses)
+    w = max(1, n // 20)
+    if n < 4 * w or n < 20:
+        return {"relative_change": None, "converged": None, "window": w}
+    end = n - 2 * w                       # the window ending at 90 %
+    before = sum(losses[end - w:end]) / w
+    after = sum(losses[-w:]) / w
+    change = (after - before) / abs(before) if before else 0.0
+    return {"relative_change": change, "converged": abs(change) < CONVERGED_CHANGE, "window": w}
+
+
+def describe_trend(trend: dict) -> str:
+    if trend.get("converged") is None:
+        return "too few iterations to judge convergence"
+    pct = 100 * trend["relative_change"]
+    if trend["converged"]:
+        return f"the loss changed by {pct:+.1f} % over the last 10 % of iterations: converged"
+    return (f"the loss changed by {pct:+.1f} % over the last 10 % of iterations: not converged, more "
+            f"iterations may help")
+
+
+def _loop(state, generator, feature_map, tgt, config, conditional, n_classes, props, label_proportions, dev,
+          selection, ckpt, bar) -> None:
     while state.iteration < config.iterations:
         labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
         x = generator.generate(labels, state.rng)
@@ -275,6 +332,3 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             selection.score(generator, state.iteration)
         if ckpt is not None and (state.iteration % config.checkpoint_every == 0 or last):
             state.save(ckpt, config)
-    bar.close()
-    generator.eval()
-    return state.losses

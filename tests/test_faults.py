@@ -122,7 +122,7 @@ def test_kill_9_during_training_leaves_a_resumable_folder(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     release = (out / "release" / "release.safetensors").read_bytes()
-    with pytest.raises(ArtifactError, match="--resume"):
+    with pytest.raises(ArtifactError, match="resume=True"):
         dpsynth.load(out)                                     # no model yet: says how to continue
     step = json.loads((out / "checkpoint.json").read_text())["iteration"]
     model = _resume(out, step + 2)                            # reads no data, spends nothing
@@ -151,7 +151,7 @@ def test_kill_at_every_file_move_of_a_resumed_fit_never_leaves_a_loadable_mix(di
             state = _state(dpsynth.load(out))
             assert _same(state, before) or _same(state, after), crash_at   # the old model or the new one
         except ArtifactError as exc:
-            assert "generator.safetensors" in str(exc) and "--resume" in str(exc), crash_at
+            assert "generator.safetensors" in str(exc) and "resume=True" in str(exc), crash_at
         assert _same(_state(_resume(out, 4)), after), crash_at             # and a resume finishes the job
         assert _same(_state(dpsynth.load(out)), after), crash_at
 

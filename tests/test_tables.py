@@ -57,7 +57,7 @@ def test_missing_bounds_are_refused_not_read_from_data():
     bad = json.loads(json.dumps(SCHEMA))
     del bad["columns"][0]["bounds"]
     with pytest.raises(SchemaError, match=r"leaves out bounds of numeric column\(s\) \['age'\].*never reads them "
-                                          r"from the private data silently.*--infer-schema 0.1"):
+                                          r"from the private data silently.*schema_share=0.1\)"):
         TableEncoder(Schema.from_dict(bad))
 
 

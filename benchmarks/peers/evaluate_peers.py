@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from dpsynth.data import Schema
 from dpsynth.data.encoding import TableEncoder
+from dpsynth.evaluation.fidelity import table_fidelity
 from dpsynth.evaluation.tabular import table_classifier_scores
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from table_utility import summary  # noqa: E402
 
 
 def main():
@@ -36,8 +41,11 @@ def main():
                 c = schema.column(col)
                 synth[col] = pd.to_numeric(synth[col]).clip(*c.bounds)
             r = table_classifier_scores(synth, test, enc, seed=0)
-            row = {"folder": folder.name, "method": method, **r}
-            print(json.dumps({"folder": folder.name, "method": method, "mean": r["mean"]}), flush=True)
+            fid = summary(table_fidelity(test, synth, schema))
+            row = {"folder": folder.name, "method": method, **r, "fidelity": fid}
+            print(json.dumps({"folder": folder.name, "method": method, "mean": r["mean"],
+                              "num_tv": fid["mean_numeric_tv"], "cat_tv": fid["mean_categorical_tv"],
+                              "pair": fid["pairwise"]["mean_abs_error"]}), flush=True)
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 

@@ -190,5 +190,5 @@ def require_complete(schema: Schema) -> None:
             f"the schema leaves out bounds of numeric column(s) {list(todo.numeric)} and categories of "
             f"categorical column(s) {list(todo.categorical)}. dpsynth never reads them from the private "
             f"data silently: declare them in the schema, or let dpsynth infer them privately with a share "
-            f"of the budget (schema_share=0.1 in Python, --infer-schema 0.1 on the command line)."
+            f"of the budget (schema_share=0.1)."
         )

@@ -36,7 +36,7 @@ class Column:
             if not self.categories:
                 raise SchemaError(
                     f"categorical column {self.name!r}: 'categories' must be a non-empty list, or left "
-                    f"out to have them inferred privately (--infer-schema)."
+                    f"out to have them inferred privately (schema_share=0.1)."
                 )
             if len(set(map(str, self.categories))) != len(self.categories):
                 raise SchemaError(f"categorical column {self.name!r} lists a category twice.")

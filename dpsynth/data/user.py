@@ -16,8 +16,12 @@ from .schema import Schema
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz"}
 
 
-def read_table(path, schema: Schema | str | Path, *, label: str | None = None) -> pd.DataFrame:
+def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
+               drop_unlisted: bool = False) -> pd.DataFrame:
     """Read a user table and validate it against a declared schema.
+
+    A column of the file that the schema does not list is refused, naming it (it would otherwise
+    be dropped without a word); ``drop_unlisted=True`` drops such columns on purpose.
 
     NumPy arrays have no column names: their columns are taken in schema order
     (feature columns, then the label if the schema has one). ``.npz`` files must
@@ -64,6 +68,12 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None) -
                 df[c.name] = df[c.name].map(_category_str)
         if schema.label:
             df[schema.label] = df[schema.label].map(_category_str)
+    listed = {c.name for c in schema.columns} | ({schema.label} if schema.label else set())
+    unlisted = [str(c) for c in df.columns if c not in listed]
+    if unlisted and not drop_unlisted:
+        raise SchemaError(
+            f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
+            f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
     return schema.validate(df)
 
 

@@ -22,6 +22,7 @@ from ..errors import ArtifactError, InvalidParameterError
 from ..evaluation.convnet import convnet_accuracy
 from ..validation import check_positive
 from .encoders import build_encoder, save_encoder
+from ..training import progress_rate
 
 
 def _ckpt_paths(out: Path) -> tuple[Path, Path]:
@@ -36,17 +37,17 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
 
     out = Path(out)
     if out.suffix != ".safetensors":
-        raise InvalidParameterError(f"--out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
+        raise InvalidParameterError(f"out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
     check_positive(epochs, "epochs", integer=True)
     check_positive(batch_size, "batch_size", integer=True)
     check_positive(lr, "lr")
     ckpt_t, ckpt_m = _ckpt_paths(out)
     if out.exists() and not resume:
-        raise ArtifactError(f"{out} exists; choose another --out.")
+        raise ArtifactError(f"{out} exists; choose another out=PATH.")
     if resume and not ckpt_m.exists():
         raise ArtifactError(f"nothing to resume: no checkpoint {ckpt_m}.")
     if ckpt_m.exists() and not resume:
-        raise ArtifactError(f"{ckpt_m} holds an interrupted pretraining run: pass --resume or remove it.")
+        raise ArtifactError(f"{ckpt_m} holds an interrupted pretraining run: pass resume=True or remove it.")
     data = load_dataset(dataset, data_dir=data_dir)
     x, y = data.x_train, data.y_train.long()
     torch.manual_seed(seed)
@@ -63,7 +64,8 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
         g.set_state(t["rng"])
         start, epochs, batch_size, lr, seed = meta["epoch"], meta["epochs"], meta["batch_size"], meta["lr"], meta["seed"]
     t0 = time.perf_counter()
-    bar = tqdm(total=epochs, initial=start, disable=not progress, desc=f"pretrain {arch} on {dataset}", unit="epoch")
+    bar = tqdm(total=epochs, initial=start, disable=not progress, desc=f"pretrain {arch} on {dataset}", unit="epoch",
+               **progress_rate())
     for epoch in range(start, epochs):
         net.train()
         for idx in torch.randperm(len(y), generator=g).split(batch_size):

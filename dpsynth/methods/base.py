@@ -44,7 +44,7 @@ from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
-                        train_generator)
+                        loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
@@ -137,6 +137,11 @@ class KernelGeneratorMethod:
                 "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
+    def fit_params(self) -> dict:
+        """The settings saved with the release, so that ``dpsynth fit --resume --out DIR`` can rebuild the
+        model from the folder alone (public: chosen before any data was read)."""
+        return {k: v for k, v in self.get_params().items() if k not in ("device", "progress")}
+
     def train_config(self) -> TrainConfig:
         return TrainConfig(self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step,
                            self.checkpoint_every, self.seed, self.progress, self.loss, self.mavg_lr).validate()
@@ -195,7 +200,7 @@ class KernelGeneratorMethod:
         if has_release and not resume:
             raise ArtifactError(
                 f"{out} already holds a release; fitting again would spend privacy budget a second "
-                f"time. Pass resume=True (CLI: --resume) to continue training from it, or a new folder."
+                f"time. Pass resume=True to continue training from it, or a new folder."
             )
         if resume and not has_release:
             raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
@@ -240,7 +245,8 @@ class KernelGeneratorMethod:
             proxy_map=proxy, proxy_multiplier=self.proxy_multiplier,
             n_classes=n_classes if self.conditional else None, accountant=self.accountant,
             seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
-            public_facts={"record_shape": list(shape), "method": self.method, **self._public_facts},
+            public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
+                          **self._public_facts},
         )
 
     def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
@@ -292,7 +298,7 @@ class KernelGeneratorMethod:
             fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
             n_classes=schema.n_classes, accountant=self.accountant, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
-            public_facts={"record_shape": [encoder.dim], "method": self.method,
+            public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
                           "table": encoder.minmax().to_dict(), "numeric_encoding": encoder.numeric_encoding,
                           **({"numeric_sketch": sketch_facts} if sketch_facts else {}), **self._public_facts},
             plan=plan, noise_multiplier=sigma, multipliers=mults, noise=noise, prior_entries=tuple(entries),
@@ -355,6 +361,7 @@ class KernelGeneratorMethod:
             conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
             resume=resume and has_checkpoint(out), device=self.device, selection=selection,
         )
+        self.loss_trend_ = loss_trend(self.losses_)
         self.generator_.cpu().eval()
         self.selection_ = selection.to_dict() if selection is not None else None
         if selection is not None and selection.best_state is not None:
@@ -425,7 +432,8 @@ class KernelGeneratorMethod:
                 save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(folder / name))
         return write_model_folder(directory, self, {
             "generator_spec": self.generator_.spec(), "final_loss": self.losses_[-1] if self.losses_ else None,
-            "iterations_done": len(self.losses_), "selection": getattr(self, "selection_", None)}, payload=weights)
+            "iterations_done": len(self.losses_), "selection": getattr(self, "selection_", None),
+            "loss_trend": getattr(self, "loss_trend_", None)}, payload=weights)
 
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
@@ -440,6 +448,7 @@ class KernelGeneratorMethod:
             model.final_generator_.eval()
         model.selection_ = meta.get("selection")
         model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
+        model.loss_trend_ = meta.get("loss_trend")
         return model
 
 
@@ -509,12 +518,12 @@ def load(directory):
     directory = Path(directory)
     path = directory / MODEL_META
     if not path.exists():
-        hint = " It holds a release but no trained generator: run `dpsynth fit ... --resume`." \
+        hint = " It holds a release but no trained generator: fit again with resume=True (no privacy spent)." \
             if (directory / "release" / META_FILE).exists() else ""
         raise ArtifactError(f"no fitted model in {directory}: {MODEL_META} is missing.{hint}")
     meta = read_sealed_json(path, "model")
     for name, digest in meta.get("files", {}).items():
-        check_file_digest(directory / name, digest, f"model in {directory} (re-run the fit with --resume to "
+        check_file_digest(directory / name, digest, f"model in {directory} (fit again with resume=True to "
                                                      f"rewrite it without spending privacy)")
     if meta.get("format") != "dpsynth-model":
         raise ArtifactError(f"{path} is not a dpsynth model (format={meta.get('format')!r}).")

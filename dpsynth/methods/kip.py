@@ -39,6 +39,7 @@ from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, register, write_model_folder
+from ..training import progress_rate
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class DPKIP:
             raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
         ckpt = out is not None and (out / CKPT_META).exists()
         if ckpt and not resume:
-            raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True (CLI --resume) to "
+            raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True to "
                                 f"continue it, or use a new folder.")
         if resume and not ckpt:
             raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
@@ -229,7 +230,8 @@ class DPKIP:
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
         kernel, n = self.kernel, x_all.shape[0]
         y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype).to(state.x.device)
-        bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step")
+        bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step",
+                   **progress_rate())
         while state.step < plan.steps:
             idx = poisson_batch(n, plan.sample_rate, state.sampler).to(x_all.device)
             if self.private:

@@ -40,7 +40,7 @@ class DPMEPF(KernelGeneratorMethod):
     def _encoder_path(self) -> str:
         if self.encoder is None:
             raise InvalidParameterError(
-                "DP-MEPF needs an encoder trained on PUBLIC data: pass encoder=PATH (CLI --encoder FILE). Make one "
+                "DP-MEPF needs an encoder trained on PUBLIC data: pass encoder=PATH. Make one "
                 "with `dpsynth pretrain-encoder --dataset fashion-mnist --arch vgg_small` (for MNIST), or give a "
                 "torchvision VGG19 / ResNet18 .pth file."
             )

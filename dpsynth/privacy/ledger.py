@@ -96,7 +96,19 @@ class Ledger:
                 f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
                 f"    dpsynth {e.library_version}, {e.created}"
             )
-        return "\n".join(lines) if lines else "(no releases)"
+        if not lines:
+            return "(no releases)"
+        budgets = {}
+        for e in self.entries:
+            budgets.setdefault(e.budget_id, []).append(e)
+        notes = []
+        for entries in budgets.values():
+            if len(entries) > 1:
+                idx = [str(self.entries.index(e) + 1) for e in entries]
+                notes.append(f"entries [{'], ['.join(idx)}] are shares of ONE budget of epsilon={entries[0].epsilon:g}, "
+                             f"delta={entries[0].delta:g}, calibrated together (their noise composes exactly to "
+                             f"it); they are not separate charges.")
+        return "\n".join(lines + notes)
 
 
 def _facts(assumed: dict) -> str:

@@ -1,0 +1,149 @@
+"""Quantile encoding of numeric columns (issue 14): public grid, the sketch release's sensitivity on
+worst-case neighbours, calibration before reading, the CDF map, and the defect it fixes."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import dpsynth
+import dpsynth.methods.base as base_module
+from dpsynth import DPMERF
+from dpsynth.data import Schema
+from dpsynth.data.numeric_sketch import (ColumnGrid, NumericSketch, QuantileMap, noisy_cdf,
+                                         release_numeric_sketch)
+from dpsynth.data.schema import Column
+from dpsynth.privacy import NoiseSource
+
+WIDE = {"columns": [{"name": "amount", "type": "numeric", "bounds": [-1e6, 2e6]},
+                    {"name": "month", "type": "numeric", "bounds": [0, 100], "integer": True},
+                    {"name": "rate", "type": "numeric", "bounds": [0, 1]}],
+        "label": "y", "label_categories": ["a", "b"]}
+
+
+def heavy_table(n=2000, seed=0):
+    """Half the amounts exactly 0, the rest log-normal (median ~3,000), months bunched at 12-24,
+    rates mostly exactly 0 or 1: what wide public bounds make hard."""
+    g = np.random.default_rng(seed)
+    amount = np.where(g.random(n) < 0.5, 0.0, np.exp(g.normal(8, 1.5, n))).clip(0, 2e6)
+    month = np.where(g.random(n) < 0.7, g.integers(12, 25, n), g.integers(1, 37, n))
+    rate = np.where(g.random(n) < 0.6, 0.0, np.where(g.random(n) < 0.5, 1.0, g.random(n).round(2)))
+    y = np.where((amount > 3000) ^ (month > 20), "a", "b")
+    return pd.DataFrame({"amount": amount, "month": month, "rate": rate, "y": y})
+
+
+def test_grid_is_public_strictly_increasing_with_atoms_at_bounds_and_zero():
+    g = ColumnGrid.of(Column("amount", "numeric", (-1e6, 2e6)))
+    assert np.all(np.diff(g.edges) > 0) and g.edges[0] == -1e6 and g.edges[-1] == 2e6
+    assert set(g.edges[g.atoms]) == {-1e6, 0.0, 2e6} and 100 < g.n_cells < 400
+    cells = g.cells(np.array([0.0, 1e-9, -1e-9, 2e6, -1e6, 5e6, 150.0]))
+    assert cells[0] != cells[1] and cells[0] != cells[2] and len(set(cells[:5])) == 5   # exact 0 is its own cell
+    assert cells[5] == cells[3]                                                        # clipped to the bound
+    months = ColumnGrid.of(Column("month", "numeric", (0, 100), integer=True))
+    c = months.cells(np.arange(101))
+    assert len(set(c)) == 101 and months.n_cells == 103       # one cell per value (+ two empty half cells)
+    big = ColumnGrid.of(Column("n", "numeric", (0, 1e5), integer=True))
+    assert np.all(np.diff(big.edges[1:-1]) >= 1)              # integer cells at least one unit wide
+
+
+def test_sketch_release_moves_by_at_most_its_sensitivity_on_worst_case_neighbours():
+    schema = Schema.from_dict(WIDE)
+    sketch = NumericSketch.of(schema)
+    assert sketch.sensitivity == pytest.approx(math.sqrt(6))
+    df = heavy_table(50)
+    base = release_numeric_sketch(df, sketch, 1.0, NoiseSource(seed=0))
+    moves = []
+    for row in [(2e6, 100, 1.0), (-1e6, 0, 0.0), (0.0, 50, 0.5), (123.4, 99, 0.999), (1e300, -5, 7.0)]:
+        for i in (0, 17):
+            other = df.copy()
+            other.loc[i, ["amount", "month", "rate"]] = row
+            rel = release_numeric_sketch(other, sketch, 1.0, NoiseSource(seed=0))     # same noise draws
+            move = math.sqrt(sum(float(((rel[k] - base[k]) ** 2).sum()) for k in base))
+            assert move <= sketch.sensitivity + 1e-9
+            moves.append(move)
+    assert max(moves) == pytest.approx(sketch.sensitivity)      # the bound is attained: it is tight
+
+
+def test_sketch_noise_std_is_multiplier_times_sensitivity():
+    sketch = NumericSketch.of(Schema.from_dict(WIDE))
+    df = heavy_table(50)
+    draws = [release_numeric_sketch(df, sketch, 2.0, NoiseSource(seed=s))["amount"] for s in range(300)]
+    exact = np.bincount(sketch.grids["amount"].cells(df["amount"].to_numpy()), minlength=sketch.grids["amount"].n_cells)
+    resid = (torch.stack(draws).numpy() - exact).ravel()
+    assert resid.std() == pytest.approx(2.0 * math.sqrt(6), rel=0.02)
+
+
+def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
+    state = {"calibrated": False, "read": False}
+    real_cal, real_rel = base_module.calibrate_sigma, base_module.release_numeric_sketch
+
+    def cal(*a, **k):
+        state["calibrated"] = True
+        return real_cal(*a, **k)
+
+    def rel(df, *a, **k):
+        assert state["calibrated"], "the sketch read private rows before the plan was calibrated"
+        state["read"] = True
+        return real_rel(df, *a, **k)
+    monkeypatch.setattr(base_module, "calibrate_sigma", cal)
+    monkeypatch.setattr(base_module, "release_numeric_sketch", rel)
+    DPMERF(epsilon=1, iterations=2, batch_size=50, n_features=50, noise_seed=0).fit(heavy_table(200), label="y",
+                                                                                   schema=WIDE)
+    assert state["read"]
+
+
+def test_quantile_map_is_monotone_and_round_trips_atoms_and_dense_regions():
+    grid = ColumnGrid.of(Column("amount", "numeric", (-1e6, 2e6)))
+    values = heavy_table(5000)["amount"].to_numpy()
+    counts = np.bincount(grid.cells(values), minlength=grid.n_cells).astype(float)
+    qm = QuantileMap(noisy_cdf(grid, counts, noise_std=1.0))
+    u = qm.encode(np.sort(values))
+    assert np.all(np.diff(u) >= 0) and 0 <= u.min() and u.max() <= 1
+    assert qm.encode(np.array([0.0]))[0] == pytest.approx(0.25, abs=0.02)     # the atom holds half the mass
+    assert qm.decode(np.array([0.1, 0.25, 0.45]))[0] == 0.0 and qm.decode(np.array([0.45]))[0] == 0.0
+    back = qm.decode(qm.encode(values))
+    assert np.mean(np.abs(back - values) <= 0.2 * np.abs(values) + 1e-12) > 0.95
+    # the encoded values are close to uniform: what the generator finds easy
+    enc = qm.encode(values[values > 0])
+    assert np.histogram(enc, bins=5, range=(0.5, 1))[0].min() > 0.15 * len(enc)
+
+
+def test_noise_in_empty_cells_is_thresholded_away():
+    grid = ColumnGrid.of(Column("amount", "numeric", (-1e6, 2e6)))
+    counts = np.zeros(grid.n_cells)
+    counts[grid.cells(np.array([0.0]))[0]] = 1000
+    noisy = counts + np.random.default_rng(0).normal(0, 5, grid.n_cells)
+    qm = QuantileMap(noisy_cdf(grid, noisy, noise_std=5.0))
+    draws = qm.decode(np.random.default_rng(1).random(10000))
+    assert np.mean(draws == 0.0) > 0.8           # without the threshold noise would put most draws elsewhere
+
+
+@pytest.mark.parametrize("method", ["dp-merf", "dp-ntk"])
+def test_wide_bounds_quantiles_follow_the_data_not_the_bounds(method):
+    """The issue's defect: with wide bounds, min-max put the 5th percentile of a column whose real
+    one is 0 at about -100k and no exact zeros; the quantile encoding gets zeros and the median right."""
+    df = heavy_table(3000)
+    kw = dict(n_features=2000) if method == "dp-merf" else dict(ntk_width=200)
+    out = {}
+    for enc in ("minmax", "quantile"):
+        m = dpsynth.methods.METHODS[method](epsilon=1, numeric_encoding=enc, iterations=400, batch_size=500,
+                                            noise_seed=0, **kw).fit(df, label="y", schema=WIDE)
+        out[enc] = m.sample(3000, seed=0)
+    q, mm = out["quantile"], out["minmax"]
+    assert (mm["amount"] == 0).mean() < 0.05 and abs(np.quantile(mm["amount"], 0.05)) > 20000
+    assert 0.35 < (q["amount"] == 0).mean() < 0.65 and abs(np.quantile(q["amount"], 0.05)) < 1.0
+    assert 0.3 < np.quantile(q["amount"][q["amount"] > 0], 0.5) / np.quantile(df["amount"][df["amount"] > 0], 0.5) < 3
+    assert abs(np.median(q["month"]) - np.median(df["month"])) <= 3
+    assert (q["rate"] == 0).mean() > 0.4 and (q["rate"] == 1).mean() > 0.1 and q["rate"].between(0, 1).all()
+
+
+def test_release_holds_noisy_counts_and_the_loaded_model_decodes_the_same(tmp_path):
+    m = DPMERF(epsilon=1, iterations=20, batch_size=100, n_features=100, noise_seed=0).fit(
+        heavy_table(300), label="y", schema=WIDE, out=tmp_path / "m")
+    rel = m.release_
+    assert {"numeric_sketch/amount", "numeric_sketch/month", "numeric_sketch/rate"} <= set(rel.tensors)
+    assert rel.dataset["numeric_encoding"] == "quantile" and "numeric_maps" not in rel.dataset["table"]
+    loaded = dpsynth.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(loaded.sample(200, seed=3), m.sample(200, seed=3))
+    assert loaded.encoder_.numeric_maps == m.encoder_.numeric_maps
