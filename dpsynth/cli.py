@@ -131,7 +131,6 @@ def cmd_demo(args) -> int:
     return 0
 
 
-EVALUATION_FILE = "evaluation.json"     # written into the model folder by `evaluate`, read by `report`
 RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
 #: `fit --csv` defaults (user tables), stated in `fit --help`
 CSV_DEFAULTS = {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}
@@ -430,6 +429,23 @@ def _evaluate_kip(args, model, name) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .data import read_table
+    from .data.private_schema import declared_part
+    from .evaluation.report import build_report
+    from .methods import load
+
+    test = None
+    if args.test:
+        schema = load(args.model).encoder_
+        if schema is None:
+            raise InvalidParameterError("--test applies to table models; an image model's report needs no data.")
+        test = read_table(args.test, declared_part(schema.schema), label=schema.schema.label, drop_unlisted=True)
+    out = build_report(args.model, test=test, out=args.out, seed=args.seed, data_dir=args.data_dir)
+    print(f"wrote {out}")
+    return 0
+
+
 def _cnn(args, x, y, data) -> dict:
     from .evaluation.convnet import cnn_scores
 
@@ -476,7 +492,9 @@ def _evaluate_table(args, model) -> int:
         result["real"] = {k: real[k] for k in keys}
     result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
     result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
-    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows
+    from .evaluation.report import EVALUATION_FILE
+
+    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows     # what `dpsynth report` shows
         tmp.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
     return 0
@@ -640,6 +658,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")
     s.add_argument("--data-dir", default=None)
     s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("report", help="one self-contained HTML file: marginals, dependence heatmaps, utility, "
+                       "the privacy ledger in words (tables), or the sample grid (images)")
+    s.add_argument("model", help="model folder written by `dpsynth fit` (run `dpsynth evaluate` first for the "
+                   "utility table)")
+    s.add_argument("--test", help="tables fitted with --csv: real rows to compare against (same schema)")
+    s.add_argument("--out", default=None, help="HTML file (default MODEL/report.html)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows drawn for the plots")
+    s.add_argument("--data-dir", default=None)
+    s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("audit", help="empirical privacy audit: attack a mechanism on neighbouring datasets and "
                                      "print the epsilon lower bound it proves beside the claim",

@@ -1,0 +1,217 @@
+"""``dpsynth report RUN``: one self-contained HTML file about a fitted model.
+
+Tables: per-column marginals real vs synthetic, the pairwise-dependence heatmaps (real, synthetic,
+their difference), the fidelity numbers, the utility table of ``dpsynth evaluate`` (when it ran),
+and the privacy ledger in plain words. Images: the sample grid, the utility numbers and the ledger.
+Every picture is an inline PNG (base64); the file loads nothing from the network. Plots need
+matplotlib (``pip install 'dpsynth[report]'``).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .._io import atomic_write
+from ..errors import InvalidParameterError
+from .fidelity import table_fidelity
+
+EVALUATION_FILE = "evaluation.json"
+REPORT_FILE = "report.html"
+MAX_MARGINALS = 40           # columns plotted (the fidelity table lists all of them)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise InvalidParameterError("the report draws its plots with matplotlib: pip install 'dpsynth[report]'.") \
+            from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    _pyplot().close(fig)
+    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    if kind == "numeric":
+        r, s = np.asarray(real, float), np.asarray(synth, float)
+        lo, hi = np.quantile(r, [0.01, 0.99])
+        hi = hi if hi > lo else lo + 1
+        bins = np.linspace(lo, hi, 31)
+        ax.hist(np.clip(r, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="real")
+        ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
+        ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=6)
+    else:
+        cats = [str(c) for c in categories]
+        p = real.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
+        q = synth.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
+        top = (p + q).sort_values(ascending=False).index[:12]
+        x = np.arange(len(top))
+        ax.bar(x - 0.2, p[top], 0.4, label="real")
+        ax.bar(x + 0.2, q[top], 0.4, label="synthetic")
+        ax.set_xticks(x, [t[:10] for t in top], rotation=60, fontsize=6)
+    ax.set_title(name, fontsize=8)
+    ax.tick_params(labelsize=6)
+    ax.legend(fontsize=6)
+    return _png(fig)
+
+
+def _heatmaps(pair: dict) -> str:
+    plt = _pyplot()
+    real, synth = np.asarray(pair["real"]), np.asarray(pair["synthetic"])
+    cols = pair["columns"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
+    for ax, (title, m) in zip(axes, [("real", real), ("synthetic", synth), ("|real - synthetic|", np.abs(real - synth))]):
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(title, fontsize=9)
+        ticks = range(len(cols)) if len(cols) <= 30 else []
+        ax.set_xticks(ticks, [c[:12] for c in cols] if ticks else [], rotation=90, fontsize=5)
+        ax.set_yticks(ticks, [c[:12] for c in cols] if ticks else [], fontsize=5)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    return _png(fig)
+
+
+def ledger_in_words(release) -> str:
+    """The ledger as sentences a reader without DP training can follow."""
+    eps, delta = release.ledger.total()
+    entries = release.ledger.entries
+    items = []
+    for e in entries:
+        items.append(
+            f"<li><b>{html.escape(e.description)}</b>: Gaussian noise with standard deviation {e.noise_std:.4g} "
+            f"was added (noise multiplier {e.noise_multiplier:.4g} times sensitivity {e.sensitivity:.4g}, the most "
+            f"one record can move this statistic; neighbouring datasets: {html.escape(e.neighbouring.replace('_', ' '))}"
+            f"; one record is {html.escape(e.privacy_unit)}).</li>")
+    shared = len({e.budget_id for e in entries}) == 1 and len(entries) > 1
+    head = (f"<p>This model was trained on {len(entries)} noisy release(s) of the private data and on nothing else. "
+            f"Together they are differentially private with <b>epsilon = {eps:g}, delta = {delta:g}</b>: no one "
+            f"looking at the model or its samples can tell with confidence beyond this bound whether any one "
+            f"record was in the data.")
+    if shared:
+        head += (" The releases below are <b>shares of that one budget</b>, calibrated together; they are not "
+                 "separate charges.")
+    return head + "</p><ul>" + "".join(items) + "</ul>"
+
+
+def _utility_html(evaluation: dict | None) -> str:
+    if not evaluation:
+        return ("<p>No utility numbers yet: run <code>dpsynth evaluate RUN</code> first (it writes "
+                "evaluation.json, which this report reads).</p>")
+    rows = []
+    if "classifiers" in evaluation and isinstance(evaluation["classifiers"], dict):
+        keys = list(evaluation["mean"])
+        real = (evaluation.get("real") or {}).get("classifiers", {})
+        for name, scores in evaluation["classifiers"].items():
+            cells = "".join(f"<td>{scores[k]:.3f}</td>" for k in keys)
+            cells += "".join(f"<td>{real[name][k]:.3f}</td>" for k in keys) if name in real else ""
+            rows.append(f"<tr><td>{html.escape(name)}</td>{cells}</tr>")
+        mean = "".join(f"<td><b>{evaluation['mean'][k]:.3f}</b></td>" for k in keys)
+        if real:
+            mean += "".join(f"<td><b>{evaluation['real']['mean'][k]:.3f}</b></td>" for k in keys)
+        head = "".join(f"<th>{k} (synthetic)</th>" for k in keys) + \
+            ("".join(f"<th>{k} (real)</th>" for k in keys) if real else "")
+        return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic rows, tested on the real test "
+                f"split.</p><table><tr><th>classifier</th>{head}</tr>{''.join(rows)}"
+                f"<tr><td><b>mean</b></td>{mean}</tr></table>")
+    shown = {k: v for k, v in evaluation.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return "<table>" + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in shown.items()) + \
+        "</table>"
+
+
+def _table_sections(model, test, seed: int, n: int) -> str:
+    encoder = model.encoder_
+    real = encoder.clean(test)
+    synth = model.sample(n, seed=seed)          # as `dpsynth evaluate` draws them: the same numbers
+    fid = table_fidelity(real, synth, encoder.schema, seed=seed)
+    marg = fid["marginals"]
+    rows = "".join(
+        f"<tr><td>{html.escape(c)}</td><td>{v['kind']}</td><td>{v['tv']:.3f}</td>"
+        f"<td>{v['wasserstein']:.3f}</td></tr>" if v["kind"] == "numeric" else
+        f"<tr><td>{html.escape(c)}</td><td>{v['kind']}</td><td>{v['tv']:.3f}</td><td>-</td></tr>"
+        for c, v in marg.items())
+    kinds = {c.name: c for c in encoder.schema.columns}
+    plots = []
+    for name in list(marg)[:MAX_MARGINALS]:
+        col = kinds.get(name)
+        cats = col.categories if col is not None else encoder.schema.label_categories
+        plots.append(_marginal_plot(name, marg[name]["kind"], real[name], synth[name], cats))
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    return (
+        f"<h2>Fidelity</h2><p>Against {len(real)} real rows ({html.escape(fid['reference'])}). Mean numeric "
+        f"TV {fmt(fid['mean_numeric_tv'])}, mean numeric W1 {fmt(fid['mean_numeric_wasserstein'])}, mean categorical TV "
+        f"{fmt(fid['mean_categorical_tv'])}, pairwise dependence error {fid['pairwise']['mean_abs_error']:.3f} "
+        f"(max {fid['pairwise']['max_abs_error']:.3f}).</p>"
+        f"<h3>Marginals, real vs synthetic</h3><div class='grid'>{''.join(plots)}</div>"
+        f"<table><tr><th>column</th><th>kind</th><th>TV</th><th>W1 / std</th></tr>{rows}</table>"
+        f"<h3>Pairwise dependence ({html.escape(fid['pairwise']['measure'])})</h3>{_heatmaps(fid['pairwise'])}")
+
+
+def _image_section(model, seed: int) -> str:
+    plt = _pyplot()
+    x, y = model.sample() if model.method == "dp-kip" else model.sample(100, seed=seed)
+    x = np.asarray(x)[:100]
+    if x.ndim != 4:
+        return "<p>(records are not images: no sample grid)</p>"
+    y = np.asarray(y)[:100] if y is not None else None
+    order = np.argsort(y, kind="stable") if y is not None else np.arange(len(x))
+    x = np.clip(x[order], 0, 1)
+    n, (c, h, w) = len(x), x.shape[1:]
+    rows = -(-n // 10)
+    x = np.concatenate([x, np.zeros((rows * 10 - n, c, h, w), x.dtype)])
+    grid = x.reshape(rows, 10, c, h, w).transpose(0, 3, 1, 4, 2).reshape(rows * h, 10 * w, c)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    ax.imshow(grid.squeeze(-1) if c == 1 else grid, cmap="gray" if c == 1 else None)
+    ax.axis("off")
+    return f"<h2>Samples</h2>{_png(fig)}"
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+         "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}.grid{display:flex;"
+         "flex-wrap:wrap;gap:6px}h1{font-size:22px}")
+
+
+def build_report(model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:
+    """Write the HTML report of the model in ``model_dir`` (default ``model_dir/report.html``).
+    ``test``: the real rows to compare a table model against (a DataFrame); presets find their own."""
+    from ..methods import load
+
+    model_dir = Path(model_dir)
+    model = load(model_dir)
+    facts = model.release_.dataset
+    eval_path = model_dir / EVALUATION_FILE
+    evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else None
+    eps, delta = model.release_.ledger.total()
+    parts = [f"<h1>dpsynth report: {html.escape(model.method)} on {html.escape(str(facts.get('name') or 'user data'))}"
+             f"</h1><p>epsilon = {eps:g}, delta = {delta:g}; model folder {html.escape(str(model_dir))}</p>"]
+    if model.encoder_ is not None:
+        if test is None and facts.get("preset"):
+            from ..data import load_preset
+            test = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=data_dir).test
+        if test is None:
+            raise InvalidParameterError("this model was fitted on a user table: pass test=DataFrame (CLI: --test "
+                                        "FILE) with real rows to compare against.")
+        n = int((evaluation or {}).get("n_synthetic") or facts["n_records"])
+        parts.append(_table_sections(model, test, seed, n))
+    else:
+        parts.append(_image_section(model, seed))
+    parts.append(f"<h2>Utility</h2>{_utility_html(evaluation)}")
+    parts.append(f"<h2>Privacy</h2>{ledger_in_words(model.release_)}")
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>dpsynth report</title><style>{STYLE}"
+            f"</style></head><body>{''.join(parts)}</body></html>")
+    out = Path(out) if out is not None else model_dir / REPORT_FILE
+    with atomic_write(out) as tmp:
+        tmp.write_text(page)
+    return out

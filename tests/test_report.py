@@ -1,0 +1,84 @@
+"""`dpsynth report`: a self-contained HTML file, rendered in a real headless browser (issue 14)."""
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from dpsynth import DPMERF
+from dpsynth.cli import main
+
+from test_numeric_sketch import WIDE, heavy_table
+
+pytest.importorskip("matplotlib", reason="the report needs the 'report' extra (matplotlib)")
+BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    heavy_table(600, seed=1).to_csv(root / "test.csv", index=False)
+    heavy_table(600, seed=2).to_csv(root / "train.csv", index=False)
+    DPMERF(epsilon=2, iterations=60, batch_size=200, n_features=300, noise_seed=0).fit(
+        heavy_table(1500), label="y", schema=WIDE, out=root / "m")
+    (root / "schema.json").write_text(json.dumps(WIDE))
+    return root
+
+
+def _report(capsys, root):
+    assert main(["evaluate", str(root / "m"), "--test", str(root / "test.csv"), "--real", "--real-train",
+                 str(root / "train.csv")]) == 0
+    evaluation = json.loads(capsys.readouterr().out)
+    assert main(["report", str(root / "m"), "--test", str(root / "test.csv")]) == 0
+    assert "report.html" in capsys.readouterr().out
+    return evaluation, (root / "m" / "report.html").read_text()
+
+
+def test_table_report_is_self_contained_and_says_what_it_shows(table_run, capsys):
+    evaluation, page = _report(capsys, table_run)
+    # evaluate: fidelity beside the classifiers; the real block has the synthetic block's layout
+    assert set(evaluation["real"]) == {"binary", "mean", "classifiers", "failures"}
+    fid = evaluation["fidelity"]
+    assert set(fid["marginals"]) == {"amount", "month", "rate", "y"} and fid["reference"].startswith("the real test")
+    assert 0 <= fid["mean_numeric_tv"] < 0.3 and 0 <= fid["pairwise"]["mean_abs_error"] <= 1
+    # the page: inline images only, no network
+    assert not re.search(r"(src|href)=[\"']?(https?:|//)", page)
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 4 + 1                    # 4 marginals (label included) + the heatmaps
+    for needle in ("shares of that one budget", "epsilon = 2", "numeric-column distributions",
+                   "logistic_regression", "Pairwise dependence", "Marginals, real vs synthetic"):
+        assert needle in page, needle
+
+
+def test_report_without_test_rows_for_a_user_table_says_how(table_run, capsys):
+    assert main(["report", str(table_run / "m")]) == 2
+    assert "--test FILE" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no headless browser (apt-get install chromium); CI installs it")
+def test_report_renders_in_headless_chromium_and_is_not_blank(table_run, capsys, tmp_path):
+    _report(capsys, table_run)
+    shot = tmp_path / "shot.png"
+    subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--screenshot={shot}", "--window-size=1300,2400",
+                    (table_run / "m" / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(shot)[..., :3]
+    assert img.shape[0] >= 2000 and img.shape[1] >= 1200
+    non_white = (img < 0.9).any(-1).mean()
+    coloured = (np.ptp(img, axis=-1) > 0.2).mean()        # the plots' colours, not only black text
+    assert non_white > 0.03 and coloured > 0.005, (non_white, coloured)
+
+
+def test_image_model_report_has_the_sample_grid(digits, tmp_path, capsys):
+    from dpsynth import DPNTK
+
+    DPNTK(epsilon=1, n_classes=10, ntk_width=20, iterations=5, batch_size=50, noise_seed=0).fit(
+        digits.x_train[:300], digits.y_train[:300], out=tmp_path / "img")
+    assert main(["report", str(tmp_path / "img")]) == 0
+    page = (tmp_path / "img" / "report.html").read_text()
+    assert "<h2>Samples</h2>" in page and page.count("data:image/png;base64,") == 1
+    assert "run <code>dpsynth evaluate RUN</code> first" in page
