@@ -11,7 +11,8 @@ released as one share of the fit's privacy plan, and the column is mapped throug
   equal steps; integer columns spanning at most ``INTEGER_UNIT_LIMIT`` values get one cell per
   value instead, other integer columns edges at half-integers. The bounds and 0 are *atoms*:
   cells of width zero, so exact zeros and values at the bounds (rates of 0 or 1, capped amounts)
-  come back exactly.
+  come back exactly. With little data or much noise (many columns share the sketch's budget) the
+  grid is coarsened to :func:`max_cells` = m / (4 x noise std) cells, from public m and sigma.
 * **Release** (:func:`release_numeric_sketch`, the data-touching function): each record adds one
   count to one cell of every sketched column, so replacing a record moves at most two counts per
   column by 1: L2 sensitivity sqrt(2 c) for c columns, jointly; one Gaussian release of all counts.
@@ -48,6 +49,8 @@ THRESHOLD_SIGMAS = 1.0
 FLOOR = 1e-4
 #: the default share of the plan's privacy for the sketch (measured: benchmarks/RESULTS.md)
 DEFAULT_SHARE = 0.1
+#: the grid is coarsened so that a cell holding 1/cells of the m records has this many noise stds
+CELL_COUNT_SIGMAS = 4.0
 #: release tensor names of the noisy counts: SKETCH_PREFIX + column
 SKETCH_PREFIX = "numeric_sketch/"
 
@@ -60,7 +63,24 @@ class ColumnGrid:
     atoms: np.ndarray          # bool per edge: the edge is a cell of width zero
 
     @classmethod
-    def of(cls, col: Column) -> "ColumnGrid":
+    def of(cls, col: Column, max_cells: int | None = None) -> "ColumnGrid":
+        grid = cls._natural(col)
+        return grid if max_cells is None or grid.n_cells <= max_cells else grid.coarsened(max_cells)
+
+    def coarsened(self, max_cells: int) -> "ColumnGrid":
+        """At most ``max_cells`` cells: atoms and bounds kept, every k-th other edge kept."""
+        n_atoms = int(self.atoms.sum())
+        inner = np.nonzero(~self.atoms)[0]
+        room = max(max_cells - 2 * n_atoms + 1, 0)             # intervals between the kept edges
+        step = -(-len(inner) // max(room, 1)) if room < len(inner) + n_atoms - 1 else 1
+        keep = np.zeros(len(self.edges), bool)
+        keep[self.atoms] = True
+        keep[inner[step // 2::step] if room else []] = True
+        keep[[0, -1]] = True
+        return ColumnGrid(self.edges[keep], self.atoms[keep])
+
+    @classmethod
+    def _natural(cls, col: Column) -> "ColumnGrid":
         lo, hi = col.bounds
         width = hi - lo
         if col.integer and width <= INTEGER_UNIT_LIMIT:   # one cell per value: edges between integers
@@ -113,8 +133,8 @@ class NumericSketch:
     grids: dict
 
     @classmethod
-    def of(cls, schema: Schema) -> "NumericSketch":
-        return cls({c.name: ColumnGrid.of(c) for c in schema.columns if c.kind == "numeric"})
+    def of(cls, schema: Schema, max_cells: int | None = None) -> "NumericSketch":
+        return cls({c.name: ColumnGrid.of(c, max_cells) for c in schema.columns if c.kind == "numeric"})
 
     def __bool__(self) -> bool:
         return bool(self.grids)
@@ -127,6 +147,11 @@ class NumericSketch:
         """Post-processing: every column's CDF knots from its released noisy counts."""
         return {name: noisy_cdf(grid, np.asarray(counts[name], dtype=np.float64), noise_std)
                 for name, grid in self.grids.items()}
+
+
+def max_cells(n_records: int, noise_std: float) -> int:
+    """How many cells the noise allows (public: m and the calibrated noise std), at least 8."""
+    return max(8, int(n_records / (CELL_COUNT_SIGMAS * noise_std)))
 
 
 def release_numeric_sketch(df: pd.DataFrame, sketch: NumericSketch, noise_multiplier: float,

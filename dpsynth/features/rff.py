@@ -56,27 +56,50 @@ class RandomFourierFeatures(FeatureMap):
 
 @register
 class MixedRFF(FeatureMap):
-    """DP-MERF's features for heterogeneous tables (Harder et al. 2021, Sec. 4.3).
+    """DP-MERF's features for heterogeneous tables (Harder et al. 2021, Sec. 4.3), with interactions.
 
     Input: encoded rows (numeric columns in [0, 1] first, then one-hot blocks).
-    phi(x) = [sqrt(a) RFF(x_num), sqrt(1 - a) x_cat / max(||x_cat||, sqrt(k))] with k
-    categorical columns and a = 1/2 when both parts exist: a sum kernel of a Gaussian
-    kernel on the numeric part and a linear kernel on the one-hot part. Both parts have
-    norm <= 1 for every input (exactly 1 for encoded records), so ||phi(x)|| <= 1 and the
-    embedding has the usual sensitivity 2/m (the reference's 2 sqrt(2)/m came from not
-    weighting the parts).
+    phi(x) = [sqrt(a) RFF(x_rff), sqrt(1 - a) x_cat / max(||x_cat||, sqrt(k))] with k categorical
+    columns and a = 1/2 when both parts exist: a sum of a Gaussian kernel and a linear kernel on the
+    one-hot part (per-class category frequencies, exactly). ``rff_inputs`` says what the Gaussian
+    kernel sees: ``"all"`` (default) the whole encoded row, so the embedding also holds the
+    dependence between columns (numeric-numeric, numeric-categorical, categorical-categorical:
+    pairwise and higher), ``"numeric"`` only the numeric columns (the paper's choice: categorical
+    columns then enter through first-order per-class frequencies only, and an all-categorical table
+    releases nothing beyond them). Both parts have norm <= 1 for every input (exactly 1 for encoded
+    records), so ||phi(x)|| <= 1 and the embedding has the usual sensitivity 2/m (the reference's
+    2 sqrt(2)/m came from not weighting the parts).
     """
 
     name = "mixed_rff"
     norm_bound = 1.0
 
     def __init__(self, n_numeric: int, n_categorical_columns: int, onehot_dim: int, n_features: int = 1000,
-                 length_scale: float | None = None, seed: int = 0):
+                 length_scale: float | None = None, seed: int = 0, rff_inputs: str = "numeric",
+                 captures: str | None = None):
+        del captures    # in the spec for readers; derived from the other arguments
         self.n_numeric, self.n_cat, self.onehot_dim = int(n_numeric), int(n_categorical_columns), int(onehot_dim)
         if self.n_numeric + self.onehot_dim < 1 or (self.n_cat == 0) != (self.onehot_dim == 0):
             raise InvalidParameterError("mixed_rff needs numeric columns and/or categorical columns with one-hot width.")
-        self.rff = RandomFourierFeatures(self.n_numeric, n_features, length_scale, seed) if self.n_numeric else None
+        if rff_inputs not in ("numeric", "all"):
+            raise InvalidParameterError(f"rff_inputs must be 'numeric' or 'all'; got {rff_inputs!r}.")
+        self.rff_inputs = rff_inputs
+        width = self.n_numeric + (self.onehot_dim if rff_inputs == "all" else 0)
+        self.rff = RandomFourierFeatures(width, n_features, length_scale, seed) if width else None
         self.a = 0.5 if (self.rff is not None and self.n_cat) else (1.0 if self.rff is not None else 0.0)
+
+    @property
+    def captures(self) -> str:
+        """What the released embedding holds, in words (recorded in the spec)."""
+        parts = []
+        if self.n_cat:
+            parts.append("per-class category frequencies of every categorical column")
+        if self.rff is not None and self.rff_inputs == "all":
+            parts.append("a Gaussian kernel over all columns: the dependence between columns (pairwise and higher)")
+        elif self.rff is not None:
+            parts.append("a Gaussian kernel over the numeric columns (their joint distribution); no dependence "
+                         "between categorical columns beyond the label")
+        return "; ".join(parts)
 
     @property
     def out_dim(self) -> int:
@@ -90,7 +113,8 @@ class MixedRFF(FeatureMap):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         parts = []
         if self.rff is not None:
-            parts.append(math.sqrt(self.a) * self.rff(x[:, :self.n_numeric]))
+            inputs = x if self.rff_inputs == "all" else x[:, :self.n_numeric]
+            parts.append(math.sqrt(self.a) * self.rff(inputs))
         if self.n_cat:
             cat = x[:, self.n_numeric:]
             denom = torch.clamp(cat.norm(dim=1, keepdim=True), min=math.sqrt(self.n_cat))
@@ -101,4 +125,4 @@ class MixedRFF(FeatureMap):
         return {"name": self.name, "n_numeric": self.n_numeric, "n_categorical_columns": self.n_cat,
                 "onehot_dim": self.onehot_dim, "n_features": self.rff.n_features if self.rff else 0,
                 "length_scale": self.rff.length_scale if self.rff else None,
-                "seed": self.rff.seed if self.rff else 0}
+                "seed": self.rff.seed if self.rff else 0, "rff_inputs": self.rff_inputs, "captures": self.captures}

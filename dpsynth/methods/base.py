@@ -30,7 +30,8 @@ from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
-from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, release_numeric_sketch, sketch_ledger_entry
+from ..data.numeric_sketch import (SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch,
+                                   sketch_ledger_entry)
 from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
                                    require_complete, schema_ledger_entry)
 from ..data.schema import Schema
@@ -283,11 +284,13 @@ class KernelGeneratorMethod:
             entries.append(schema_ledger_entry(todo, sigma_schema, tau, delta_t, **common))
         maps, counts, sketch_facts = None, {}, {}
         if sketched:
-            sketch = NumericSketch.of(schema)        # public cells from the (declared or inferred) bounds
             sigma_sketch = sigma * mults["numeric_sketch"]
+            std = sigma_sketch * NumericSketch.of(schema).sensitivity
+            cells = max_cells(len(df), std)      # public: m and sigma; cells from the (declared or inferred) bounds
+            sketch = NumericSketch.of(schema, cells)
             counts = release_numeric_sketch(TableEncoder(schema).clean(df), sketch, sigma_sketch, noise)
-            sketch_facts = {"noise_std": sigma_sketch * sketch.sensitivity}
-            maps = sketch.cdfs(counts, sketch_facts["noise_std"])
+            sketch_facts = {"noise_std": std, "max_cells": cells}
+            maps = sketch.cdfs(counts, std)
             entries.append(sketch_ledger_entry(sketch, sigma_sketch, **common))
         encoder = TableEncoder.for_frame(schema, df, maps)
         fmap = self.table_feature_map(encoder, schema.n_classes)
@@ -319,7 +322,7 @@ class KernelGeneratorMethod:
             return encoder
         counts = {k[len(SKETCH_PREFIX):]: v for k, v in self.release_.tensors.items() if k.startswith(SKETCH_PREFIX)}
         return TableEncoder(encoder.schema, encoder.columns,
-                            NumericSketch.of(encoder.schema).cdfs(counts, sketch["noise_std"]))
+                            NumericSketch.of(encoder.schema, sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
 
     @property
     def proportions_(self) -> torch.Tensor | None:

@@ -41,20 +41,24 @@ class DPMERF(KernelGeneratorMethod):
     method = "dp-merf"
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
-                 length_scale: float | None = None, rff_seed: int = 0, **kwargs):
+                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "all", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
+        self.rff_inputs = rff_inputs
 
     def method_params(self) -> dict:
-        return {"n_features": self.n_features, "length_scale": self.length_scale, "rff_seed": self.rff_seed}
+        return {"n_features": self.n_features, "length_scale": self.length_scale, "rff_seed": self.rff_seed,
+                "rff_inputs": self.rff_inputs}
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
 
     def table_feature_map(self, encoder, n_classes: int) -> MixedRFF:
-        """Heterogeneous columns (DP-MERF Sec. 4.3): RFF on the numeric part, the one-hot part raw."""
+        """Heterogeneous columns (DP-MERF Sec. 4.3): the one-hot part raw, plus random Fourier features of the
+        whole row (``rff_inputs="all"``, default: dependence between all columns) or of the numeric part only
+        (``"numeric"``, the paper's)."""
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
-                        self.n_features, self.length_scale, seed=self.rff_seed)
+                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=self.rff_inputs)
 
 
 @register
