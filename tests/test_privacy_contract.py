@@ -45,7 +45,8 @@ def encoder(tmp_path_factory):
 # name in FEATURE_MAPS -> variants: (label, factory(encoder path), record shape)
 MAP_VARIANTS = {
     "rff": [("rff", lambda e: RandomFourierFeatures(D, 40), (D,))],
-    "mixed_rff": [("mixed_rff", lambda e: MixedRFF(2, 2, 4, 40), (D,))],
+    "mixed_rff": [("mixed_rff", lambda e: MixedRFF(2, 2, 4, 40), (D,)),
+                  ("mixed_rff all columns", lambda e: MixedRFF(2, 2, 4, 40, rff_inputs="all"), (D,))],
     "entk": [("fc_1l fast", lambda e: ENTKFeatures(D, "fc_1l", (16,), C), (D,)),
              ("fc_1l generic", lambda e: ENTKFeatures(D, "fc_1l", (16,), C, fast=False), (D,)),
              ("fc_2l", lambda e: ENTKFeatures(D, "fc_2l", (16, 8), C), (D,)),

@@ -41,7 +41,7 @@ class DPMERF(KernelGeneratorMethod):
     method = "dp-merf"
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
-                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "all", **kwargs):
+                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
         self.rff_inputs = rff_inputs
@@ -55,10 +55,14 @@ class DPMERF(KernelGeneratorMethod):
 
     def table_feature_map(self, encoder, n_classes: int) -> MixedRFF:
         """Heterogeneous columns (DP-MERF Sec. 4.3): the one-hot part raw, plus random Fourier features of the
-        whole row (``rff_inputs="all"``, default: dependence between all columns) or of the numeric part only
-        (``"numeric"``, the paper's)."""
+        numeric part (``rff_inputs="numeric"``, the paper's) or of the whole row (``"all"``: dependence between
+        all columns, categorical ones included). ``"auto"`` (default): ``"numeric"`` when the table has numeric
+        columns, ``"all"`` when it has none (else its release would hold per-class frequencies only). Measured
+        on adult: random features of the whole row at the default length scale lose the numeric marginals
+        (benchmarks/RESULTS.md), so they are not the default for mixed tables."""
+        inputs = self.rff_inputs if self.rff_inputs != "auto" else ("numeric" if encoder.n_numeric else "all")
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
-                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=self.rff_inputs)
+                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=inputs)
 
 
 @register
