@@ -12,7 +12,7 @@ released as one share of the fit's privacy plan, and the column is mapped throug
   value instead, other integer columns edges at half-integers. The bounds and 0 are *atoms*:
   cells of width zero, so exact zeros and values at the bounds (rates of 0 or 1, capped amounts)
   come back exactly. With little data or much noise (many columns share the sketch's budget) the
-  grid is coarsened to :func:`max_cells` = m / (4 x noise std) cells, from public m and sigma.
+  grid is coarsened to :func:`max_cells` = m / (2 x noise std) cells, from public m and sigma.
 * **Release** (:func:`release_numeric_sketch`, the data-touching function): each record adds one
   count to one cell of every sketched column, so replacing a record moves at most two counts per
   column by 1: L2 sensitivity sqrt(2 c) for c columns, jointly; one Gaussian release of all counts.
@@ -50,7 +50,7 @@ FLOOR = 1e-4
 #: the default share of the plan's privacy for the sketch (measured: benchmarks/RESULTS.md)
 DEFAULT_SHARE = 0.1
 #: the grid is coarsened so that a cell holding 1/cells of the m records has this many noise stds
-CELL_COUNT_SIGMAS = 4.0
+CELL_COUNT_SIGMAS = 2.0
 #: release tensor names of the noisy counts: SKETCH_PREFIX + column
 SKETCH_PREFIX = "numeric_sketch/"
 
