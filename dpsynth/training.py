@@ -326,7 +326,7 @@ def _loop(state, generator, feature_map, tgt, config, conditional, n_classes, pr
         state.iteration += 1
         state.losses.append(float(value))
         bar.update(1)
-        bar.set_postfix(loss=f"{state.losses[-1]:.4g}")
+        bar.set_postfix(loss=f"{state.losses[-1]:.4g}", refresh=False)
         last = state.iteration == config.iterations
         if selection is not None and (state.iteration % selection.every == 0 or last):
             selection.score(generator, state.iteration)

@@ -154,3 +154,17 @@ def test_progress_is_rate_limited_off_a_terminal_and_convergence_is_judged(monke
     assert trend["converged"] is False and trend["relative_change"] < -0.2
     assert "not converged" in describe_trend(trend)
     assert loss_trend([1.0] * 5)["converged"] is None
+
+
+def test_progress_bar_does_not_flood_a_log(csv_run):
+    import subprocess
+    import sys
+
+    root, fit = csv_run
+    argv = [str(a) for a in fit if a != "-q"]
+    argv[argv.index("--iterations") + 1] = "150"
+    proc = subprocess.run([sys.executable, "-m", "dpsynth.cli", *argv, "--out", str(root / "m")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert 1 <= proc.stderr.count("training generator") <= 3, proc.stderr[-500:]      # not one line per iteration
+    assert "iterations:" in proc.stdout or "converge" in proc.stdout
