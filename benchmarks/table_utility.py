@@ -81,12 +81,15 @@ def main():
     p.add_argument("--numeric-encoding", nargs="+", default=[None], help="minmax and/or quantile (default: "
                    "the method's default)")
     p.add_argument("--numeric-share", type=float, default=None)
+    p.add_argument("--categorical-pairs", action="store_true", help="dp-merf: also release pairwise marginals")
     p.add_argument("--out", default="benchmarks/out/tables.jsonl")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     overrides = {"iterations": args.iterations} if args.iterations else {}
     if args.length_scale:
         overrides["length_scale"] = args.length_scale
+    if args.categorical_pairs:
+        overrides["categorical_pairs"] = True
     if args.ntk_widths:
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
     for name in args.dataset:

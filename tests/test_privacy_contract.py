@@ -46,7 +46,8 @@ def encoder(tmp_path_factory):
 MAP_VARIANTS = {
     "rff": [("rff", lambda e: RandomFourierFeatures(D, 40), (D,))],
     "mixed_rff": [("mixed_rff", lambda e: MixedRFF(2, 2, 4, 40), (D,)),
-                  ("mixed_rff all columns", lambda e: MixedRFF(2, 2, 4, 40, rff_inputs="all"), (D,))],
+                  ("mixed_rff all columns", lambda e: MixedRFF(2, 2, 4, 40, rff_inputs="all"), (D,)),
+                  ("mixed_rff pairwise", lambda e: MixedRFF(2, 2, 4, 40, category_sizes=[2, 2]), (D,))],
     "entk": [("fc_1l fast", lambda e: ENTKFeatures(D, "fc_1l", (16,), C), (D,)),
              ("fc_1l generic", lambda e: ENTKFeatures(D, "fc_1l", (16,), C, fast=False), (D,)),
              ("fc_2l", lambda e: ENTKFeatures(D, "fc_2l", (16, 8), C), (D,)),

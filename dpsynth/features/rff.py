@@ -76,7 +76,7 @@ class MixedRFF(FeatureMap):
 
     def __init__(self, n_numeric: int, n_categorical_columns: int, onehot_dim: int, n_features: int = 1000,
                  length_scale: float | None = None, seed: int = 0, rff_inputs: str = "numeric",
-                 captures: str | None = None):
+                 category_sizes=None, captures: str | None = None):
         del captures    # in the spec for readers; derived from the other arguments
         self.n_numeric, self.n_cat, self.onehot_dim = int(n_numeric), int(n_categorical_columns), int(onehot_dim)
         if self.n_numeric + self.onehot_dim < 1 or (self.n_cat == 0) != (self.onehot_dim == 0):
@@ -87,6 +87,15 @@ class MixedRFF(FeatureMap):
         width = self.n_numeric + (self.onehot_dim if rff_inputs == "all" else 0)
         self.rff = RandomFourierFeatures(width, n_features, length_scale, seed) if width else None
         self.a = 0.5 if (self.rff is not None and self.n_cat) else (1.0 if self.rff is not None else 0.0)
+        # pairwise marginals: with the sizes of the one-hot blocks, the outer product of every pair of blocks
+        self.category_sizes = [int(k) for k in category_sizes] if category_sizes else None
+        if self.category_sizes is not None and (len(self.category_sizes) != self.n_cat
+                                                or sum(self.category_sizes) != self.onehot_dim):
+            raise InvalidParameterError(f"category_sizes {self.category_sizes} must list the {self.n_cat} one-hot "
+                                        f"blocks, {self.onehot_dim} wide in all.")
+        self.n_pairs = self.n_cat * (self.n_cat - 1) // 2 if self.category_sizes else 0
+        self.pair_dim = sum(a * b for i, a in enumerate(self.category_sizes or [])
+                            for b in (self.category_sizes or [])[i + 1:])
 
     @property
     def captures(self) -> str:
@@ -94,16 +103,19 @@ class MixedRFF(FeatureMap):
         parts = []
         if self.n_cat:
             parts.append("per-class category frequencies of every categorical column")
+        if self.n_pairs:
+            parts.append("per-class pairwise marginals of every two categorical columns")
         if self.rff is not None and self.rff_inputs == "all":
             parts.append("a Gaussian kernel over all columns: the dependence between columns (pairwise and higher)")
         elif self.rff is not None:
-            parts.append("a Gaussian kernel over the numeric columns (their joint distribution); no dependence "
-                         "between categorical columns beyond the label")
+            parts.append("a Gaussian kernel over the numeric columns (their joint distribution)")
+        if self.n_cat > 1 and not self.n_pairs and self.rff_inputs != "all":
+            parts.append("no dependence between categorical columns beyond the label")
         return "; ".join(parts)
 
     @property
     def out_dim(self) -> int:
-        return (self.rff.out_dim if self.rff is not None else 0) + self.onehot_dim
+        return (self.rff.out_dim if self.rff is not None else 0) + self.onehot_dim + self.pair_dim
 
     def to(self, device) -> "MixedRFF":
         if self.rff is not None:
@@ -118,11 +130,19 @@ class MixedRFF(FeatureMap):
         if self.n_cat:
             cat = x[:, self.n_numeric:]
             denom = torch.clamp(cat.norm(dim=1, keepdim=True), min=math.sqrt(self.n_cat))
-            parts.append(math.sqrt(1.0 - self.a) * cat / denom)
+            share = (1.0 - self.a) / (2 if self.n_pairs else 1)        # first and second order split the rest
+            parts.append(math.sqrt(share) * cat / denom)
+            if self.n_pairs:
+                blocks = torch.split(cat, self.category_sizes, dim=1)
+                pairs = torch.cat([(a[:, :, None] * b[:, None, :]).reshape(len(x), -1)
+                                   for i, a in enumerate(blocks) for b in blocks[i + 1:]], 1)
+                denom = torch.clamp(pairs.norm(dim=1, keepdim=True), min=math.sqrt(self.n_pairs))
+                parts.append(math.sqrt(share) * pairs / denom)
         return torch.cat(parts, 1)
 
     def spec(self) -> dict:
         return {"name": self.name, "n_numeric": self.n_numeric, "n_categorical_columns": self.n_cat,
                 "onehot_dim": self.onehot_dim, "n_features": self.rff.n_features if self.rff else 0,
                 "length_scale": self.rff.length_scale if self.rff else None,
-                "seed": self.rff.seed if self.rff else 0, "rff_inputs": self.rff_inputs, "captures": self.captures}
+                "seed": self.rff.seed if self.rff else 0, "rff_inputs": self.rff_inputs,
+                "category_sizes": self.category_sizes, "captures": self.captures}

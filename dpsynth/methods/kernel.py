@@ -41,14 +41,15 @@ class DPMERF(KernelGeneratorMethod):
     method = "dp-merf"
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
-                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "auto", **kwargs):
+                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "auto",
+                 categorical_pairs: bool = False, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
-        self.rff_inputs = rff_inputs
+        self.rff_inputs, self.categorical_pairs = rff_inputs, categorical_pairs
 
     def method_params(self) -> dict:
         return {"n_features": self.n_features, "length_scale": self.length_scale, "rff_seed": self.rff_seed,
-                "rff_inputs": self.rff_inputs}
+                "rff_inputs": self.rff_inputs, "categorical_pairs": self.categorical_pairs}
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
@@ -62,7 +63,8 @@ class DPMERF(KernelGeneratorMethod):
         (benchmarks/RESULTS.md), so they are not the default for mixed tables."""
         inputs = self.rff_inputs if self.rff_inputs != "auto" else ("numeric" if encoder.n_numeric else "all")
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
-                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=inputs)
+                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=inputs,
+                        category_sizes=encoder.category_sizes if self.categorical_pairs else None)
 
 
 @register
