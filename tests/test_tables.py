@@ -163,19 +163,31 @@ def test_tiny_fit_on_adult_beats_majority_baseline():
     assert 0.6 < r["mean"]["roc_auc"] < 0.95  # majority-class baseline: 0.5
 
 
-def test_all_categorical_tables_release_dependence_between_columns():
-    """Issue 14: with no numeric column, DP-MERF used to release per-class frequencies only
-    (n_features 0); by default it now adds random features of the one-hot row, and says so."""
+def test_all_categorical_tables_release_dependence_between_columns(caplog):
+    """Issue 14: DP-MERF on an all-categorical table used to release per-class frequencies only
+    (n_features 0); by default it now adds every two columns' pairwise marginals, and says so."""
     cat_schema = {"columns": [c for c in SCHEMA["columns"] if c["type"] == "categorical"],
                   "label": "y", "label_categories": ["neg", "pos"]}
     df = toy_table(300)[["colour", "smoker", "y"]]
     m = DPMERF(epsilon=1, **TINY).fit(df, label="y", schema=cat_schema)
     spec = m.release_.feature_spec
-    assert spec["rff_inputs"] == "all" and spec["n_features"] == 200 and "dependence between columns" in spec["captures"]
-    paper = DPMERF(epsilon=1, rff_inputs="numeric", **TINY).fit(df, label="y", schema=cat_schema)
-    assert paper.release_.feature_spec["n_features"] == 0 and "frequencies" in paper.release_.feature_spec["captures"]
+    assert spec["category_sizes"] == [3, 2] and "pairwise marginals" in spec["captures"]
+    assert m.release_.tensors["embedding"].shape == (3 + 2 + 3 * 2, 2)
+    paper = DPMERF(epsilon=1, categorical_pairs=False, **TINY).fit(df, label="y", schema=cat_schema)
+    assert paper.release_.feature_spec["n_features"] == 0
+    assert "no dependence between categorical columns" in paper.release_.feature_spec["captures"]
     mixed = DPMERF(epsilon=1, **TINY).fit(toy_table(300), label="y", schema=SCHEMA).release_.feature_spec
-    assert mixed["rff_inputs"] == "numeric" and "numeric columns" in mixed["captures"]
-    fm = MixedRFF(0, 2, 5, n_features=64, rff_inputs="all")
-    assert (fm(torch.rand(50, 5).double()).norm(dim=1) <= 1 + 1e-12).all()      # any input: the bound holds
+    assert mixed["rff_inputs"] == "numeric" and mixed["category_sizes"] == [3, 2]
+    import dpsynth.methods.kernel as kernel
+    with caplog.at_level("WARNING"):
+        try:
+            kernel.MAX_AUTO_PAIR_FEATURES, old = 5, kernel.MAX_AUTO_PAIR_FEATURES
+            big = DPMERF(epsilon=1, **TINY).fit(df, label="y", schema=cat_schema).release_.feature_spec
+        finally:
+            kernel.MAX_AUTO_PAIR_FEATURES = old
+    assert big["category_sizes"] is None and "categorical_pairs=True forces them" in caplog.text
+    fm = MixedRFF(0, 2, 5, n_features=64, category_sizes=[3, 2])
+    assert (fm(torch.rand(50, 5).double() * 3).norm(dim=1) <= 1 + 1e-12).all()    # any input: the bound holds
     assert torch.allclose(fm(torch.tensor([[1.0, 0, 0, 1, 0]]).double()).norm(), torch.tensor(1.0).double())
+    all_rows = MixedRFF(0, 2, 5, n_features=64, rff_inputs="all")
+    assert (all_rows(torch.rand(50, 5).double()).norm(dim=1) <= 1 + 1e-12).all()

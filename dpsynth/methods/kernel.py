@@ -1,9 +1,15 @@
 """DP-NTK (empirical NTK features), DP-MERF (random Fourier features), DP-HP (Hermite polynomial features)."""
 from __future__ import annotations
 
+import logging
+
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
 from .base import KernelGeneratorMethod, register
+
+logger = logging.getLogger(__name__)
+#: categorical_pairs="auto" adds the pairwise marginals when they are at most this many features
+MAX_AUTO_PAIR_FEATURES = 20000
 
 
 @register
@@ -42,7 +48,7 @@ class DPMERF(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "auto",
-                 categorical_pairs: bool = False, **kwargs):
+                 categorical_pairs: bool | str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
         self.rff_inputs, self.categorical_pairs = rff_inputs, categorical_pairs
@@ -55,16 +61,24 @@ class DPMERF(KernelGeneratorMethod):
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
 
     def table_feature_map(self, encoder, n_classes: int) -> MixedRFF:
-        """Heterogeneous columns (DP-MERF Sec. 4.3): the one-hot part raw, plus random Fourier features of the
-        numeric part (``rff_inputs="numeric"``, the paper's) or of the whole row (``"all"``: dependence between
-        all columns, categorical ones included). ``"auto"`` (default): ``"numeric"`` when the table has numeric
-        columns, ``"all"`` when it has none (else its release would hold per-class frequencies only). Measured
-        on adult: random features of the whole row at the default length scale lose the numeric marginals
-        (benchmarks/RESULTS.md), so they are not the default for mixed tables."""
-        inputs = self.rff_inputs if self.rff_inputs != "auto" else ("numeric" if encoder.n_numeric else "all")
+        """Heterogeneous columns (DP-MERF Sec. 4.3): the one-hot part raw (per-class frequencies), random
+        Fourier features of the numeric part (``rff_inputs="numeric"``, the paper's; ``"all"``: of the whole
+        row), and with ``categorical_pairs`` the per-class pairwise marginals of every two categorical columns.
+        Defaults, measured on adult (benchmarks/RESULTS.md): ``rff_inputs`` numeric (random features of the whole
+        row lost the numeric marginals and utility), ``categorical_pairs="auto"``: on when the pair block has at
+        most ``MAX_AUTO_PAIR_FEATURES`` features (census's 117,792 would dominate the cost), off otherwise with a
+        warning; the release's spec says what it captures either way."""
+        inputs = self.rff_inputs if self.rff_inputs != "auto" else "numeric"
+        sizes = encoder.category_sizes
+        pair_dim = sum(a * b for i, a in enumerate(sizes) for b in sizes[i + 1:])
+        pairs = pair_dim <= MAX_AUTO_PAIR_FEATURES if self.categorical_pairs == "auto" else bool(self.categorical_pairs)
+        if pair_dim and not pairs and self.categorical_pairs == "auto":
+            logger.warning("pairwise marginals of the categorical columns would add %d features (> %d): left out, so "
+                           "the release holds no dependence between categorical columns beyond the label; "
+                           "categorical_pairs=True forces them.", pair_dim, MAX_AUTO_PAIR_FEATURES)
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
                         self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=inputs,
-                        category_sizes=encoder.category_sizes if self.categorical_pairs else None)
+                        category_sizes=sizes if pairs and len(sizes) > 1 else None)
 
 
 @register
