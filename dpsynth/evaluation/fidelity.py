@@ -4,7 +4,8 @@
   categories (the label included).
 * **Numeric marginals**: total variation over 10 bins whose edges are the deciles of the *real*
   table passed in (repeated deciles merge, so a point mass such as "half the values are 0" is one
-  bin), and the Wasserstein-1 distance divided by the real column's standard deviation (1 when it
+  bin; values outside the real range count in the end bins, as in the issue's definition: the
+  Wasserstein distance is the one that sees them), and the Wasserstein-1 distance divided by the real column's standard deviation (1 when it
   is 0). Neither uses the declared bounds, so wide bounds do not make every method look alike.
 * **Pairwise dependence**: one association matrix over all columns (label included), each entry
   in [0, 1]: |Spearman correlation| for two numeric columns, Cramer's V for two categorical ones,
