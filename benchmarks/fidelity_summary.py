@@ -15,9 +15,12 @@ def _key(row):
     if "folder" in row:                                     # a peer: adult_wide_s0
         name, _, seed = row["folder"].rpartition("_s")
         dataset, _, bounds = name.partition("_")
-        return row["dataset"] if "dataset" in row else dataset, row["method"], "-", bounds or "preset"
-    enc = (row.get("params") or {}).get("numeric_encoding") or ("-" if row["method"] == "real" else "quantile")
-    return row["dataset"], row["method"], enc, row.get("bounds", "preset")
+        return row["dataset"] if "dataset" in row else dataset, row["method"], "-", bounds or "preset", "-"
+    params = row.get("params") or {}
+    enc = params.get("numeric_encoding") or ("-" if row["method"] == "real" else "quantile")
+    pairs = params.get("categorical_pairs")
+    cat = "-" if row["method"] != "dp-merf" else ("pairs" if pairs in (True, "auto") else "first order")
+    return row["dataset"], row["method"], enc, row.get("bounds", "preset"), cat
 
 
 def fmt(values):
@@ -36,17 +39,17 @@ def main():
         for line in open(path):
             row = json.loads(line)
             groups[_key(row)].append(row)
-    print("| dataset | bounds | method | numeric encoding | n | ROC / PR or F1 | numeric TV | numeric W1/std | "
-          "categorical TV | pairwise error |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (dataset, method, enc, bounds), rows in sorted(groups.items()):
+    print("| dataset | bounds | method | numeric encoding | categorical (dp-merf) | n | ROC / PR or F1 | numeric TV | "
+          "numeric W1/std | categorical TV | pairwise error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (dataset, method, enc, bounds, cat), rows in sorted(groups.items()):
         util = [r["mean"] for r in rows]
         if "roc_auc" in util[0]:
             u = f"{fmt([x['roc_auc'] for x in util])} / {fmt([x['pr_auc'] for x in util])}"
         else:
             u = fmt([x["f1"] for x in util])
         fid = [r["fidelity"] for r in rows]
-        print(f"| {dataset} | {bounds} | {method} | {enc} | {len(rows)} | {u} | "
+        print(f"| {dataset} | {bounds} | {method} | {enc} | {cat} | {len(rows)} | {u} | "
               f"{fmt([f['mean_numeric_tv'] for f in fid])} | {fmt([f['mean_numeric_wasserstein'] for f in fid])} | "
               f"{fmt([f['mean_categorical_tv'] for f in fid])} | {fmt([f['pairwise']['mean_abs_error'] for f in fid])} |")
 

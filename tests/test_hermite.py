@@ -161,7 +161,7 @@ def test_tiny_dphp_on_a_table_releases_proportions_and_blocks_in_one_plan():
     model = DPHP(1.0, 1e-5, order=10, length_scale=0.5, n_product=2, product_dims=2, product_order=4,
                  iterations=60, batch_size=100, noise_seed=0).fit(df, label="y", schema=schema)
     names = [e.description for e in model.release_.ledger.entries]
-    assert len(names) == 4 and "class proportions" in names[0]
+    assert len(names) == 5 and "numeric-column distributions" in names[0] and "class proportions" in names[1]
     out = model.sample(300, seed=0)
     assert list(out.columns) == ["age", "colour", "y"] and out["age"].between(0, 100).all()
     assert set(out["colour"]) <= {"red", "green", "blue"}
@@ -211,7 +211,7 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
                  schema_share=0.1, iterations=3, batch_size=50, noise_seed=0)
     model.fit(table_with_rare_value(600), label="y", schema=partial_schema())
     entries = model.release_.ledger.entries
-    assert len(entries) == 1 + 1 + 3 and len({e.budget_id for e in entries}) == 1
+    assert len(entries) == 1 + 1 + 1 + 3 and len({e.budget_id for e in entries}) == 1   # schema, sketch, props
     blocks = [e for e in entries if "hermite features" in e.description]
     assert len(blocks) == 3
     ratio = blocks[1].noise_multiplier / blocks[0].noise_multiplier

@@ -234,16 +234,16 @@ def test_adult_preset_label_flip_changes_one_training_row(monkeypatch):
 def test_every_ledger_entry_records_neighbouring_and_privacy_unit():
     m = DPMERF(epsilon=1, delta=1e-5, iterations=1, batch_size=10, n_features=20, noise_seed=0)
     schema = json.loads(json.dumps(SCHEMA))
-    del schema["columns"][0]["bounds"]        # inferred: a third entry, from schema inference
+    del schema["columns"][0]["bounds"]        # inferred: an entry from schema inference (and one from the sketch)
     m.schema_share = 0.1
     m.fit(_table(), label="y", schema=Schema.from_dict(schema), privacy_unit="one patient")
     entries = m.release_.ledger.entries
-    assert len(entries) == 3
+    assert len(entries) == 4
     for e in entries:
         assert e.neighbouring == "replace_one" and e.privacy_unit == "one patient"
         assert e.assumed["m"] == 60 and "sensitivity" in e.assumed
-    assert entries[1].assumed["n_classes"] == 2
-    assert entries[1].assumed["numeric bounds (declared or privately inferred)"]["w"] == [0, 1]
+    assert entries[2].assumed["n_classes"] == 2
+    assert entries[2].assumed["numeric bounds (declared or privately inferred)"]["w"] == [0, 1]
     assert "neighbouring=replace_one; privacy unit: one patient" in m.release_.ledger.format()
 
 

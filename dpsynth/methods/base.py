@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -271,7 +272,8 @@ class KernelGeneratorMethod:
             budget.check(self.epsilon, self.delta)
         noise = NoiseSource(self.noise_seed)
         common = dict(epsilon=self.epsilon, delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
-                      noise_source=noise.policy, dataset=dataset, n_records=len(df), privacy_unit=self._privacy_unit)
+                      noise_source=noise.policy, dataset=dataset, n_records=len(df), privacy_unit=self._privacy_unit,
+                      budget_id=uuid.uuid4().hex)          # one plan, one budget: every entry shares its id
         entries = []
         # ---- private data: releases of counts, each followed by its post-processing ------------
         if todo:

@@ -94,7 +94,7 @@ class DPHP(KernelGeneratorMethod):
     gamma = ``sum_weight`` 20, C = 100 / 20, 2 product dimensions, 10 epochs of batch 200 with one
     product release each, Adam 0.01 x0.9 per epoch; Fashion-MNIST: ``length_scale=0.387,
     sum_weight=10``). ``length_scale`` is public (a number, or one per input dimension), never a
-    median of the private data. Tables: the rows as encoded (numeric columns in [0, 1] by their
+    median of the private data. Tables: the rows as encoded (numeric columns in [0, 1] through their released CDF or their
     public bounds, then one-hot blocks).
     """
 
