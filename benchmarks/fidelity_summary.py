@@ -1,5 +1,8 @@
 """Summarise fidelity + utility JSON lines (table_utility.py, peers/evaluate_peers.py) as a Markdown table.
 
+DP-MERF rows without a recorded ``categorical_pairs`` ran before it existed (first order), except in a
+file whose name says ``pairs`` (runs of the default, ``"auto"``).
+
     python benchmarks/fidelity_summary.py benchmarks/out/fidelity_wide.jsonl benchmarks/out/peers_wide.jsonl
 """
 from __future__ import annotations
@@ -11,14 +14,14 @@ from collections import defaultdict
 import numpy as np
 
 
-def _key(row):
+def _key(row, path=""):
     if "folder" in row:                                     # a peer: adult_wide_s0
         name, _, seed = row["folder"].rpartition("_s")
         dataset, _, bounds = name.partition("_")
         return row["dataset"] if "dataset" in row else dataset, row["method"], "-", bounds or "preset", "-"
     params = row.get("params") or {}
     enc = params.get("numeric_encoding") or ("-" if row["method"] == "real" else "quantile")
-    pairs = params.get("categorical_pairs")
+    pairs = params.get("categorical_pairs", "auto" if "pairs" in path else None)   # pairs.jsonl: the default
     cat = "-" if row["method"] != "dp-merf" else ("pairs" if pairs in (True, "auto") else "first order")
     return row["dataset"], row["method"], enc, row.get("bounds", "preset"), cat
 
@@ -38,7 +41,7 @@ def main():
     for path in args.files:
         for line in open(path):
             row = json.loads(line)
-            groups[_key(row)].append(row)
+            groups[_key(row, path)].append(row)
     print("| dataset | bounds | method | numeric encoding | categorical (dp-merf) | n | ROC / PR or F1 | numeric TV | "
           "numeric W1/std | categorical TV | pairwise error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

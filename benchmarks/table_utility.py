@@ -43,7 +43,7 @@ def run(data, method, seed, overrides):
     # generators: as many rows as the training split; DP-KIP: its support set (10 per class)
     synth = model.sample(None if method == "dp-kip" else len(data.train), seed=seed)
     scores = table_classifier_scores(synth, data.test, model.encoder_, seed=seed)
-    return {"method": method, "fit_s": round(fit_s, 1), "params": params, **scores,
+    return {"method": method, "fit_s": round(fit_s, 1), "params": params, "model_params": model.get_params(), **scores,
             "fidelity": summary(table_fidelity(data.test, synth, data.schema, seed=seed))}
 
 
