@@ -210,7 +210,8 @@ def cmd_fit(args) -> int:
 
     out = Path(args.out)
     _check_out_folder(out, args)
-    if args.resume and not (args.dataset or args.csv):
+    from_folder = args.resume and not (args.dataset or args.csv)      # settings and method from the release
+    if from_folder:
         data, fit_kwargs, defaults, facts = _resume_inputs(args)
     elif not args.method:
         raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
@@ -254,7 +255,7 @@ def cmd_fit(args) -> int:
             raise InvalidParameterError(f"--numeric-encoding / --numeric-share apply to tables fitted by dp-ntk, "
                                         f"dp-merf or dp-hp; this run is --method {args.method}.")
         given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
-    keep = given if not args.resume or args.dataset or args.csv else defaults     # resume: the first run's settings
+    keep = defaults if from_folder else given
     params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator")},
               **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
@@ -465,13 +466,15 @@ def _evaluate_table(args, model) -> int:
     from .data import load_preset, read_table
     from .data.private_schema import declared_part
     from .evaluation.fidelity import table_fidelity
+    from .evaluation.report import EVALUATION_FILE
     from .evaluation.tabular import table_classifier_scores
 
     facts, encoder = model.release_.dataset, model.encoder_
     if args.test:
         declared = declared_part(encoder.schema)  # raw rows; inferred bounds/categories apply in encode
         test = read_table(args.test, declared, label=encoder.schema.label, drop_unlisted=True)
-        train_real = read_table(args.real_train, declared, label=encoder.schema.label, drop_unlisted=True) if args.real_train else None
+        train_real = (read_table(args.real_train, declared, label=encoder.schema.label, drop_unlisted=True)
+                      if args.real_train else None)
     elif facts.get("preset"):
         data = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=args.data_dir)
         test, train_real = data.test, data.train
@@ -492,9 +495,7 @@ def _evaluate_table(args, model) -> int:
         result["real"] = {k: real[k] for k in keys}
     result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
     result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
-    from .evaluation.report import EVALUATION_FILE
-
-    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows     # what `dpsynth report` shows
+    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows
         tmp.write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
     return 0

@@ -254,8 +254,29 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
                desc="training generator", unit="it", **progress_rate())
     try:
-        _loop(state, generator, feature_map, tgt, config, conditional, n_classes, props, label_proportions, dev,
-              selection, ckpt, bar)
+        while state.iteration < config.iterations:
+            labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
+            x = generator.generate(labels, state.rng)
+            feature_map.at_iteration(state.iteration, config.iterations)
+            if state.mavg is None:
+                loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
+                value = loss.detach()
+            else:
+                weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
+                loss, value = state.mavg.loss(feature_map, tgt, x, weights)
+            state.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            state.optimizer.step()
+            state.scheduler.step()
+            state.iteration += 1
+            state.losses.append(float(value))
+            bar.update(1)
+            bar.set_postfix(loss=f"{state.losses[-1]:.4g}", refresh=False)
+            last = state.iteration == config.iterations
+            if selection is not None and (state.iteration % selection.every == 0 or last):
+                selection.score(generator, state.iteration)
+            if ckpt is not None and (state.iteration % config.checkpoint_every == 0 or last):
+                state.save(ckpt, config)
     except KeyboardInterrupt:
         bar.close()
         if ckpt is not None:
@@ -305,30 +326,3 @@ def describe_trend(trend: dict) -> str:
         return f"the loss changed by {pct:+.1f} % over the last 10 % of iterations: converged"
     return (f"the loss changed by {pct:+.1f} % over the last 10 % of iterations: not converged, more "
             f"iterations may help")
-
-
-def _loop(state, generator, feature_map, tgt, config, conditional, n_classes, props, label_proportions, dev,
-          selection, ckpt, bar) -> None:
-    while state.iteration < config.iterations:
-        labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
-        x = generator.generate(labels, state.rng)
-        feature_map.at_iteration(state.iteration, config.iterations)
-        if state.mavg is None:
-            loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
-            value = loss.detach()
-        else:
-            weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
-            loss, value = state.mavg.loss(feature_map, tgt, x, weights)
-        state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        state.optimizer.step()
-        state.scheduler.step()
-        state.iteration += 1
-        state.losses.append(float(value))
-        bar.update(1)
-        bar.set_postfix(loss=f"{state.losses[-1]:.4g}", refresh=False)
-        last = state.iteration == config.iterations
-        if selection is not None and (state.iteration % selection.every == 0 or last):
-            selection.score(generator, state.iteration)
-        if ckpt is not None and (state.iteration % config.checkpoint_every == 0 or last):
-            state.save(ckpt, config)

@@ -2,7 +2,8 @@
 
 Layout: the numeric columns first, each mapped to [0, 1]: through its privately
 released CDF when the release holds one (quantile encoding,
-:mod:`dpsynth.data.numeric_sketch`), else scaled with its *declared* bounds (min-max); then one one-hot block per categorical column (schema order). Nothing
+:mod:`dpsynth.data.numeric_sketch`), else scaled with its *declared* bounds
+(min-max); then one one-hot block per categorical column (schema order). Nothing
 is estimated from the data: bounds and categories come from the schema, so
 encoding reads no statistic of the private table. Decoding clips numbers to
 their bounds (rounding integer columns), draws each categorical value from the
@@ -138,14 +139,12 @@ class TableEncoder:
 
     def to_dict(self) -> dict:
         # a list keeps the column order through JSON writers that sort keys
-        d = {"schema": self.schema.to_dict(), "columns": list(self.columns)}
-        if self.numeric_maps:
-            d["numeric_maps"] = self.numeric_maps
-        return d
+        # the numeric maps are not part of it: a release stores the noisy counts they come from
+        return {"schema": self.schema.to_dict(), "columns": list(self.columns)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TableEncoder":
         """Releases written by dpsynth 0.1 stored the private frame's dtypes as ``dtypes``:
         only their column order is used; the types come from the schema."""
         columns = d.get("columns") or [c for c, _ in d.get("dtypes") or []]
-        return cls(Schema.from_dict(d["schema"]), columns, d.get("numeric_maps"))
+        return cls(Schema.from_dict(d["schema"]), columns)

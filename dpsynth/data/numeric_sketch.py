@@ -62,13 +62,11 @@ class ColumnGrid:
     edges: np.ndarray          # strictly increasing, edges[0] = lo, edges[-1] = hi
     atoms: np.ndarray          # bool per edge: the edge is a cell of width zero
 
-    @classmethod
-    def of(cls, col: Column, max_cells: int | None = None) -> "ColumnGrid":
-        grid = cls._natural(col)
-        return grid if max_cells is None or grid.n_cells <= max_cells else grid.coarsened(max_cells)
-
-    def coarsened(self, max_cells: int) -> "ColumnGrid":
-        """At most ``max_cells`` cells: atoms and bounds kept, every k-th other edge kept."""
+    def coarsened(self, max_cells: int | None) -> "ColumnGrid":
+        """At most ``max_cells`` cells (the grid itself when it has no more, or for None): atoms and
+        bounds kept, every k-th other edge kept."""
+        if max_cells is None or self.n_cells <= max_cells:
+            return self
         n_atoms = int(self.atoms.sum())
         inner = np.nonzero(~self.atoms)[0]
         room = max(max_cells - 2 * n_atoms + 1, 0)             # intervals between the kept edges
@@ -80,7 +78,7 @@ class ColumnGrid:
         return ColumnGrid(self.edges[keep], self.atoms[keep])
 
     @classmethod
-    def _natural(cls, col: Column) -> "ColumnGrid":
+    def of(cls, col: Column) -> "ColumnGrid":
         lo, hi = col.bounds
         width = hi - lo
         if col.integer and width <= INTEGER_UNIT_LIMIT:   # one cell per value: edges between integers
@@ -133,11 +131,12 @@ class NumericSketch:
     grids: dict
 
     @classmethod
-    def of(cls, schema: Schema, max_cells: int | None = None) -> "NumericSketch":
-        return cls({c.name: ColumnGrid.of(c, max_cells) for c in schema.columns if c.kind == "numeric"})
+    def of(cls, schema: Schema) -> "NumericSketch":
+        return cls({c.name: ColumnGrid.of(c) for c in schema.columns if c.kind == "numeric"})
 
-    def __bool__(self) -> bool:
-        return bool(self.grids)
+    def limited(self, max_cells: int | None) -> "NumericSketch":
+        """The same columns with every grid coarsened to at most ``max_cells`` cells (None: as is)."""
+        return NumericSketch({name: g.coarsened(max_cells) for name, g in self.grids.items()})
 
     @property
     def sensitivity(self) -> float:

@@ -75,7 +75,8 @@ class KernelGeneratorMethod:
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
                  proportions_share: float = 0.1, schema_share: float | None = None,
-                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE, loss: str = "direct",
+                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE,
+                 loss: str = "direct",
                  mavg_lr: float = 1e-3, early_stopping: bool = False, proxy_encoder: str | None = None,
                  proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
@@ -135,8 +136,8 @@ class KernelGeneratorMethod:
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress", "code_dim", "proportions_share", "schema_share", "numeric_encoding", "numeric_share", "loss", "mavg_lr", "early_stopping",
-                "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
+                "progress", "code_dim", "proportions_share", "schema_share", "numeric_encoding", "numeric_share", "loss",
+                "mavg_lr", "early_stopping", "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
     def fit_params(self) -> dict:
@@ -287,9 +288,10 @@ class KernelGeneratorMethod:
         maps, counts, sketch_facts = None, {}, {}
         if sketched:
             sigma_sketch = sigma * mults["numeric_sketch"]
-            std = sigma_sketch * NumericSketch.of(schema).sensitivity
-            cells = max_cells(len(df), std)      # public: m and sigma; cells from the (declared or inferred) bounds
-            sketch = NumericSketch.of(schema, cells)
+            sketch = NumericSketch.of(schema)    # public cells from the (declared or inferred) bounds
+            std = sigma_sketch * sketch.sensitivity
+            cells = max_cells(len(df), std)      # public: m and sigma
+            sketch = sketch.limited(cells)
             counts = release_numeric_sketch(TableEncoder(schema).clean(df), sketch, sigma_sketch, noise)
             sketch_facts = {"noise_std": std, "max_cells": cells}
             maps = sketch.cdfs(counts, std)
@@ -304,7 +306,7 @@ class KernelGeneratorMethod:
             n_classes=schema.n_classes, accountant=self.accountant, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
-                          "table": encoder.minmax().to_dict(), "numeric_encoding": encoder.numeric_encoding,
+                          "table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding,
                           **({"numeric_sketch": sketch_facts} if sketch_facts else {}), **self._public_facts},
             plan=plan, noise_multiplier=sigma, multipliers=mults, noise=noise, prior_entries=tuple(entries),
             prior_tensors={SKETCH_PREFIX + name: c for name, c in counts.items()},
@@ -324,7 +326,7 @@ class KernelGeneratorMethod:
             return encoder
         counts = {k[len(SKETCH_PREFIX):]: v for k, v in self.release_.tensors.items() if k.startswith(SKETCH_PREFIX)}
         return TableEncoder(encoder.schema, encoder.columns,
-                            NumericSketch.of(encoder.schema, sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
+                            NumericSketch.of(encoder.schema).limited(sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
 
     @property
     def proportions_(self) -> torch.Tensor | None:

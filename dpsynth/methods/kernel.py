@@ -47,7 +47,7 @@ class DPMERF(KernelGeneratorMethod):
     method = "dp-merf"
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
-                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "auto",
+                 length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
                  categorical_pairs: bool | str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
@@ -68,7 +68,6 @@ class DPMERF(KernelGeneratorMethod):
         row lost the numeric marginals and utility), ``categorical_pairs="auto"``: on when the pair block has at
         most ``MAX_AUTO_PAIR_FEATURES`` features (census's 117,792 would dominate the cost), off otherwise with a
         warning; the release's spec says what it captures either way."""
-        inputs = self.rff_inputs if self.rff_inputs != "auto" else "numeric"
         sizes = encoder.category_sizes
         pair_dim = sum(a * b for i, a in enumerate(sizes) for b in sizes[i + 1:])
         pairs = pair_dim <= MAX_AUTO_PAIR_FEATURES if self.categorical_pairs == "auto" else bool(self.categorical_pairs)
@@ -77,7 +76,7 @@ class DPMERF(KernelGeneratorMethod):
                            "the release holds no dependence between categorical columns beyond the label; "
                            "categorical_pairs=True forces them.", pair_dim, MAX_AUTO_PAIR_FEATURES)
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
-                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=inputs,
+                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=self.rff_inputs,
                         category_sizes=sizes if pairs and len(sizes) > 1 else None)
 
 
@@ -94,8 +93,8 @@ class DPHP(KernelGeneratorMethod):
     gamma = ``sum_weight`` 20, C = 100 / 20, 2 product dimensions, 10 epochs of batch 200 with one
     product release each, Adam 0.01 x0.9 per epoch; Fashion-MNIST: ``length_scale=0.387,
     sum_weight=10``). ``length_scale`` is public (a number, or one per input dimension), never a
-    median of the private data. Tables: the rows as encoded (numeric columns in [0, 1] through their released CDF or their
-    public bounds, then one-hot blocks).
+    median of the private data. Tables: the rows as encoded (numeric columns in [0, 1] through their
+    released CDF or their public bounds, then one-hot blocks).
     """
 
     method = "dp-hp"
