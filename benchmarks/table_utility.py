@@ -75,6 +75,7 @@ def main():
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--real", action="store_true", help="also the classifiers trained on real data")
     p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations")
+    p.add_argument("--lr", type=float, default=None, help="override the preset's learning rate")
     p.add_argument("--ntk-widths", default=None, help="override the DP-NTK preset's widths, e.g. 30,20")
     p.add_argument("--length-scale", type=float, default=None, help="override the DP-HP / DP-MERF length scale")
     p.add_argument("--bounds", default="preset", choices=["preset", "wide"])
@@ -86,6 +87,8 @@ def main():
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     overrides = {"iterations": args.iterations} if args.iterations else {}
+    if args.lr:
+        overrides["lr"] = args.lr
     if args.length_scale:
         overrides["length_scale"] = args.length_scale
     if args.categorical_pairs:

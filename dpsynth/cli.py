@@ -142,6 +142,10 @@ def _fit_inputs(args):
     from .data import Schema, get_info, load_dataset, load_preset, read_table
     from .methods.presets import image_preset, method_preset
 
+    if args.shards:
+        return _shard_inputs(args)
+    if args.engine or args.ray_address or args.ray_workers or args.n_records:
+        raise InvalidParameterError("--engine, --ray-address, --ray-workers and --n-records apply to --shards.")
     if args.csv:
         if not (args.schema and args.label):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
@@ -163,6 +167,40 @@ def _fit_inputs(args):
     defaults = {} if args.method in ("dp-mepf", "dp-hp") else IMAGE_DEFAULTS     # these: the class's defaults
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
         {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
+
+
+def _shard_inputs(args):
+    """(data, fit kwargs, defaults, facts) for --shards: a table or arrays in many files, summed on --engine."""
+    from .data import Schema
+    from .data.shards import ShardedTable, open_shards
+    from .engines import get_engine
+
+    if args.csv or args.dataset:
+        raise InvalidParameterError("give one of --shards, --csv and --dataset.")
+    if args.method == "dp-kip":
+        raise InvalidParameterError("dp-kip runs DP-SGD, which reads the records at every step; --shards releases "
+                                    "sums once: use dp-merf, dp-ntk, dp-hp or dp-mepf.")
+    if args.n_records is None:
+        raise InvalidParameterError("--shards needs --n-records N: the total number of records, declared (public "
+                                    "metadata: the sensitivity 2/m rests on it; the rows read are checked against it).")
+    engine = get_engine(args.engine or "stream", address=args.ray_address, workers=args.ray_workers)
+    if bool(args.schema) != bool(args.label):
+        raise InvalidParameterError("table shards need both --schema FILE.json and --label COLUMN.")
+    schema = Schema.from_json(args.schema) if args.schema else None
+    if schema is not None and args.label != schema.label:
+        raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
+    src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
+                      drop_unlisted=args.drop_unlisted)
+    name = f"user:{Path(str(args.shards)).name}"
+    if isinstance(src, ShardedTable):
+        return (src,), {"label": args.label, "schema": schema, "dataset": name}, dict(CSV_DEFAULTS), {}
+    if src.labelled and args.n_classes is None:
+        raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
+    defaults = {} if args.method in ("dp-mepf", "dp-hp") else dict(IMAGE_DEFAULTS)
+    if len(src.record_shape) != 3:
+        defaults.pop("ntk_width", None)
+    labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
+    return (src,), {"dataset": name}, {**defaults, **labels}, {}
 
 
 def _resume_inputs(args):
@@ -210,7 +248,7 @@ def cmd_fit(args) -> int:
 
     out = Path(args.out)
     _check_out_folder(out, args)
-    from_folder = args.resume and not (args.dataset or args.csv)      # settings and method from the release
+    from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
     if from_folder:
         data, fit_kwargs, defaults, facts = _resume_inputs(args)
     elif not args.method:
@@ -542,6 +580,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--label", help="label column of --csv")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
                    "(default: refuse, naming them)")
+    s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "
+                   "--schema, --label) or .npz shards (arrays x, y) / .npy shards; read in bounded memory")
+    s.add_argument("--n-records", type=int, help="--shards: the total number of records, declared (public; "
+                   "checked against the rows read)")
+    s.add_argument("--n-classes", type=int, help="--shards of arrays with labels: the number of classes (public)")
+    s.add_argument("--engine", choices=["stream", "ray"], help="--shards: where the sums are computed: this "
+                   "process, shard after shard (stream, default), or Ray tasks, one per shard (needs dpsynth[ray])")
+    s.add_argument("--ray-address", help="--engine ray: a running cluster (e.g. auto); default: a local one")
+    s.add_argument("--ray-workers", type=int, help="--engine ray without --ray-address: CPUs of the local cluster")
     s.add_argument("--numeric-encoding", choices=["quantile", "minmax"], default=None, help="tables: numeric "
                    "columns through their privately released CDF (quantile, default) or scaled by their declared "
                    "bounds (minmax)")

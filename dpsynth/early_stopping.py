@@ -15,23 +15,28 @@ from __future__ import annotations
 
 import torch
 
+from .engines import as_source
 from .features.base import FeatureMap
 from .privacy.mechanisms import NoiseSource, gaussian_mechanism
 
 
-def release_proxy(proxy_map: FeatureMap, X: torch.Tensor, noise_multiplier: float, noise: NoiseSource,
+def release_proxy(proxy_map: FeatureMap, X, noise_multiplier: float, noise: NoiseSource,
                   batch_size: int | None = None) -> tuple[torch.Tensor, float]:
-    """(noisy proxy embedding (P,), its L2 sensitivity) of the private records ``X``.
+    """(noisy proxy embedding (P,), its L2 sensitivity) of the private records ``X`` (an array, or a
+    :class:`~dpsynth.engines.Source` of shards, summed on its engine).
 
     The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
     bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
     ``2 * proxy_map.norm_bound / m`` (m is public); Gaussian noise of std ``noise_multiplier`` times
     that is added in float64.
     """
-    m = X.shape[0]
+    from .embedding import ClassSums
+
+    source = as_source(X)
+    sums = source.total(ClassSums(proxy_map, None, batch_size=batch_size, validate=False))["sums"][0]
+    m = source.n_records
     sensitivity = 2.0 * proxy_map.norm_bound / m
-    mu = proxy_map.class_sums(X, None, None, batch_size)[0] / m
-    return gaussian_mechanism(mu, sensitivity, noise_multiplier, noise), sensitivity
+    return gaussian_mechanism(sums / m, sensitivity, noise_multiplier, noise), sensitivity
 
 
 @torch.no_grad()

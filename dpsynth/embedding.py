@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
+from .engines import Source, as_source
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .privacy.budget import BudgetFile
@@ -36,6 +38,45 @@ def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | N
     """
     sums = feature_map.class_sums(X, y, n_classes, batch_size)                  # (C, D) float64
     return (sums.T.contiguous() if y is not None else sums[0]) / X.shape[0]
+
+
+class ClassSums:
+    """The statistic a mean embedding sums, for :meth:`~dpsynth.engines.Source.total`: of one batch of
+    records, ``{"sums": sum_i phi(x_i) e_{y_i}^T as (C, D) float64, "counts": per-class record counts}``
+    (unconditional, ``n_classes`` None: ``sums`` is (1, D), no counts). A batch is ``(X, y)`` arrays, or
+    a DataFrame that ``encoder`` (a :class:`~dpsynth.data.encoding.TableEncoder`) turns into them. The
+    records are checked here (finite numbers, labels in 0..n_classes-1) wherever the batch is read:
+    in process or on a worker (``validate=False``: not checked; every row is still bounded by the map's
+    :meth:`~FeatureMap.bounded`, non-finite ones to zero)."""
+
+    def __init__(self, feature_map: FeatureMap, n_classes: int | None, *, encoder=None,
+                 batch_size: int | None = None, validate: bool = True):
+        self.feature_map, self.n_classes, self.encoder, self.batch_size = feature_map, n_classes, encoder, batch_size
+        self.validate = validate
+        self.device = None
+
+    def to(self, device) -> "ClassSums":
+        """Compute on ``device`` (a worker's GPU); the sums come back on the CPU."""
+        self.feature_map, self.device = self.feature_map.to(device), device
+        return self
+
+    def __call__(self, batch) -> dict:
+        X, y = self.encoder.encode(batch) if self.encoder is not None else batch
+        Xa = check_features(X) if self.validate else np.asarray(X.detach().cpu() if hasattr(X, "detach") else X)
+        y_t = None
+        if self.n_classes is not None:
+            ya = check_labels(y, Xa.shape[0])  # how many classes are present is private: never checked
+            if ya.max() >= self.n_classes:
+                raise DataValidationError(f"labels must lie in 0..{self.n_classes - 1} for n_classes="
+                                          f"{self.n_classes}; found {int(ya.max())}.")
+            y_t = torch.as_tensor(ya)
+        X_t = torch.as_tensor(Xa, dtype=torch.float32)
+        if self.device is not None:
+            X_t, y_t = X_t.to(self.device), (y_t.to(self.device) if y_t is not None else None)
+        out = {"sums": self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size).cpu()}
+        if y_t is not None:
+            out["counts"] = torch.bincount(y_t.cpu(), minlength=self.n_classes).to(torch.float64)
+        return out
 
 
 def public_assumptions(m: int, n_classes: int | None, public_facts: dict | None = None) -> dict:
@@ -80,15 +121,18 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                            noise: NoiseSource | None = None, prior_entries: tuple = (),
                            prior_tensors: dict | None = None,
                            privacy_unit: str = PRIVACY_UNIT, proxy_map: FeatureMap | None = None,
-                           proxy_multiplier: float = 10.0) -> Release:
+                           proxy_multiplier: float = 10.0, encoder=None) -> Release:
     """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
 
     Order of work: validate parameters, calibrate sigma from (epsilon, delta) and the
     plan (or take ``noise_multiplier`` already calibrated for a joint plan), check the
     budget file; only then read the private data. ``n_classes`` is public and required
-    when ``y`` is given. ``X`` may be a callable returning ``(X, y)`` (e.g. encoding a
-    private table), called only after calibration; the release is then class-conditional
-    when ``n_classes`` is given.
+    when ``y`` is given. ``X`` may also be a :class:`~dpsynth.engines.Source` (shards read on its
+    engine: streamed, or on Ray; labels in the shards; m is its declared ``n_records``, checked
+    against the rows read) or, with ``encoder`` (a :class:`~dpsynth.data.encoding.TableEncoder`), a
+    DataFrame or a table Source whose rows the encoder turns into records; either is
+    class-conditional when ``n_classes`` is given. Only sums over records are computed from the data
+    (:class:`ClassSums`); the noise is drawn here, once, after they are added up.
 
     A feature map of several blocks (:meth:`FeatureMap.parts`, e.g. DP-MEPF's phi1 and phi2,
     each of norm <= 1) makes one Gaussian release per block, each with sensitivity
@@ -118,7 +162,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    conditional = (n_classes is not None) if callable(X) else (y is not None)
+    conditional = (n_classes is not None) if isinstance(X, Source) or encoder is not None else (y is not None)
     if conditional and (n_classes is None or int(n_classes) < 2):
         raise InvalidParameterError(
             f"n_classes must be given (public knowledge, >= 2) for a class-conditional release; got "
@@ -147,28 +191,19 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     noise = noise or NoiseSource(seed)  # before any private row is touched
 
     # ---- private data from here on -------------------------------------------------
-    if callable(X):
-        X, y = X()
-    Xa = check_features(X)
-    m = Xa.shape[0]
-    X_t = torch.as_tensor(Xa, dtype=torch.float32)
-    y_t = None
-    if conditional:
-        ya = check_labels(y, m)   # how many classes are present is private: never checked
-        if ya.max() >= n_classes:
-            raise DataValidationError(
-                f"labels must lie in 0..{n_classes - 1} for n_classes={n_classes}; found {int(ya.max())}."
-            )
-        y_t = torch.as_tensor(ya)
+    source = as_source(X, y if conditional else None)
+    totals = source.total(ClassSums(feature_map, n_classes if conditional else None, encoder=encoder,
+                                    batch_size=batch_size))
+    m = source.n_records                 # public: the declared count, checked against the rows read
     warn_delta_vs_n(delta, m)
-    mu = mean_embedding(feature_map, X_t, y_t, n_classes, batch_size)
+    sums = totals["sums"]
+    mu = sums.T.contiguous() / m if conditional else sums[0] / m
     what = "class-conditional mean embedding" if conditional else "mean embedding"
     what = f"{what} under {feature_map.spec()['name']} features"
     tensors, released = dict(prior_tensors or {}), []          # released: (description, noise multiplier, sensitivity)
     if proportions_share is not None:
         sigma_props = sigma * multipliers["class_proportions"]
-        counts = torch.bincount(y_t, minlength=n_classes).to(torch.float64)
-        tensors["class_proportions"] = gaussian_mechanism(counts / m, 2 ** 0.5 / m, sigma_props, noise)
+        tensors["class_proportions"] = gaussian_mechanism(totals["counts"] / m, 2 ** 0.5 / m, sigma_props, noise)
         released.append((f"class proportions ({proportions_share:g} of the plan's privacy)", sigma_props,
                          2 ** 0.5 / m, {"sensitivity": "sqrt(2) / m (one label changes)"}))
     blocks, start = [], 0
@@ -182,7 +217,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
     if proxy_map is not None:
         s_proxy = sigma * multipliers["proxy"]
-        tensors["proxy"], proxy_sens = release_proxy(proxy_map, X_t, s_proxy, noise, batch_size)
+        tensors["proxy"], proxy_sens = release_proxy(proxy_map, source, s_proxy, noise, batch_size)
         proxy_spec = proxy_map.spec()
         released.append((f"DP early-stopping proxy: mean embedding under {proxy_spec['name']} features of "
                          f"the public network {proxy_spec.get('encoder', '')}", s_proxy, proxy_sens,
@@ -194,6 +229,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                   noise_source=noise.policy, dataset=dataset, n_records=m, neighbouring="replace_one",
                   privacy_unit=privacy_unit)
     budget_id = {"budget_id": prior_entries[0].budget_id} if prior_entries else {}
+    common["computation"] = source.describe()
     entries = []
     public = public_assumptions(m, n_classes if conditional else None, public_facts)
     for desc, s_release, sens, assumed in released:

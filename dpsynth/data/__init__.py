@@ -4,7 +4,9 @@ from .presets import PRESETS, PresetData, load_preset
 from .registry import DATASETS, get_info, is_available, list_datasets, load_dataset
 from .schema import Column, Schema
 from .tabular import TableData
+from .shards import ShardedArrays, ShardedTable
 from .user import read_table
 
-__all__ = ["DATASETS", "PRESETS", "Column", "ImageData", "PresetData", "Schema", "TableData",
+__all__ = ["DATASETS", "PRESETS", "Column", "ImageData", "PresetData", "Schema", "ShardedArrays", "ShardedTable",
+           "TableData",
            "get_info", "is_available", "list_datasets", "load_dataset", "load_preset", "read_table"]

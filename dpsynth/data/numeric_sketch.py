@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..engines import as_source
 from ..privacy.ledger import LedgerEntry
 from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .schema import Column, Schema
@@ -153,17 +154,30 @@ def max_cells(n_records: int, noise_std: float) -> int:
     return max(8, int(n_records / (CELL_COUNT_SIGMAS * noise_std)))
 
 
-def release_numeric_sketch(df: pd.DataFrame, sketch: NumericSketch, noise_multiplier: float,
-                           noise: NoiseSource) -> dict[str, torch.Tensor]:
-    """Noisy cell counts of every sketched column (data-touching: reads ``df``, a table already
-    checked against the schema): one Gaussian release at ``noise_multiplier`` times the joint
-    sensitivity ``sketch.sensitivity``."""
-    out = {}
-    for name, grid in sketch.grids.items():
-        idx = grid.cells(df[name].to_numpy(dtype=np.float64))
-        counts = torch.as_tensor(np.bincount(idx, minlength=grid.n_cells), dtype=torch.float64)
-        out[name] = gaussian_mechanism(counts, sketch.sensitivity, noise_multiplier, noise)
-    return out
+class SketchCounts:
+    """The statistic the numeric sketch sums, for :meth:`~dpsynth.engines.Source.total`: each
+    sketched column's cell counts over one batch of a table, after ``encoder.clean`` (the table
+    checked against, and conformed to, the complete schema) when an encoder is given."""
+
+    def __init__(self, sketch: "NumericSketch", encoder=None):
+        self.sketch, self.encoder = sketch, encoder
+
+    def __call__(self, df: pd.DataFrame) -> dict:
+        if self.encoder is not None:
+            df = self.encoder.clean(df)
+        return {name: np.bincount(grid.cells(df[name].to_numpy(dtype=np.float64)), minlength=grid.n_cells)
+                .astype(np.float64) for name, grid in self.sketch.grids.items()}
+
+
+def release_numeric_sketch(data, sketch: NumericSketch, noise_multiplier: float,
+                           noise: NoiseSource, encoder=None) -> dict[str, torch.Tensor]:
+    """Noisy cell counts of every sketched column (data-touching: reads ``data``, a DataFrame already
+    checked against the schema, or a table :class:`~dpsynth.engines.Source` whose batches ``encoder``
+    cleans; the counts are summed on its engine): one Gaussian release at ``noise_multiplier`` times
+    the joint sensitivity ``sketch.sensitivity``."""
+    totals = as_source(data).total(SketchCounts(sketch, encoder))
+    return {name: gaussian_mechanism(torch.as_tensor(totals[name]), sketch.sensitivity, noise_multiplier, noise)
+            for name in sketch.grids}
 
 
 def noisy_cdf(grid: ColumnGrid, counts, noise_std: float) -> dict:

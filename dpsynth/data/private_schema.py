@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 from scipy.stats import norm
 
+from ..engines import as_source
 from ..errors import SchemaError
 from ..privacy.ledger import LedgerEntry
 from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
@@ -83,29 +84,47 @@ class SchemaInference:
         return 1.0 + noise_std * float(norm.isf(per_column))
 
 
-def release_schema_statistics(df: pd.DataFrame, inference: SchemaInference, noise_multiplier: float,
+class SchemaCounts:
+    """The statistic schema inference sums, for :meth:`~dpsynth.engines.Source.total`: of one batch
+    of a table checked by :meth:`Schema.validate` (numbers finite, no missing values), the per-bin
+    counts of each numeric column to infer and the count of every value of each categorical one."""
+
+    def __init__(self, inference: "SchemaInference"):
+        self.inference = inference
+
+    def __call__(self, df: pd.DataFrame) -> dict:
+        edges = bin_edges()
+        out: dict = {}
+        for name in self.inference.numeric:
+            idx = np.clip(np.searchsorted(edges, df[name].to_numpy(dtype=float), side="right") - 1, 0, len(edges) - 2)
+            out[name] = np.bincount(idx, minlength=len(edges) - 1).astype(np.float64)
+        for name in self.inference.categorical:
+            out[name] = {str(k): float(v) for k, v in df[name].astype(str).value_counts(sort=False).items()}
+        return out
+
+
+def release_schema_statistics(data, inference: SchemaInference, noise_multiplier: float,
                               noise: NoiseSource) -> dict[str, dict]:
-    """Noisy counts for the columns to infer (data-touching: reads ``df``, a table already
-    checked by :meth:`Schema.validate`: numbers finite, no missing values).
+    """Noisy counts for the columns to infer (data-touching: reads ``data``, a DataFrame already
+    checked by :meth:`Schema.validate`, or a table :class:`~dpsynth.engines.Source` whose shards
+    are checked as they are read; the counts are summed on its engine, the noise drawn here).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
     columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
-    ones: one Gaussian release of all these counts, at ``noise_multiplier`` times the joint
-    sensitivity ``inference.sensitivity``. The observed values are private until thresholded:
-    callers pass this only to :func:`complete_schema`.
+    ones (values sorted): one Gaussian release of all these counts, at ``noise_multiplier`` times
+    the joint sensitivity ``inference.sensitivity``. The observed values are private until
+    thresholded: callers pass this only to :func:`complete_schema`.
     """
-    edges = bin_edges()
+    totals = as_source(data).total(SchemaCounts(inference))
     sens = inference.sensitivity
     out: dict[str, dict] = {}
     for name in inference.numeric:
-        values = df[name].to_numpy(dtype=float)
-        idx = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
-        counts = torch.as_tensor(np.bincount(idx, minlength=len(edges) - 1), dtype=torch.float64)
-        out[name] = {"edges": edges, "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+        counts = torch.as_tensor(totals[name], dtype=torch.float64)
+        out[name] = {"edges": bin_edges(), "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
     for name in inference.categorical:
-        vc = df[name].astype(str).value_counts(sort=False)
-        counts = torch.as_tensor(vc.to_numpy(dtype=float), dtype=torch.float64)
-        out[name] = {"values": list(vc.index), "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+        values = sorted(totals[name])
+        counts = torch.as_tensor([totals[name][v] for v in values], dtype=torch.float64)
+        out[name] = {"values": values, "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
     return out
 
 

@@ -68,13 +68,19 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
                 df[c.name] = df[c.name].map(_category_str)
         if schema.label:
             df[schema.label] = df[schema.label].map(_category_str)
+    check_listed(df, schema, path, drop_unlisted)
+    return schema.validate(df)
+
+
+def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) -> None:
+    """Refuse columns of ``df`` (read from ``path``) that the schema does not list, naming them,
+    unless ``drop_unlisted`` (then :meth:`Schema.validate` drops them)."""
     listed = {c.name for c in schema.columns} | ({schema.label} if schema.label else set())
     unlisted = [str(c) for c in df.columns if c not in listed]
     if unlisted and not drop_unlisted:
         raise SchemaError(
             f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
             f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
-    return schema.validate(df)
 
 
 def _category_str(v) -> str:

@@ -36,7 +36,9 @@ from ..data.numeric_sketch import (SKETCH_PREFIX, NumericSketch, max_cells, rele
 from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
                                    require_complete, schema_ledger_entry)
 from ..data.schema import Schema
+from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
+from ..engines import as_source
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
@@ -212,12 +214,16 @@ class KernelGeneratorMethod:
             logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
             if self.n_classes is None:
                 self.n_classes = self.release_.dataset.get("n_classes")
-        elif isinstance(X, pd.DataFrame):
+        elif _is_table(X):
+            if isinstance(X, ShardedTable):
+                if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
+                    raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
+                schema = X.schema
             schema = _as_schema(schema, label)
             self.n_classes = schema.n_classes  # public: the declared label categories
         self._validate()
         if not has_release:
-            if isinstance(X, pd.DataFrame):
+            if _is_table(X):
                 self.release_ = self._release_table(X, label, schema, dataset, budget)
             else:
                 self.release_ = self._release(X, y, dataset, budget)
@@ -229,13 +235,18 @@ class KernelGeneratorMethod:
         return self
 
     def _release(self, X, y, dataset: str, budget) -> Release:
-        shape = tuple(int(s) for s in np.shape(X)[1:])  # the record shape is public
+        # the record shape is public
+        shape = X.record_shape if isinstance(X, ShardedArrays) else tuple(int(s) for s in np.shape(X)[1:])
         if len(shape) not in (1, 3):
             raise InvalidParameterError(
                 f"X must hold images (n, channels, height, width) or flat records (n, d); got shape "
                 f"{tuple(np.shape(X))}."
             )
-        if self.conditional and y is None:
+        if isinstance(X, ShardedArrays) and self.conditional != X.labelled:
+            raise InvalidParameterError(
+                f"the shards {'hold' if X.labelled else 'hold no'} labels: use conditional={X.labelled}"
+                f"{'' if X.labelled else ' (or shards with a y array)'}.")
+        if self.conditional and y is None and not isinstance(X, ShardedArrays):
             raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
         n_classes = int(self.n_classes) if self.conditional else 1
         fmap = self.image_feature_map(shape, n_classes)
@@ -252,12 +263,15 @@ class KernelGeneratorMethod:
                           **self._public_facts},
         )
 
-    def _release_table(self, df: pd.DataFrame, label, schema, dataset: str, budget) -> Release:
+    def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
+        """``data``: a DataFrame, or a :class:`~dpsynth.data.ShardedTable` (its rows are read only as
+        sums computed on its engine: streamed or on Ray)."""
         if not self.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
         if self.early_stopping:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); for tables use early_stopping=False.")
+        source = as_source(data)
         todo = SchemaInference.of(schema)
         if todo and self.schema_share is None:
             require_complete(schema)  # raises, naming the columns and the fixes
@@ -272,8 +286,10 @@ class KernelGeneratorMethod:
         if budget is not None:
             budget.check(self.epsilon, self.delta)
         noise = NoiseSource(self.noise_seed)
+        m = source.n_records                                       # public (declared for shards)
         common = dict(epsilon=self.epsilon, delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
-                      noise_source=noise.policy, dataset=dataset, n_records=len(df), privacy_unit=self._privacy_unit,
+                      noise_source=noise.policy, dataset=dataset, n_records=m, privacy_unit=self._privacy_unit,
+                      computation=source.describe(),
                       budget_id=uuid.uuid4().hex)          # one plan, one budget: every entry shares its id
         entries = []
         # ---- private data: releases of counts, each followed by its post-processing ------------
@@ -281,7 +297,8 @@ class KernelGeneratorMethod:
             sigma_schema = sigma * mults["schema"]
             std = sigma_schema * todo.sensitivity
             tau = todo.category_threshold(std, self.delta) if todo.categorical else None
-            stats = release_schema_statistics(schema.validate(df), todo, sigma_schema, noise)
+            stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
+                                              todo, sigma_schema, noise)
             schema = complete_schema(schema, stats, std, tau)
             del stats
             entries.append(schema_ledger_entry(todo, sigma_schema, tau, delta_t, **common))
@@ -290,19 +307,20 @@ class KernelGeneratorMethod:
             sigma_sketch = sigma * mults["numeric_sketch"]
             sketch = NumericSketch.of(schema)    # public cells from the (declared or inferred) bounds
             std = sigma_sketch * sketch.sensitivity
-            cells = max_cells(len(df), std)      # public: m and sigma
+            cells = max_cells(m, std)            # public: m and sigma
             sketch = sketch.limited(cells)
-            counts = release_numeric_sketch(TableEncoder(schema).clean(df), sketch, sigma_sketch, noise)
+            counts = release_numeric_sketch(source, sketch, sigma_sketch, noise, encoder=TableEncoder(schema))
             sketch_facts = {"noise_std": std, "max_cells": cells}
             maps = sketch.cdfs(counts, std)
             entries.append(sketch_ledger_entry(sketch, sigma_sketch, **common))
-        encoder = TableEncoder.for_frame(schema, df, maps)
+        columns = [str(c) for c in data.columns]                  # public: names and order, never values
+        encoder = TableEncoder(schema, columns, maps)
         fmap = self.table_feature_map(encoder, schema.n_classes)
         if fmap.noise_multipliers() != self.block_multipliers():
             raise RuntimeError(f"{type(self).__name__}.block_multipliers() disagrees with its feature map's blocks; "
                                f"the plan would not match the releases.")
         return release_mean_embedding(
-            fmap, lambda: encoder.encode(df), epsilon=self.epsilon, delta=self.delta,
+            fmap, source, encoder=encoder, epsilon=self.epsilon, delta=self.delta,
             n_classes=schema.n_classes, accountant=self.accountant, dataset=dataset,
             budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
@@ -499,6 +517,10 @@ def read_model_folder(cls, directory: Path, meta: dict):
     model = cls(**meta["params"])
     model.release_ = Release.load(directory / "release")
     return model
+
+
+def _is_table(X) -> bool:
+    return isinstance(X, (pd.DataFrame, ShardedTable))
 
 
 def _as_schema(schema, label) -> Schema:

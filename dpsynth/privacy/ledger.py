@@ -35,6 +35,8 @@ class LedgerEntry:
     #: bound or clip, the sensitivity's formula, declared bounds): if one of them is not public,
     #: the guarantee does not hold as recorded
     assumed: dict = field(default_factory=dict)
+    #: where the release's sums were computed (public): {"engine": memory | stream | ray, "shards", "m"}
+    computation: dict = field(default_factory=dict)
     #: entries released under one calibration (one plan, one budget) share this id
     budget_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     library_version: str = __version__
