@@ -165,17 +165,16 @@ class Schema:
                     f"column {col.name!r} has {int(s.isna().sum())} missing value(s); impute or drop "
                     f"them first, or declare a category for missing values."
                 )
-            if col.kind == "categorical" and col.categories is None:
-                out[col.name] = s.astype(str)   # categories to be inferred privately
-            elif col.kind == "categorical":
-                allowed = {str(c) for c in col.categories}
-                bad = sorted(set(s.astype(str)) - allowed)
-                if bad:
-                    raise DataValidationError(
-                        f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
-                        f"{list(col.categories)[:10]}; add them to the schema or clean the data."
-                    )
-                out[col.name] = s.astype(str)
+            if col.kind == "categorical":
+                text = s if s.dtype == object and _all_str(s) else s.astype(str).astype(object)
+                if col.categories is not None:          # (None: categories to be inferred privately)
+                    bad = sorted(set(pd.unique(text)) - {str(c) for c in col.categories})   # vectorised: big shards
+                    if bad:
+                        raise DataValidationError(
+                            f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
+                            f"{list(col.categories)[:10]}; add them to the schema or clean the data."
+                        )
+                out[col.name] = text
             else:
                 try:
                     values = pd.to_numeric(s)
@@ -198,6 +197,11 @@ class Schema:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {str(c): i for i, c in enumerate(self.label_categories)}
         return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
+
+
+def _all_str(s: pd.Series) -> bool:
+    """Whether an object column holds only str (checked on its distinct values, not per row)."""
+    return all(isinstance(v, str) for v in pd.unique(s))
 
 
 def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: list[str],

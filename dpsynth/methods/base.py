@@ -198,8 +198,6 @@ class KernelGeneratorMethod:
         ``privacy_unit`` says what one record of ``X`` is, for the ledger (presets pass theirs:
         the guarantee covers their preprocessed training split).
         """
-        self._public_facts = dict(public_facts or {})
-        self._privacy_unit = privacy_unit
         out = Path(out) if out is not None else None
         has_release = out is not None and (out / "release" / META_FILE).exists()
         if has_release and not resume:
@@ -214,25 +212,36 @@ class KernelGeneratorMethod:
             logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
             if self.n_classes is None:
                 self.n_classes = self.release_.dataset.get("n_classes")
-        elif _is_table(X):
-            if isinstance(X, ShardedTable):
-                if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
-                    raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
-                schema = X.schema
-            schema = _as_schema(schema, label)
-            self.n_classes = schema.n_classes  # public: the declared label categories
-        self._validate()
-        if not has_release:
-            if _is_table(X):
-                self.release_ = self._release_table(X, label, schema, dataset, budget)
-            else:
-                self.release_ = self._release(X, y, dataset, budget)
+        else:
+            self.release_ = self.release(X, y, label=label, schema=schema, dataset=dataset, budget=budget,
+                                         public_facts=public_facts, privacy_unit=privacy_unit)
             if out is not None:
                 self.release_.save(out / "release")
+        self._validate()
         self._train(out, resume)
         if out is not None:
             self.save(out)
         return self
+
+    def release(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "",
+                budget: BudgetFile | None = None, public_facts: dict | None = None,
+                privacy_unit: str = PRIVACY_UNIT) -> Release:
+        """Step 1 of :meth:`fit` alone: the one private release (all of its plan), without training.
+        ``X`` as for :meth:`fit`, or a :class:`~dpsynth.data.ShardedTable` / :class:`~dpsynth.data.ShardedArrays`
+        (summed on its engine: streamed, or on Ray)."""
+        self._public_facts = dict(public_facts or {})
+        self._privacy_unit = privacy_unit
+        if not _is_table(X):
+            self._validate()
+            return self._release(X, y, dataset, budget)
+        if isinstance(X, ShardedTable):
+            if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
+                raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
+            schema = X.schema
+        schema = _as_schema(schema, label)
+        self.n_classes = schema.n_classes  # public: the declared label categories
+        self._validate()
+        return self._release_table(X, label, schema, dataset, budget)
 
     def _release(self, X, y, dataset: str, budget) -> Release:
         # the record shape is public

@@ -1,0 +1,141 @@
+"""Wall time and peak memory of a table release (DP-MERF, every release of its plan: numeric sketch,
+class proportions, embedding) computed four ways, each in a fresh process, in one run:
+
+  memory   the whole table read into one DataFrame, then released (today's single-machine path)
+  stream   one process, Parquet shards read batch by batch (peak memory should not grow with rows)
+  ray-1    a local Ray cluster of 1 CPU, one task per shard
+  ray-2    a local Ray cluster of 2 CPUs
+
+Tables: intrusion (494,021 rows, 8 shards), the census half (99,762 rows, 4 shards) and
+``replicated``: the intrusion table written --copies times (40 -> 19,760,840 rows, 40 shards of
+494,021), a scaling test, not a utility one. Shards are written once under --shards-dir (not timed).
+
+    python benchmarks/shard_scaling.py --tables census intrusion replicated --out benchmarks/out/scaling.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CONFIGS = ("memory", "stream", "ray-1", "ray-2")
+SHARDS = {"intrusion": 8, "census": 4}
+
+
+def write_shards(name: str, root: Path, copies: int) -> tuple[Path, int, dict]:
+    """(folder of Parquet shards, row count, schema dict) of a table; written once."""
+    from dpsynth.data.tabular import load_census, load_intrusion
+
+    folder = root / (f"replicated-{copies}" if name == "replicated" else name)
+    meta = folder / "meta.json"
+    if meta.exists():
+        m = json.loads(meta.read_text())
+        return folder, m["n"], m["schema"]
+    data = (load_census if name == "census" else load_intrusion)()
+    df, schema = data.train, data.schema
+    folder.mkdir(parents=True, exist_ok=True)
+    if name == "replicated":
+        first = folder / "part-000.parquet"
+        df.to_parquet(first, index=False)
+        for i in range(1, copies):
+            shutil.copyfile(first, folder / f"part-{i:03d}.parquet")
+        n = len(df) * copies
+    else:
+        for i, idx in enumerate(np.array_split(np.arange(len(df)), SHARDS[name])):
+            df.iloc[idx].to_parquet(folder / f"part-{i:03d}.parquet", index=False)
+        n = len(df)
+    meta.write_text(json.dumps({"n": n, "schema": schema.to_dict()}))
+    return folder, n, schema.to_dict()
+
+
+def model_for(table: str):
+    from dpsynth import DPMERF
+    from dpsynth.methods.presets import method_preset
+
+    preset = method_preset("dp-merf", "census" if table == "census" else "intrusion")
+    keep = {k: preset[k] for k in ("n_features", "epsilon", "delta")}
+    return DPMERF(noise_seed=0, **keep)
+
+
+def one(config: str, table: str, folder: Path, n: int) -> dict:
+    """Runs in its own process: the release of ``table`` by ``config``; prints one JSON line."""
+    import pandas as pd
+
+    from dpsynth.data import Schema, ShardedTable
+
+    meta = json.loads((folder / "meta.json").read_text())
+    schema = Schema.from_dict(meta["schema"])
+    model, row = model_for(table), {}
+    if config == "memory":
+        t = time.perf_counter()
+        data = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
+        row["read_s"] = round(time.perf_counter() - t, 2)
+    else:
+        engine = "stream"
+        if config.startswith("ray"):
+            import ray
+
+            from dpsynth.engines.ray_engine import RayEngine
+
+            t = time.perf_counter()
+            ray.init(num_cpus=int(config.split("-")[1]), include_dashboard=False, log_to_driver=False)
+            row["ray_init_s"] = round(time.perf_counter() - t, 2)
+            engine = RayEngine()
+        data = ShardedTable(folder, schema, n_records=n, engine=engine)
+    t = time.perf_counter()
+    release = model.release(data, schema=None if config != "memory" else schema, dataset=table)
+    row["release_s"] = round(time.perf_counter() - t, 2)
+    row["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if config.startswith("ray"):
+        row.update({"worker_peak_mib": engine.last_run["peak_worker_rss_mib"], "workers": engine.last_run["workers"]})
+    row["computation"] = release.ledger.entries[-1].computation
+    row["embedding_norm"] = float(release.tensors["embedding"].norm())
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tables", nargs="+", default=["census", "intrusion", "replicated"])
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    p.add_argument("--copies", type=int, default=40, help="replicated: copies of the intrusion table")
+    p.add_argument("--skip-memory-above", type=int, default=5_000_000,
+                   help="rows above which the in-memory config is not run (it would not fit in RAM)")
+    p.add_argument("--shards-dir", default="/tmp/dpsynth-shards")
+    p.add_argument("--out", default="benchmarks/out/scaling.jsonl")
+    p.add_argument("--one", nargs=4, metavar=("CONFIG", "TABLE", "FOLDER", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        config, table, folder, n = args.one
+        print(json.dumps(one(config, table, Path(folder), int(n))))
+        return
+    for table in args.tables:
+        folder, n, _ = write_shards(table, Path(args.shards_dir), args.copies)
+        for config in args.configs:
+            base = {"date": time.strftime("%Y-%m-%d"), "table": table, "rows": n, "config": config,
+                    "shards": len(list(folder.glob("*.parquet"))), "cpus": os.cpu_count()}
+            if config == "memory" and n > args.skip_memory_above:
+                row = {**base, "skipped": f"in memory above {args.skip_memory_above} rows"}
+            else:
+                t = time.perf_counter()
+                proc = subprocess.run([sys.executable, __file__, "--one", config, table, str(folder), str(n)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    row = {**base, "error": proc.stderr.strip().splitlines()[-1:]}
+                else:
+                    row = {**base, **json.loads(proc.stdout.strip().splitlines()[-1]),
+                           "process_s": round(time.perf_counter() - t, 2)}
+            print(json.dumps(row), flush=True)
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
