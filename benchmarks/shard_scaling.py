@@ -101,6 +101,34 @@ def one(config: str, table: str, folder: Path, n: int) -> dict:
     return row
 
 
+def summary(path: str) -> None:
+    """The markdown table of a run, the targets, and an extrapolation to 1e9 rows (marked as such)."""
+    rows = [json.loads(line) for line in open(path)]
+    print("| table | rows | shards | config | release s | rows/s | driver peak MiB | worker peak MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    by = {}
+    for r in rows:
+        by[(r["table"], r["config"])] = r
+        if "release_s" not in r:
+            print(f"| {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | {r.get('skipped', r.get('error'))} "
+                  f"| | | |")
+            continue
+        print(f"| {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | {r['release_s']:.1f} | "
+              f"{r['rows'] / r['release_s']:,.0f} | {r['driver_peak_mib']:,.0f} | {r.get('worker_peak_mib') or '-'} |")
+    for table in dict.fromkeys(r["table"] for r in rows):
+        get = {c: by.get((table, c), {}).get("release_s") for c in CONFIGS}
+        if get["ray-1"] and get["ray-2"]:
+            print(f"{table}: ray-2 / ray-1 speed-up {get['ray-1'] / get['ray-2']:.2f}x (target >= 1.7x)", end="; ")
+        if get["stream"] and get["ray-2"]:
+            print(f"ray-2 against stream: {100 * (get['ray-2'] / get['stream'] - 1):+.0f} % (target < +20 %)")
+    big = max((r for r in rows if r["config"] == "ray-2" and "release_s" in r), key=lambda r: r["rows"], default=None)
+    if big:
+        per_worker = big["rows"] / big["release_s"] / big["workers"]
+        print(f"EXTRAPOLATION (not measured): at {per_worker:,.0f} rows/s per worker (ray-2 on {big['table']}), "
+              f"1e9 rows take " + ", ".join(f"{1e9 / (per_worker * n) / 60:,.1f} min on {n} workers"
+                                            for n in (2, 16, 64, 256)) + " (perfect scaling assumed)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tables", nargs="+", default=["census", "intrusion", "replicated"])
@@ -110,8 +138,12 @@ def main():
                    help="rows above which the in-memory config is not run (it would not fit in RAM)")
     p.add_argument("--shards-dir", default="/tmp/dpsynth-shards")
     p.add_argument("--out", default="benchmarks/out/scaling.jsonl")
+    p.add_argument("--summary", action="store_true", help="print the table of --out and stop")
     p.add_argument("--one", nargs=4, metavar=("CONFIG", "TABLE", "FOLDER", "N"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.summary:
+        summary(args.out)
+        return
     if args.one:
         config, table, folder, n = args.one
         print(json.dumps(one(config, table, Path(folder), int(n))))

@@ -203,6 +203,17 @@ def test_ray_names_a_bad_shard_and_releases_nothing(tmp_path, ray_cluster):
     assert not (out / "release").exists()
 
 
+def test_cli_fits_shards_on_ray(tmp_path, ray_cluster, capsys):
+    folder = write_shards(toy_table(200), tmp_path / "s", [50, 50, 100], "parquet")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    assert main(["fit", "--method", "dp-merf", "--shards", str(folder), "--schema", str(schema), "--label", "y",
+                 "--n-records", "200", "--engine", "ray", "--iterations", "2", "--n-features", "100", "--quiet",
+                 "--out", str(tmp_path / "run")]) == 0
+    rel = json.loads((tmp_path / "run" / "release" / "release.json").read_text())
+    assert all(e["computation"] == {"engine": "ray", "shards": 3, "m": 200} for e in rel["ledger"])
+
+
 class SlowOnce:
     """A statistic that, on its first run for shard 1's rows, records its worker's pid and waits to be
     killed; once a marker file exists (the retry) it counts like any other."""
@@ -250,6 +261,10 @@ def test_cli_fits_table_shards_streamed_and_refuses_missing_count(tmp_path, caps
     assert main(base + ["--n-records", "200", "--out", str(tmp_path / "b")]) == 0
     rel = json.loads((tmp_path / "b" / "release" / "release.json").read_text())
     assert rel["ledger"][-1]["computation"] == {"engine": "stream", "shards": 2, "m": 200}
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "b")]) == 0
+    assert "sums computed: streamed in one process, 2 shard(s), rows checked against the declared m=200" in \
+        capsys.readouterr().out
     assert main(["fit", "--method", "dp-merf", "--csv", str(folder / "part-000.csv"), "--schema", str(schema),
                  "--label", "y", "--engine", "ray", "--out", str(tmp_path / "c")]) == 2
     assert "apply to --shards" in capsys.readouterr().err

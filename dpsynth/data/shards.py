@@ -10,6 +10,7 @@ shard and the rows.
 from __future__ import annotations
 
 import glob
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -149,8 +150,29 @@ class ShardedArrays(_Sharded):
                  batch_rows: int = 8192):
         super().__init__(files, ARRAY_SUFFIXES, n_records, engine, batch_rows)
         self.x_key, self.y_key = x_key, y_key
-        self.record_shape = tuple(int(s) for s in self._open(0)[0].shape[1:])
-        self.labelled = self._open(0)[1] is not None
+        shape, self.labelled = self._header(0)
+        self.record_shape = tuple(int(s) for s in shape[1:])     # public; no record is read here
+
+    def _header(self, i: int) -> tuple[tuple, bool]:
+        """(shape of shard ``i``'s records, whether it holds labels), from the file headers alone."""
+        path = self.files[i]
+        try:
+            if path.suffix.lower() == ".npy":
+                return np.load(path, mmap_mode="r", allow_pickle=False).shape, False
+            with zipfile.ZipFile(path) as z:
+                names = {n[:-4]: n for n in z.namelist() if n.endswith(".npy")}
+                if self.x_key not in names:
+                    raise DataValidationError(f"shard {path} has no array {self.x_key!r} (it holds {sorted(names)}); "
+                                              f"pass x_key=.")
+                with z.open(names[self.x_key]) as fh:
+                    major, _ = np.lib.format.read_magic(fh)
+                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    shape = read(fh)[0]
+                return shape, bool(self.y_key) and self.y_key in names
+        except DpsynthError:
+            raise
+        except Exception as exc:
+            raise DataValidationError(f"shard {path} cannot be read: {type(exc).__name__}: {exc}") from None
 
     def _open(self, i: int):
         path = self.files[i]

@@ -96,6 +96,7 @@ class Ledger:
                 f"    neighbouring={e.neighbouring}; privacy unit: {e.privacy_unit}\n"
                 + (f"    assumed public: {_facts(e.assumed)}\n" if e.assumed else "") +
                 f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
+                + (f"    sums computed: {_computed(e.computation)}\n" if e.computation else "") +
                 f"    dpsynth {e.library_version}, {e.created}"
             )
         if not lines:
@@ -111,6 +112,13 @@ class Ledger:
                              f"delta={entries[0].delta:g}, calibrated together (their noise composes exactly to "
                              f"it); they are not separate charges.")
         return "\n".join(lines + notes)
+
+
+def _computed(c: dict) -> str:
+    where = {"memory": "in memory", "stream": "streamed in one process", "ray": "on Ray"}.get(c.get("engine"),
+                                                                                            c.get("engine"))
+    return f"{where}, {c.get('shards')} shard(s), rows checked against the declared m={c.get('m')}" \
+        if c.get("engine") != "memory" else f"{where} (m={c.get('m')} rows)"
 
 
 def _facts(assumed: dict) -> str:
