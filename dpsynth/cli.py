@@ -191,7 +191,8 @@ def _shard_inputs(args):
         raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
     src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
                       drop_unlisted=args.drop_unlisted)
-    name = f"user:{Path(str(args.shards)).name}"
+    shards = Path(str(args.shards))
+    name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
         return (src,), {"label": args.label, "schema": schema, "dataset": name}, dict(CSV_DEFAULTS), {}
     if src.labelled and args.n_classes is None:
