@@ -64,6 +64,14 @@ def test_streamed_table_release_equals_in_memory_with_the_same_noise(tmp_path, f
     assert len(streamed.sample(20)) == 20
 
 
+def test_release_alone_makes_the_release_without_training(tmp_path):
+    folder = write_shards(toy_table(100), tmp_path / "s", [100])
+    model = DPMERF(**TINY)
+    rel = model.release(ShardedTable(folder, SCHEMA, n_records=100))
+    assert rel.tensors["embedding"].shape[1] == 2 and not hasattr(model, "generator_")
+    assert rel.ledger.entries[-1].computation == {"engine": "stream", "shards": 1, "m": 100}
+
+
 def test_streamed_release_with_private_schema_inference_equals_in_memory(tmp_path):
     """All four releases (schema statistics, numeric sketch, proportions, embedding) from shards."""
     open_schema = json.loads(json.dumps(SCHEMA))

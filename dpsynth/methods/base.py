@@ -189,7 +189,10 @@ class KernelGeneratorMethod:
         Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
         schema=...)`` with a :class:`~dpsynth.data.Schema` (or a path to its JSON) declaring
         bounds and categories; the class proportions are released too (``proportions_share``
-        of the privacy) and generated labels follow them.
+        of the privacy) and generated labels follow them. Data in many files: a
+        :class:`~dpsynth.data.ShardedTable` (its schema and label inside) or
+        :class:`~dpsynth.data.ShardedArrays`, read in bounded memory and summed on its engine
+        (streamed, or on Ray); see :meth:`release`.
 
         ``out``: a folder; the release is saved there before training, with checkpoints.
         ``resume=True`` with a folder that already holds a release reuses it and the last
