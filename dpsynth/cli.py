@@ -198,8 +198,6 @@ def _shard_inputs(args):
     if src.labelled and args.n_classes is None:
         raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
     defaults = {} if args.method in ("dp-mepf", "dp-hp") else dict(IMAGE_DEFAULTS)
-    if len(src.record_shape) != 3:
-        defaults.pop("ntk_width", None)
     labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
     return (src,), {"dataset": name}, {**defaults, **labels}, {}
 
@@ -295,7 +293,7 @@ def cmd_fit(args) -> int:
                                         f"dp-merf or dp-hp; this run is --method {args.method}.")
         given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
     keep = defaults if from_folder else given
-    params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator")},
+    params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator", "conditional")},
               **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "

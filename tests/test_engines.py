@@ -257,6 +257,16 @@ def test_ray_retries_a_shard_whose_worker_was_killed_and_counts_it_once(tmp_path
     assert box["total"]["rows"] == 27.0 and box["total"]["age"] == float(df["age"].sum())
 
 
+def test_cli_fits_unlabelled_array_shards_unconditionally(tmp_path, digits):
+    x = digits.x_train[:100].numpy()
+    np.save(tmp_path / "a.npy", x[:60])
+    np.save(tmp_path / "b.npy", x[60:])
+    assert main(["fit", "--method", "dp-merf", "--shards", str(tmp_path / "*.npy"), "--n-records", "100",
+                 "--epsilon", "1", "--iterations", "2", "--batch-size", "20", "--quiet", "--out", str(tmp_path / "r")]) == 0
+    rel = json.loads((tmp_path / "r" / "release" / "release.json").read_text())
+    assert rel["dataset"]["conditional"] is False and rel["ledger"][-1]["computation"]["shards"] == 2
+
+
 # -- CLI -----------------------------------------------------------------------------------------------
 def test_cli_fits_table_shards_streamed_and_refuses_missing_count(tmp_path, capsys):
     folder = write_shards(toy_table(200), tmp_path / "s", [80, 120])
