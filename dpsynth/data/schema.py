@@ -166,9 +166,14 @@ class Schema:
                     f"them first, or declare a category for missing values."
                 )
             if col.kind == "categorical":
-                text = s if s.dtype == object and _all_str(s) else s.astype(str).astype(object)
+                # checks on distinct values, not per row (big shards), of an object column of str
+                text = s if s.dtype == object else s.astype(str).astype(object)
+                distinct = pd.unique(text)
+                if not all(isinstance(v, str) for v in distinct):
+                    text = text.astype(str).astype(object)
+                    distinct = pd.unique(text)
                 if col.categories is not None:          # (None: categories to be inferred privately)
-                    bad = sorted(set(pd.unique(text)) - {str(c) for c in col.categories})   # vectorised: big shards
+                    bad = sorted(set(distinct) - {str(c) for c in col.categories})
                     if bad:
                         raise DataValidationError(
                             f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
@@ -197,11 +202,6 @@ class Schema:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {str(c): i for i, c in enumerate(self.label_categories)}
         return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
-
-
-def _all_str(s: pd.Series) -> bool:
-    """Whether an object column holds only str (checked on its distinct values, not per row)."""
-    return all(isinstance(v, str) for v in pd.unique(s))
 
 
 def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: list[str],

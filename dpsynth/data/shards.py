@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,22 @@ def shard_files(spec, suffixes: tuple[str, ...]) -> list[Path]:
         raise InvalidParameterError(f"shard(s) {odd[:5]} are not among {list(suffixes)}; shards of one source share a "
                                     f"format.")
     return files
+
+
+@contextmanager
+def _reading(path: Path, where: str = ""):
+    """Errors while reading a shard's file become a DataValidationError naming it (dpsynth's own pass)."""
+    try:
+        yield
+    except DpsynthError:
+        raise
+    except Exception as exc:
+        raise DataValidationError(f"shard {path} cannot be read{where}: {type(exc).__name__}: {exc}") from None
+
+
+def _require(path: Path, key: str, names) -> None:
+    if key not in names:
+        raise DataValidationError(f"shard {path} has no array {key!r} (it holds {sorted(names)}); pass x_key=.")
 
 
 def _check_n_records(n_records) -> int:
@@ -123,15 +140,10 @@ class ShardedTable(_Sharded):
         path, start = self.files[i], 0
         raw = self._raw_batches(path)
         while True:
-            try:
-                df = next(raw)
-            except StopIteration:
+            with _reading(path, f" after row {start}"):   # a corrupt or unreadable file: name it
+                df = next(raw, None)
+            if df is None:
                 return
-            except DpsynthError:
-                raise
-            except Exception as exc:   # a corrupt or unreadable file: name it
-                raise DataValidationError(f"shard {path} cannot be read after row {start}: "
-                                          f"{type(exc).__name__}: {exc}") from None
             try:
                 check_listed(df, self.schema, path, self.drop_unlisted)
                 df = self.schema.validate(df.reset_index(drop=True))
@@ -156,39 +168,27 @@ class ShardedArrays(_Sharded):
     def _header(self, i: int) -> tuple[tuple, bool]:
         """(shape of shard ``i``'s records, whether it holds labels), from the file headers alone."""
         path = self.files[i]
-        try:
+        with _reading(path):
             if path.suffix.lower() == ".npy":
                 return np.load(path, mmap_mode="r", allow_pickle=False).shape, False
             with zipfile.ZipFile(path) as z:
                 names = {n[:-4]: n for n in z.namelist() if n.endswith(".npy")}
-                if self.x_key not in names:
-                    raise DataValidationError(f"shard {path} has no array {self.x_key!r} (it holds {sorted(names)}); "
-                                              f"pass x_key=.")
+                _require(path, self.x_key, names)
                 with z.open(names[self.x_key]) as fh:
                     major, _ = np.lib.format.read_magic(fh)
                     read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
                     shape = read(fh)[0]
                 return shape, bool(self.y_key) and self.y_key in names
-        except DpsynthError:
-            raise
-        except Exception as exc:
-            raise DataValidationError(f"shard {path} cannot be read: {type(exc).__name__}: {exc}") from None
 
     def _open(self, i: int):
         path = self.files[i]
-        try:
+        with _reading(path):
             if path.suffix.lower() == ".npy":
                 return np.load(path, mmap_mode="r", allow_pickle=False), None
             with np.load(path, allow_pickle=False) as z:
-                if self.x_key not in z.files:
-                    raise DataValidationError(f"shard {path} has no array {self.x_key!r} (it holds {z.files}); "
-                                              f"pass x_key=.")
+                _require(path, self.x_key, z.files)
                 y = z[self.y_key] if self.y_key and self.y_key in z.files else None
                 return z[self.x_key], y
-        except DpsynthError:
-            raise
-        except Exception as exc:
-            raise DataValidationError(f"shard {path} cannot be read: {type(exc).__name__}: {exc}") from None
 
     def batches(self, i: int):
         X, y = self._open(i)

@@ -16,8 +16,6 @@ import resource
 from ..errors import DataValidationError, DpsynthError, InvalidParameterError
 from . import Engine, Source, shard_partial
 
-logger = logging.getLogger(__name__)
-
 #: how often Ray re-runs a shard whose worker process died before giving up
 MAX_RETRIES = 3
 
@@ -70,7 +68,8 @@ class RayEngine(Engine):
 
     def partials(self, source, statistic):
         ray = self._init()
-        use_gpu = ray.cluster_resources().get("GPU", 0) >= 1
+        resources = ray.cluster_resources()
+        use_gpu = resources.get("GPU", 0) >= 1
         task = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0, max_retries=MAX_RETRIES,
                           retry_exceptions=False)(_run_shard)
         source_ref, stat_ref = ray.put(source), ray.put(statistic)
@@ -89,7 +88,7 @@ class RayEngine(Engine):
                         raise type(cause)(f"{cause} (shard {source.shard_name(shard)}; nothing was released)") from None
                     raise DataValidationError(f"reading shard {source.shard_name(shard)} failed on a Ray worker: "
                                               f"{cause}; nothing was released.") from None
-                except (ray.exceptions.WorkerCrashedError, ray.exceptions.RayError) as exc:
+                except ray.exceptions.RayError as exc:      # the worker died MAX_RETRIES + 1 times, ...
                     raise DataValidationError(
                         f"the Ray task for shard {source.shard_name(shard)} failed {MAX_RETRIES + 1} times "
                         f"({type(exc).__name__}); nothing was released. Check the workers' memory and logs.") from None
@@ -100,6 +99,6 @@ class RayEngine(Engine):
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
-        self.last_run = {"shards": source.n_shards, "workers": int(ray.cluster_resources().get("CPU", 0)),
+        self.last_run = {"shards": source.n_shards, "workers": int(resources.get("CPU", 0)),
                          "gpu": use_gpu, "peak_worker_rss_mib": round(max(peaks), 1) if peaks else None}
         return results
