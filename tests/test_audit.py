@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import beta
 
 from dpsynth import cli
-from dpsynth.audit import audit, clopper_pearson, epsilon_bounds
+from dpsynth.audit import SELECT_FRACTION, audit, clopper_pearson, epsilon_bounds
 from dpsynth.errors import InvalidParameterError
 from dpsynth.privacy.mechanisms import NoiseSource
 
@@ -48,7 +48,12 @@ def test_release_audit_finds_the_worst_case_canary_and_stays_below_the_claim():
     assert r.optimal_epsilon == pytest.approx(1.0, abs=1e-3)  # ... so an ideal attack would reach the claim
     assert r.sigma == pytest.approx(3.7306, abs=1e-3) and r.sensitivity == pytest.approx(0.2)
     assert r.noise_source.startswith("secure") and r.neighbouring == "replace_one"
-    assert r.epsilon_lower > 0.0                                # the attack does see the canary
+    # the attack does see the canary: on the held-out runs its TPR exceeds its FPR by more than two
+    # standard errors (a canary with no effect fails this ~98 % of the time). Not `epsilon_lower > 0`:
+    # the selected threshold sometimes sits in a tail where 2,700 held-out runs prove nothing although
+    # TPR > FPR there too (simulated: 2.7 % of honest audits at 3,000 runs, and 0 of 1,000 with TPR <= FPR)
+    n_heldout = r.trials - int(r.trials * SELECT_FRACTION)
+    assert r.tpr - r.fpr > 2 * math.sqrt((r.tpr + r.fpr) / n_heldout)
 
 
 def test_release_audit_detects_a_mechanism_with_a_quarter_of_the_noise(monkeypatch):
