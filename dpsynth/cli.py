@@ -287,10 +287,11 @@ def cmd_fit(args) -> int:
                                                                       args.no_early_stopping else [])
     if wrong and args.method != "dp-mepf":
         raise InvalidParameterError(f"{', '.join(wrong)}: dp-mepf options; this run is --method {args.method}.")
-    if args.numeric_encoding is not None or args.numeric_share is not None:
-        if args.method in ("dp-kip", "dp-mepf"):
+    if args.method in ("dp-kip", "dp-mepf"):
+        if args.numeric_encoding is not None or args.numeric_share is not None:
             raise InvalidParameterError(f"--numeric-encoding / --numeric-share apply to tables fitted by dp-ntk, "
                                         f"dp-merf or dp-hp; this run is --method {args.method}.")
+    else:   # listed even when not given, so a preset's choice (DP-NTK epileptic: minmax) is kept
         given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
     keep = defaults if from_folder else given
     params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator", "conditional")},

@@ -191,3 +191,15 @@ def test_all_categorical_tables_release_dependence_between_columns(caplog):
     assert torch.allclose(fm(torch.tensor([[1.0, 0, 0, 1, 0]]).double()).norm(), torch.tensor(1.0).double())
     all_rows = MixedRFF(0, 2, 5, n_features=64, rff_inputs="all")
     assert (all_rows(torch.rand(50, 5).double()).norm(dim=1) <= 1 + 1e-12).all()
+
+
+@pytest.mark.slow
+def test_cli_keeps_the_presets_numeric_encoding_unless_the_flag_overrides_it(tmp_path, capsys):
+    # DP-NTK's epileptic preset keeps min-max columns; the CLI used to drop that choice (quantile ran)
+    require_data("epileptic")
+    base = ["fit", "--method", "dp-ntk", "--dataset", "epileptic", "--iterations", "1"]
+    assert main(base + ["--out", str(tmp_path / "preset")]) == 0
+    assert main(base + ["--numeric-encoding", "quantile", "--out", str(tmp_path / "flag")]) == 0
+    encoding = {name: json.loads((tmp_path / name / "model.json").read_text())["params"]["numeric_encoding"]
+                for name in ("preset", "flag")}
+    assert encoding == {"preset": "minmax", "flag": "quantile"}
