@@ -164,9 +164,16 @@ def _fit_inputs(args):
                                "privacy_unit": data.privacy_unit}, \
             method_preset(args.method, args.dataset), facts
     data = load_dataset(args.dataset, data_dir=args.data_dir)
-    defaults = {} if args.method in ("dp-mepf", "dp-hp") else IMAGE_DEFAULTS     # these: the class's defaults
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
+        {**_image_defaults(args.method), **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
+
+
+def _image_defaults(method: str) -> dict:
+    """The CLI's image defaults that ``method`` takes: none for dp-mepf and dp-hp (their classes' own),
+    ``ntk_width`` for dp-ntk only."""
+    if method in ("dp-mepf", "dp-hp"):
+        return {}
+    return {k: v for k, v in IMAGE_DEFAULTS.items() if k != "ntk_width" or method == "dp-ntk"}
 
 
 def _shard_inputs(args):
@@ -197,9 +204,8 @@ def _shard_inputs(args):
         return (src,), {"label": args.label, "schema": schema, "dataset": name}, dict(CSV_DEFAULTS), {}
     if src.labelled and args.n_classes is None:
         raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
-    defaults = {} if args.method in ("dp-mepf", "dp-hp") else dict(IMAGE_DEFAULTS)
     labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
-    return (src,), {"dataset": name}, {**defaults, **labels}, {}
+    return (src,), {"dataset": name}, {**_image_defaults(args.method), **labels}, {}
 
 
 def _resume_inputs(args):
@@ -291,11 +297,11 @@ def cmd_fit(args) -> int:
         if args.numeric_encoding is not None or args.numeric_share is not None:
             raise InvalidParameterError(f"--numeric-encoding / --numeric-share apply to tables fitted by dp-ntk, "
                                         f"dp-merf or dp-hp; this run is --method {args.method}.")
-    else:   # listed even when not given, so a preset's choice (DP-NTK epileptic: minmax) is kept
+    else:
         given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
-    keep = defaults if from_folder else given
-    params = {**{k: v for k, v in defaults.items() if k in keep or k in ("n_classes", "generator", "conditional")},
-              **{k: v for k, v in given.items() if v is not None}}
+    # defaults hold only what this method takes (a preset, the release's settings, the image / CSV defaults);
+    # a flag given overrides them
+    params = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if params.get("epsilon") is None:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
                                     "for images.")
