@@ -401,13 +401,23 @@ def cmd_pretrain_encoder(args) -> int:
     from .features.pretrain import pretrain_encoder
     from .training import default_device
 
+    if args.random == (args.dataset is not None):
+        raise InvalidParameterError("pretrain-encoder needs either --dataset PUBLIC (train on it) or --random "
+                                    "(save the seeded initialisation, trained on nothing), not both.")
     if args.out is None:
         from .features.encoders import encoder_dir
 
-        args.out = str(encoder_dir() / f"{args.dataset}-{args.arch}.safetensors")
-    spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                            lr=args.lr, seed=args.seed, resume=args.resume, device=default_device(args.device),
-                            progress=not args.quiet, data_dir=args.data_dir)
+        name = f"random-{args.arch}-{args.channels}x{args.image_size}" if args.random else f"{args.dataset}-{args.arch}"
+        args.out = str(encoder_dir() / f"{name}.safetensors")
+    if args.random:
+        from .features.pretrain import random_encoder
+
+        spec = random_encoder(args.arch, args.out, in_channels=args.channels, image_size=args.image_size,
+                              seed=args.seed)
+    else:
+        spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
+                                lr=args.lr, seed=args.seed, resume=args.resume, device=default_device(args.device),
+                                progress=not args.quiet, data_dir=args.data_dir)
     print(json.dumps({"out": str(args.out), **spec}))
     return 0
 
@@ -675,7 +685,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("pretrain-encoder", help="train an encoder on a PUBLIC image dataset (for DP-MEPF's "
                        "perceptual features); saves FILE.safetensors + FILE.json with its test accuracy")
-    s.add_argument("--dataset", required=True, help="a PUBLIC image dataset (mnist, fashion-mnist, cifar10, digits)")
+    s.add_argument("--dataset", default=None, help="a PUBLIC image dataset (mnist, fashion-mnist, cifar10, digits)")
+    s.add_argument("--random", action="store_true", help="no training: save the architecture at its seeded random "
+                   "initialisation (public by construction; for private data with no public dataset at hand, "
+                   "e.g. CIFAR-10 without ImageNet); give --channels and --image-size")
+    s.add_argument("--channels", type=int, default=3, help="with --random: input channels (default 3)")
+    s.add_argument("--image-size", type=int, default=32, help="with --random: input size (default 32)")
     s.add_argument("--arch", required=True, help="vgg_small, resnet_small, vgg19 or resnet18")
     s.add_argument("--out", default=None, help="weights file, ending in .safetensors (default: the encoder "
                    "folder, ~/.cache/dpsynth/encoders/DATASET-ARCH.safetensors, so --encoder DATASET-ARCH finds it)")

@@ -150,3 +150,22 @@ def test_pretrain_encoder_cli_saves_spec_with_accuracy_and_resumes_exactly(tmp_p
     a, b = load_file(str(tmp_path / "full.safetensors")), load_file(str(tmp_path / "cut.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not (tmp_path / "cut.ckpt.json").exists()
+
+
+def test_random_encoder_cli_saves_a_seeded_untrained_public_encoder(tmp_path, capsys):
+    from dpsynth.cli import main
+
+    out = tmp_path / "rand.safetensors"
+    args = ["pretrain-encoder", "--random", "--arch", "vgg_small", "--channels", "3", "--image-size", "32"]
+    assert main(args + ["--out", str(out)]) == 0
+    spec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert spec["dataset"] is None and spec["test_acc"] is None and spec["in_channels"] == 3
+    net, saved = load_encoder(out)
+    assert saved["image_size"] == 32 and net(torch.zeros(1, 3, 32, 32)).shape == (1, 10)
+    assert main(args + ["--out", str(tmp_path / "again.safetensors")]) == 0          # the seed alone fixes it
+    a, b = load_encoder(tmp_path / "again.safetensors")[0].state_dict(), net.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert main(args + ["--out", str(out)]) == 2                                      # no overwrite
+    assert main(args + ["--dataset", "digits", "--out", str(tmp_path / "x.safetensors")]) == 2
+    assert "--dataset PUBLIC" in capsys.readouterr().err
+    assert main(["pretrain-encoder", "--arch", "vgg_small", "--out", str(tmp_path / "y.safetensors")]) == 2

@@ -27,6 +27,7 @@ def main():
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--bins", type=int, default=32)
+    p.add_argument("--verbose", action="store_true", help="AIM: print every round (progress of long fits)")
     args = p.parse_args()
     for folder in map(Path, args.folders):
         schema = json.loads((folder / "schema.json").read_text())
@@ -43,7 +44,8 @@ def main():
         train = train[[c["name"] for c in schema["columns"]] + [schema["label"]]]
         for method in args.method:
             t = time.perf_counter()
-            synth = Synthesizer.create(method, epsilon=args.epsilon, delta=args.delta)
+            extra = {"verbose": True} if args.verbose and method == "aim" else {}
+            synth = Synthesizer.create(method, epsilon=args.epsilon, delta=args.delta, **extra)
             synth.fit(train, transformer=constraints, preprocessor_eps=0.0)
             fit_s = time.perf_counter() - t
             synth.sample(len(train)).to_csv(folder / f"synth_{method}.csv", index=False)

@@ -88,6 +88,25 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
     return spec
 
 
+def random_encoder(arch: str, out, *, in_channels: int, image_size: int, n_classes: int = 10, seed: int = 0) -> dict:
+    """Save ``arch`` at its seeded random initialisation, trained on nothing: public by construction
+    (its weights depend on the seed alone), for private data with no public dataset at hand (CIFAR-10
+    on a machine without ImageNet). Its spec names no dataset and no accuracy."""
+    out = Path(out)
+    if out.suffix != ".safetensors":
+        raise InvalidParameterError(f"out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
+    check_positive(in_channels, "in_channels", integer=True)
+    check_positive(image_size, "image_size", integer=True)
+    if out.exists():
+        raise ArtifactError(f"{out} exists; choose another out=PATH.")
+    torch.manual_seed(seed)
+    net = build_encoder(arch, in_channels, n_classes)
+    spec = {"arch": arch, "in_channels": in_channels, "n_classes": n_classes, "image_size": image_size,
+            "dataset": None, "epochs": 0, "seed": seed, "test_acc": None, "init": "random"}
+    save_encoder(net.eval(), spec, out)
+    return spec
+
+
 def _save_checkpoint(out: Path, net, opt, g, meta: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tensors = {f"net.{k}": v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
