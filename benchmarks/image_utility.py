@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _rows import emit
+from _rows import add_set_option, emit, set_overrides
 
 from dpsynth import DPHP, DPMEPF, DPMERF, DPNTK
 from dpsynth.data import load_dataset
@@ -99,6 +99,7 @@ def run(args, data, method, eps, seed):
                        if v is not None})
     if args.lr:
         kwargs["lr"] = args.lr
+    kwargs.update(args.overrides)
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, **kwargs)
     traced = []
     if args.trace_fd:
@@ -141,7 +142,7 @@ def run(args, data, method, eps, seed):
     return {"dataset": data.name, "method": method, "conditional": not args.unconditional, "epsilon": eps,
             "delta": 1e-5, "seed": seed, "iterations": args.iterations, "batch_size": args.batch_size,
             "features": model.method_params(), "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss,
-            "generator": model.generator_.spec(), "fit_s": round(fit_s, 1),
+            "generator": model.generator_.spec(), **({"set": args.overrides} if args.overrides else {}), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
@@ -181,8 +182,10 @@ def main():
     p.add_argument("--progress", action="store_true")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol on --cnn-samples samples")
     p.add_argument("--cnn-samples", type=int, default=60_000)
+    add_set_option(p)
     p.add_argument("--out", default="benchmarks/out/image.jsonl")
     args = p.parse_args()
+    args.overrides = set_overrides(p, args.set)
     if args.progress:
         import logging
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

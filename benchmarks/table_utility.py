@@ -30,6 +30,7 @@ from dpsynth.data.encoding import TableEncoder
 from dpsynth.evaluation.fidelity import table_fidelity
 from dpsynth.evaluation.tabular import table_classifier_scores
 from dpsynth.methods.presets import method_preset
+from _rows import add_set_option, set_overrides
 
 METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-kip": DPKIP}
 
@@ -83,8 +84,7 @@ def main():
                    "the method's default)")
     p.add_argument("--numeric-share", type=float, default=None)
     p.add_argument("--categorical-pairs", action="store_true", help="dp-merf: also release pairwise marginals")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
-                   help="any other constructor argument, e.g. n_product=50 product_weight=0.5")
+    add_set_option(p)
     p.add_argument("--out", default="benchmarks/out/tables.jsonl")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -97,11 +97,7 @@ def main():
         overrides["categorical_pairs"] = True
     if args.ntk_widths:
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            p.error(f"--set takes KEY=JSON pairs; got {item!r}")
-        overrides[key] = json.loads(value)
+    overrides.update(set_overrides(p, args.set))
     for name in args.dataset:
         for seed in args.seeds:
             data = with_bounds(load_preset(name, seed=seed), args.bounds)

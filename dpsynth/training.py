@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ._io import load_checkpoint, optimizer_tensors, restore_optimizer, save_checkpoint
 from .early_stopping import proxy_distance
-from .errors import unknown_name
+from .errors import InvalidParameterError, unknown_name
 from .features.base import FeatureMap
 from .validation import check_positive
 
@@ -52,6 +52,7 @@ class TrainConfig:
     progress: bool = False
     loss: str = "direct"        # "direct": ||mu_P - mu_Q||^2; "mavg": DP-MEPF's moving-average variant
     mavg_lr: float = 1e-3       # learning rate of the moving average (Adam, beta1 0.5)
+    beta1: float = 0.9          # the generator's Adam beta1 (the DP-MEPF authors: 0.5)
 
     def validate(self) -> "TrainConfig":
         check_positive(self.iterations, "iterations", integer=True)
@@ -61,6 +62,8 @@ class TrainConfig:
         check_positive(self.lr_step, "lr_step", integer=True)
         check_positive(self.checkpoint_every, "checkpoint_every", integer=True)
         check_positive(self.mavg_lr, "mavg_lr")
+        if not 0 <= self.beta1 < 1:
+            raise InvalidParameterError(f"beta1 (the generator's Adam beta1) must lie in [0, 1); got {self.beta1!r}.")
         if self.loss not in LOSSES:
             raise unknown_name("generator loss", str(self.loss), LOSSES)
         return self
@@ -157,7 +160,7 @@ class _State:
     def __init__(self, generator: torch.nn.Module, config: TrainConfig, target: torch.Tensor,
                  selection: Selection | None = None):
         self.generator = generator
-        self.optimizer = torch.optim.Adam(generator.parameters(), lr=config.lr)
+        self.optimizer = torch.optim.Adam(generator.parameters(), lr=config.lr, betas=(config.beta1, 0.999))
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=config.lr_step,
                                                          gamma=config.lr_decay)
         self.rng = torch.Generator().manual_seed(config.seed)

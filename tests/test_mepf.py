@@ -181,6 +181,23 @@ def test_moving_average_loss_reaches_the_target_and_resumes_exactly(tmp_path):
         TrainConfig(loss="wasserstein").validate()
 
 
+def test_generator_adam_beta1_is_a_setting_that_changes_training_and_is_checked(tmp_path):
+    """beta1 reaches the generator's Adam (the DP-MEPF authors use 0.5), is saved with the model and
+    refused outside [0, 1)."""
+    target = torch.tensor([0.5, -0.2, 0.9, 0.1])
+    runs = {}
+    for beta1 in (0.9, 0.5):
+        gen = ConstantGenerator()
+        config = TrainConfig(iterations=40, batch_size=4, lr=0.02, lr_step=1000, beta1=beta1)
+        runs[beta1] = train_generator(gen, Identity(4), target, config, conditional=False, device="cpu")
+    assert runs[0.9][:1] == runs[0.5][:1] and runs[0.9][-1] != pytest.approx(runs[0.5][-1], rel=1e-3)
+    assert DPMEPF(1.0, encoder="x", beta1=0.5).train_config().beta1 == 0.5
+    assert DPMEPF(1.0, encoder="x", beta1=0.5).fit_params()["beta1"] == 0.5
+    for bad in (1.0, -0.1):
+        with pytest.raises(InvalidParameterError, match="beta1"):
+            TrainConfig(beta1=bad).validate()
+
+
 # -- the method ---------------------------------------------------------------------------------------
 def test_tiny_dpmepf_on_digits_beats_chance_and_noise_shows(encoder, digits, tmp_path):
     """eps 10 learns the classes; at eps 0.01 the released embedding is mostly noise, so accuracy must

@@ -79,7 +79,7 @@ class KernelGeneratorMethod:
                  proportions_share: float = 0.1, schema_share: float | None = None,
                  numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE,
                  loss: str = "direct",
-                 mavg_lr: float = 1e-3, early_stopping: bool = False, proxy_encoder: str | None = None,
+                 mavg_lr: float = 1e-3, beta1: float = 0.9, early_stopping: bool = False, proxy_encoder: str | None = None,
                  proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
@@ -89,7 +89,7 @@ class KernelGeneratorMethod:
             accountant, device, checkpoint_every, progress)
         self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
         self.numeric_encoding, self.numeric_share = numeric_encoding, numeric_share
-        self.loss, self.mavg_lr = loss, mavg_lr
+        self.loss, self.mavg_lr, self.beta1 = loss, mavg_lr, beta1
         self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
         self.select_every, self.select_samples = select_every, select_samples
 
@@ -139,7 +139,7 @@ class KernelGeneratorMethod:
         keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
                 "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
                 "progress", "code_dim", "proportions_share", "schema_share", "numeric_encoding", "numeric_share", "loss",
-                "mavg_lr", "early_stopping", "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
+                "mavg_lr", "beta1", "early_stopping", "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
         return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
 
     def fit_params(self) -> dict:
@@ -149,7 +149,8 @@ class KernelGeneratorMethod:
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step,
-                           self.checkpoint_every, self.seed, self.progress, self.loss, self.mavg_lr).validate()
+                           self.checkpoint_every, self.seed, self.progress, self.loss, self.mavg_lr,
+                           self.beta1).validate()
 
     def _validate(self) -> None:
         check_epsilon(self.epsilon)
