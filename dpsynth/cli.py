@@ -402,8 +402,8 @@ def cmd_pretrain_encoder(args) -> int:
     from .training import default_device
 
     if args.random == (args.dataset is not None):
-        raise InvalidParameterError("pretrain-encoder needs either --dataset PUBLIC (train on it) or --random "
-                                    "(save the seeded initialisation, trained on nothing), not both.")
+        raise InvalidParameterError("pretrain-encoder takes exactly one of --dataset PUBLIC (train on it) and "
+                                    "--random (save the seeded initialisation, trained on nothing).")
     if args.out is None:
         from .features.encoders import encoder_dir
 
