@@ -35,15 +35,11 @@ def pretrain_encoder(dataset: str, arch: str, out, *, epochs: int = 5, batch_siz
     """Train ``arch`` on the public ``dataset`` and save it to ``out`` (.safetensors). Returns its spec."""
     from ..data import load_dataset
 
-    out = Path(out)
-    if out.suffix != ".safetensors":
-        raise InvalidParameterError(f"out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
+    out = _new_output(out, resume=resume)
     check_positive(epochs, "epochs", integer=True)
     check_positive(batch_size, "batch_size", integer=True)
     check_positive(lr, "lr")
     ckpt_t, ckpt_m = _ckpt_paths(out)
-    if out.exists() and not resume:
-        raise ArtifactError(f"{out} exists; choose another out=PATH.")
     if resume and not ckpt_m.exists():
         raise ArtifactError(f"nothing to resume: no checkpoint {ckpt_m}.")
     if ckpt_m.exists() and not resume:
@@ -92,19 +88,26 @@ def random_encoder(arch: str, out, *, in_channels: int, image_size: int, n_class
     """Save ``arch`` at its seeded random initialisation, trained on nothing: public by construction
     (its weights depend on the seed alone), for private data with no public dataset at hand (CIFAR-10
     on a machine without ImageNet). Its spec names no dataset and no accuracy."""
-    out = Path(out)
-    if out.suffix != ".safetensors":
-        raise InvalidParameterError(f"out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
+    out = _new_output(out)
     check_positive(in_channels, "in_channels", integer=True)
     check_positive(image_size, "image_size", integer=True)
-    if out.exists():
-        raise ArtifactError(f"{out} exists; choose another out=PATH.")
     torch.manual_seed(seed)
     net = build_encoder(arch, in_channels, n_classes)
     spec = {"arch": arch, "in_channels": in_channels, "n_classes": n_classes, "image_size": image_size,
             "dataset": None, "epochs": 0, "seed": seed, "test_acc": None, "init": "random"}
     save_encoder(net.eval(), spec, out)
     return spec
+
+
+def _new_output(out, *, resume: bool = False) -> Path:
+    """``out`` as a Path: a .safetensors file (the spec goes beside it) that does not exist yet,
+    unless an interrupted run is being resumed into it."""
+    out = Path(out)
+    if out.suffix != ".safetensors":
+        raise InvalidParameterError(f"out must end in .safetensors (the spec goes beside it); got {out.name!r}.")
+    if out.exists() and not resume:
+        raise ArtifactError(f"{out} exists; choose another out=PATH.")
+    return out
 
 
 def _save_checkpoint(out: Path, net, opt, g, meta: dict) -> None:
