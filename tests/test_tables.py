@@ -203,3 +203,32 @@ def test_cli_keeps_the_presets_numeric_encoding_unless_the_flag_overrides_it(tmp
     encoding = {name: json.loads((tmp_path / name / "model.json").read_text())["params"]["numeric_encoding"]
                 for name in ("preset", "flag")}
     assert encoding == {"preset": "minmax", "flag": "quantile"}
+
+
+def test_reference_view_measures_the_reference_codes_scoring_beside_ours():
+    """benchmarks/_reference_view.py: Gaussian NB selected on the test split recovers what a
+    zero-variance synthetic feature breaks at the default var_smoothing, and binary scores come
+    from hard labels (so they differ from the probability-based ones)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _reference_view import GNB_VAR_SMOOTHING, gnb_test_selected, hard_label_scores
+
+    rng = np.random.default_rng(0)
+    # real: 30 % of class 0 sits at 0.3 in feature 1; the synthetic class 0 is exactly 0 there
+    # (variance 0) while class 1 is spread: at the default var_smoothing those real rows go to class 1
+    yt = np.repeat([0, 1], 500)
+    Xt = np.c_[np.where(yt == 0, 0.2, 0.8) + 0.1 * rng.standard_normal(1000),
+               np.where((yt == 0) & (rng.random(1000) < 0.3), 0.3, 0.0) + (yt == 1) * rng.random(1000)]
+    ys = np.repeat([0, 1], 500)
+    Xs = np.c_[np.where(ys == 0, 0.2, 0.8) + 0.1 * rng.standard_normal(1000), (ys == 1) * rng.random(1000)]
+    view = gnb_test_selected(Xs, ys, Xt, yt)
+    assert set(view["per_var_smoothing"]) == {str(v) for v in GNB_VAR_SMOOTHING}
+    default = view["per_var_smoothing"][str(1e-9)]
+    assert default < 0.9 and view["best"] > 0.95 and view["best_var_smoothing"] > 1e-9
+
+    hard = hard_label_scores(Xs, ys, Xt, yt, seed=0)
+    assert len(hard["classifiers"]) == 12
+    # hard labels give ROC = (TPR + TNR) / 2 exactly
+    lr = hard["classifiers"]["logistic_regression"]
+    assert 0.5 <= lr["roc_auc"] <= 1.0 and 0.0 < lr["pr_auc"] <= 1.0
