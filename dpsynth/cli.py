@@ -404,6 +404,18 @@ def cmd_pretrain_encoder(args) -> int:
     if args.random == (args.dataset is not None):
         raise InvalidParameterError("pretrain-encoder takes exactly one of --dataset PUBLIC (train on it) and "
                                     "--random (save the seeded initialisation, trained on nothing).")
+    # options of the other mode are refused, not silently ignored
+    other = (("--epochs", args.epochs), ("--batch-size", args.batch_size), ("--lr", args.lr),
+             ("--resume", args.resume or None), ("--data-dir", args.data_dir)) if args.random else \
+        (("--channels", args.channels), ("--image-size", args.image_size))
+    given = [flag for flag, value in other if value is not None]
+    if given:
+        mode, what = (("--random", "nothing is trained") if args.random else
+                      ("--dataset", "the dataset sets the input channels and size"))
+        raise InvalidParameterError(f"pretrain-encoder {mode} does not take {', '.join(given)} ({what}); "
+                                    "drop them.")
+    if args.random:
+        args.channels, args.image_size = args.channels or 3, args.image_size or 32
     if args.out is None:
         from .features.encoders import encoder_dir
 
@@ -415,8 +427,8 @@ def cmd_pretrain_encoder(args) -> int:
         spec = random_encoder(args.arch, args.out, in_channels=args.channels, image_size=args.image_size,
                               seed=args.seed)
     else:
-        spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                                lr=args.lr, seed=args.seed, resume=args.resume, device=default_device(args.device),
+        spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs or 5,
+                                batch_size=args.batch_size or 128, lr=args.lr or 1e-3, seed=args.seed, resume=args.resume, device=default_device(args.device),
                                 progress=not args.quiet, data_dir=args.data_dir)
     print(json.dumps({"out": str(args.out), **spec}))
     return 0
@@ -689,14 +701,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--random", action="store_true", help="no training: save the architecture at its seeded random "
                    "initialisation (public by construction; for private data with no public dataset at hand, "
                    "e.g. CIFAR-10 without ImageNet); give --channels and --image-size")
-    s.add_argument("--channels", type=int, default=3, help="with --random: input channels (default 3)")
-    s.add_argument("--image-size", type=int, default=32, help="with --random: input size (default 32)")
+    s.add_argument("--channels", type=int, default=None, help="with --random: input channels (default 3)")
+    s.add_argument("--image-size", type=int, default=None, help="with --random: input size (default 32)")
     s.add_argument("--arch", required=True, help="vgg_small, resnet_small, vgg19 or resnet18")
     s.add_argument("--out", default=None, help="weights file, ending in .safetensors (default: the encoder "
                    "folder, ~/.cache/dpsynth/encoders/DATASET-ARCH.safetensors, so --encoder DATASET-ARCH finds it)")
-    s.add_argument("--epochs", type=int, default=5)
-    s.add_argument("--batch-size", type=int, default=128)
-    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--epochs", type=int, default=None, help="with --dataset (default 5)")
+    s.add_argument("--batch-size", type=int, default=None, help="with --dataset (default 128)")
+    s.add_argument("--lr", type=float, default=None, help="with --dataset (default 1e-3)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--resume", action="store_true", help="continue an interrupted run (checkpoint beside --out)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")

@@ -169,3 +169,12 @@ def test_random_encoder_cli_saves_a_seeded_untrained_public_encoder(tmp_path, ca
     assert main(args + ["--dataset", "digits", "--out", str(tmp_path / "x.safetensors")]) == 2
     assert "--dataset PUBLIC" in capsys.readouterr().err
     assert main(["pretrain-encoder", "--arch", "vgg_small", "--out", str(tmp_path / "y.safetensors")]) == 2
+    capsys.readouterr()
+    # options of the other mode are refused by name, not silently ignored, and nothing is written
+    assert main(args + ["--epochs", "3", "--resume", "--out", str(tmp_path / "z.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "--epochs, --resume" in err and "nothing is trained" in err
+    assert main(["pretrain-encoder", "--dataset", "digits", "--arch", "vgg_small", "--channels", "1",
+                 "--out", str(tmp_path / "w.safetensors")]) == 2
+    assert "--channels" in capsys.readouterr().err
+    assert not (tmp_path / "z.safetensors").exists() and not (tmp_path / "w.safetensors").exists()
