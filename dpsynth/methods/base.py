@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import uuid
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -148,9 +149,8 @@ class KernelGeneratorMethod:
         return {k: v for k, v in self.get_params().items() if k not in ("device", "progress")}
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step,
-                           self.checkpoint_every, self.seed, self.progress, self.loss, self.mavg_lr,
-                           self.beta1).validate()
+        # by name: every TrainConfig field is a same-named attribute of the method
+        return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(TrainConfig)}).validate()
 
     def _validate(self) -> None:
         check_epsilon(self.epsilon)
