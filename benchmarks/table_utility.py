@@ -93,6 +93,8 @@ def main():
                    "the method's default)")
     p.add_argument("--numeric-share", type=float, default=None)
     p.add_argument("--categorical-pairs", action="store_true", help="dp-merf: also release pairwise marginals")
+    p.add_argument("--undersample", nargs="+", default=None, metavar="LABEL=RATE",
+                   help="replace the preset's undersampling, e.g. 0=0.3 (the split is taken after it)")
     p.add_argument("--reference-view", action="store_true", help="also score the samples as the reference "
                    "code did (hard-label ROC/PR; Gaussian NB selected on the test split): biased, for reading "
                    "paper columns only")
@@ -110,9 +112,11 @@ def main():
     if args.ntk_widths:
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
     overrides.update(set_overrides(p, args.set))
+    under = None if args.undersample is None else {k: float(v) for k, _, v in
+                                                   (u.partition("=") for u in args.undersample)}
     for name in args.dataset:
         for seed in args.seeds:
-            data = with_bounds(load_preset(name, seed=seed), args.bounds)
+            data = with_bounds(load_preset(name, seed=seed, undersample=under), args.bounds)
             rows = []
             if args.real:
                 t = time.perf_counter()
@@ -130,7 +134,7 @@ def main():
                     rows.append(run(data, method, seed, {**overrides, **extra}, args.reference_view))
             for row in rows:
                 row.update({"dataset": name, "seed": seed, "n_train": len(data.train), "n_test": len(data.test),
-                            "bounds": args.bounds, "torch_threads": torch.get_num_threads()})
+                            "bounds": args.bounds, "undersample": data.preset.undersample, "torch_threads": torch.get_num_threads()})
                 fid = row["fidelity"]
                 print(json.dumps({**{k: row[k] for k in ("dataset", "method", "seed", "mean", "fit_s")},
                                   "encoding": row.get("params", {}).get("numeric_encoding"),

@@ -232,3 +232,19 @@ def test_reference_view_measures_the_reference_codes_scoring_beside_ours():
     # hard labels give ROC = (TPR + TNR) / 2 exactly
     lr = hard["classifiers"]["logistic_regression"]
     assert 0.5 <= lr["roc_auc"] <= 1.0 and 0.0 < lr["pr_auc"] <= 1.0
+
+
+def test_preset_undersampling_can_be_replaced_and_bad_rates_are_refused():
+    from dpsynth.data import load_preset
+    require_data("epileptic")
+    base = load_preset("epileptic", seed=0)
+    under = load_preset("epileptic", seed=0, undersample={"0": 0.3})
+    pos = lambda d: float(np.mean(pd.concat([d.train, d.test])["y"] == "1"))  # noqa: E731
+    assert abs(pos(base) - 0.2) < 0.01                    # 2,300 seizures in 11,500 rows
+    assert abs(pos(under) - 2300 / (2300 + 0.3 * 9200)) < 0.01
+    assert under.preset.undersample == {"0": 0.3} and "replaced" in under.preset.description
+    assert abs(len(under.test) / (len(under.train) + len(under.test)) - 0.3) < 0.01   # the split follows it
+    with pytest.raises(InvalidParameterError, match="not a class of epileptic"):
+        load_preset("epileptic", undersample={"seizure": 0.3})
+    with pytest.raises(InvalidParameterError, match=r"\(0, 1\]"):
+        load_preset("epileptic", undersample={"0": 0.0})

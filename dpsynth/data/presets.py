@@ -26,12 +26,12 @@ of one raw record to that one row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from ..errors import unknown_name
+from ..errors import InvalidParameterError, unknown_name
 from .schema import Column, Schema
 
 
@@ -111,8 +111,24 @@ def _cervical_clean(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     return df
 
 
-def load_preset(name: str, seed: int = 0, data_dir=None, download=None) -> PresetData:
-    """Load a tabular benchmark with the papers' preprocessing, seeded."""
+def _replace_undersampling(p: Preset, undersample: dict, schema: Schema) -> Preset:
+    classes = [str(c) for c in schema.label_categories or []]
+    for label, rate in undersample.items():
+        if classes and str(label) not in classes:
+            raise InvalidParameterError(f"undersample: {label!r} is not a class of {p.name} (classes: {classes}).")
+        if not (isinstance(rate, (int, float)) and 0 < rate <= 1):
+            raise InvalidParameterError(f"undersample: the keep rate of class {label!r} must lie in (0, 1]; "
+                                        f"got {rate!r}.")
+    return replace(p, undersample={str(k): float(v) for k, v in undersample.items()},
+                   description=f"{p.description}; undersampling replaced by {undersample}")
+
+
+def load_preset(name: str, seed: int = 0, data_dir=None, download=None, undersample: dict | None = None) -> PresetData:
+    """Load a tabular benchmark with the papers' preprocessing, seeded.
+
+    ``undersample`` ({class label: keep rate}) replaces the preset's undersampling, e.g. to
+    read a paper that undersampled differently; the split is then taken from the undersampled rows.
+    """
     from .registry import load_dataset
 
     if name not in PRESETS:
@@ -133,6 +149,8 @@ def load_preset(name: str, seed: int = 0, data_dir=None, download=None) -> Prese
         nums = [c for c in schema.columns if c.kind == "numeric"]
         schema = Schema(nums + cats, schema.label, schema.label_categories, schema.source)
         df = df[[c.name for c in schema.columns] + [schema.label]]
+    if undersample is not None:
+        p = _replace_undersampling(p, undersample, schema)
     train, test = per_record_split(df, schema.label, p.undersample, p.test_size, np.random.default_rng(seed))
     return PresetData(name, train, test, schema, p, seed)
 
