@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/summarize.py [--image benchmarks/out/image.jsonl] [--mepf benchmarks/out/mepf.jsonl]
         [--tables benchmarks/out/tables.jsonl] [--peers benchmarks/out/peers.jsonl]
+        [--reference-view benchmarks/out/reference_view.jsonl]
 """
 from __future__ import annotations
 
@@ -187,6 +188,31 @@ def comparison_table(ours, peers) -> str:
     return "\n".join(out)
 
 
+def reference_view_table(rows) -> str:
+    """dpsynth's scores beside the reference code's scoring of the same samples (table_utility
+    --reference-view): hard-label ROC / PR for binary tasks, Gaussian NB selected on the test split
+    for multi-class ones. The second column selects on the test split: it is for reading paper columns."""
+    groups = defaultdict(list)
+    for r in rows:
+        if "reference_view" in r:
+            under = ",".join(f"{k}:{v}" for k, v in sorted((r.get("undersample") or {}).items())) or "-"
+            groups[(r["dataset"], under, r["method"])].append(r)
+    out = ["| dataset | undersampling | method | dpsynth protocol | the reference's scoring (biased) | seeds |",
+           "|---|---|---|---|---|---|"]
+    for (ds, under, method), rs in sorted(groups.items()):
+        if rs[0]["binary"]:
+            ours = " / ".join(_mean_sd([r["mean"][k] for r in rs]) for k in ("roc_auc", "pr_auc"))
+            ref = " / ".join(_mean_sd([r["reference_view"]["hard_labels"]["mean"][k] for r in rs])
+                             for k in ("roc_auc", "pr_auc")) + " (hard labels)"
+        else:
+            ours = _mean_sd([r["mean"]["f1"] for r in rs])
+            ref = (_mean_sd([r["reference_view"]["mean_f1_with_it"] for r in rs]) + " (Gaussian NB "
+                   + _mean_sd([r["reference_view"]["gaussian_nb_test_selected"]["best"] for r in rs])
+                   + " selected on test, against " + _mean_sd([r["classifiers"]["gaussian_nb"]["f1"] for r in rs]) + ")")
+        out.append(f"| {ds} | {under} | {method} | {ours} | {ref} | {', '.join(str(r['seed']) for r in rs)} |")
+    return "\n".join(out)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--image", nargs="+", default=["benchmarks/out/image.jsonl", "benchmarks/out/paper_settings.jsonl",
@@ -195,6 +221,7 @@ def main():
     p.add_argument("--mepf", default="benchmarks/out/mepf.jsonl")
     p.add_argument("--tables", default="benchmarks/out/tables.jsonl")
     p.add_argument("--peers", default="benchmarks/out/peers.jsonl")
+    p.add_argument("--reference-view", default="benchmarks/out/reference_view.jsonl")
     args = p.parse_args()
     image = [r for path in args.image for r in _rows(path)]
     if image:
@@ -211,6 +238,8 @@ def main():
         print(table_table(peers), "\n")
     if _rows(args.tables):
         print(comparison_table(_rows(args.tables), peers))
+    if _rows(args.reference_view):
+        print("\n" + reference_view_table(_rows(args.reference_view)))
 
 
 if __name__ == "__main__":
