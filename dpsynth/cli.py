@@ -415,7 +415,8 @@ def cmd_pretrain_encoder(args) -> int:
         raise InvalidParameterError(f"pretrain-encoder {mode} does not take {', '.join(given)} ({what}); "
                                     "drop them.")
     if args.random:
-        args.channels, args.image_size = args.channels or 3, args.image_size or 32
+        args.channels = 3 if args.channels is None else args.channels
+        args.image_size = 32 if args.image_size is None else args.image_size
     if args.out is None:
         from .features.encoders import encoder_dir
 
@@ -427,9 +428,11 @@ def cmd_pretrain_encoder(args) -> int:
         spec = random_encoder(args.arch, args.out, in_channels=args.channels, image_size=args.image_size,
                               seed=args.seed)
     else:
-        spec = pretrain_encoder(args.dataset, args.arch, args.out, epochs=args.epochs or 5,
-                                batch_size=args.batch_size or 128, lr=args.lr or 1e-3, seed=args.seed, resume=args.resume, device=default_device(args.device),
-                                progress=not args.quiet, data_dir=args.data_dir)
+        given = {k: v for k, v in (("epochs", args.epochs), ("batch_size", args.batch_size), ("lr", args.lr))
+                 if v is not None}                                  # the rest: pretrain_encoder's defaults
+        spec = pretrain_encoder(args.dataset, args.arch, args.out, seed=args.seed, resume=args.resume,
+                                device=default_device(args.device), progress=not args.quiet, data_dir=args.data_dir,
+                                **given)
     print(json.dumps({"out": str(args.out), **spec}))
     return 0
 
