@@ -10,12 +10,15 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
    to move the released statistic as far as possible (a search over candidate records: the
    worst case the sensitivity proof must cover);
 2. ``trials`` runs of the mechanism on D and as many on D', each with fresh noise, through the
-   same function a fit uses (:func:`~dpsynth.embedding.release_mean_embedding`, or DP-KIP's
-   :func:`~dpsynth.kip.dpsgd.private_gradient`), calibrated once to the claimed
-   (epsilon, delta);
+   same function a fit uses (:func:`~dpsynth.embedding.release_mean_embedding`, DP-KIP's
+   :func:`~dpsynth.kip.dpsgd.private_gradient` for one step, or a whole ``DPKIP.fit`` with its own
+   secret sampler and clipping), calibrated once to the claimed (epsilon, delta);
 3. the likelihood-ratio test of the attacker who knows D and D' (for Gaussian noise: project the
-   output on the difference of the two noise-free statistics), its threshold and direction
-   chosen on the first tenth of the trials (``SELECT_FRACTION``) and evaluated once on the rest;
+   output on the difference of the two noise-free statistics; for a DP-SGD fit, every step's noisy
+   gradient, read off consecutive iterates, on the canary's direction, the steps weighted by how
+   much they differed between D and D' in the selection runs, so a sample that is not secret,
+   i.e. the same every run, is found and exploited), its weights, threshold and direction chosen
+   on the first tenth of the trials (``SELECT_FRACTION``) and evaluated once on the rest;
 4. Clopper-Pearson bounds on the held-out TPR (lower) and FPR (upper), each at (1 - confidence)/2,
    turn the test into ``epsilon_lower``: with probability >= ``confidence`` the mechanism's true
    epsilon is at least that. Its interval is ``[epsilon_lower, epsilon_upper]`` (the upper end
@@ -23,7 +26,12 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
 
 A correct mechanism gives ``epsilon_lower <= claimed epsilon`` (up to the 1 - confidence chance
 of a miss); a broken one (noise too small, sensitivity under-stated) shows up as
-``epsilon_lower > epsilon``. How close an honest audit can get depends on the trials: the
+``epsilon_lower > epsilon``. Independently of the attack, the audit measures the canary's effect
+on the noise-free statistic with the mechanism's own code (``canary_gap``, in units of the
+declared sensitivity): a gap above 1 means a record moved the statistic further than the proof
+allows, and the audit fails however weak the attack was. ``detectable_epsilon`` says how strong a
+leak had to be for these trials to catch it (the true epsilon of a Gaussian-shaped leak at which
+the ideal test's expected lower bound first exceeds the claim). How close an honest audit can get depends on the trials: the
 attack of this design reaches ``optimal_epsilon`` (the epsilon the canary costs under the
 calibrated noise) only with infinitely many. The audit itself reads no private data: D is drawn
 from a public seed.
@@ -45,7 +53,9 @@ from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS = ("release", "dpsgd-step")
+MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit")
+#: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
+GAP_TOLERANCE = 1e-6
 MIN_TRIALS = 100
 #: share of the trials that choose the test's threshold; the rest evaluate it once
 SELECT_FRACTION = 0.1
@@ -68,24 +78,38 @@ class AuditResult:
     direction: str                  # "above": outputs above the threshold are called D'
     sigma: float                    # noise multiplier of the audited mechanism
     sensitivity: float              # the sensitivity it was calibrated for
-    canary_gap: float               # ||stat(D') - stat(D)|| / sensitivity (<= 1 if the proof holds)
+    canary_gap: float               # the canary's measured effect / the declared bound (<= 1 if the proof holds)
     noise_source: str
     neighbouring: str
     description: str
     seconds: float
+    detectable_epsilon: float = math.inf   # smallest true epsilon these trials would have caught
+
+    @property
+    def sensitivity_ok(self) -> bool:
+        """The canary moved the noise-free statistic no further than the declared bound."""
+        return self.canary_gap <= 1 + GAP_TOLERANCE
 
     @property
     def passed(self) -> bool:
-        """True when the lower bound does not exceed the claim."""
-        return self.epsilon_lower <= self.epsilon
+        """True when the measured sensitivity is within the declared bound and the lower bound
+        does not exceed the claim."""
+        return self.sensitivity_ok and self.epsilon_lower <= self.epsilon
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "sensitivity_ok": self.sensitivity_ok, "passed": self.passed}
 
     def format(self) -> str:
         upper = f"{self.epsilon_upper:.3f}" if self.epsilon_upper is not None else "inf"
-        verdict = ("consistent with the claim" if self.passed else
-                   "ABOVE THE CLAIM: the mechanism leaks more than it says")
+        if not self.sensitivity_ok:
+            verdict = (f"SENSITIVITY EXCEEDED: one record moved the statistic by {self.canary_gap:.3f} x the declared "
+                       f"bound; the guarantee does not hold")
+        elif not self.passed:
+            verdict = "ABOVE THE CLAIM: the mechanism leaks more than it says"
+        else:
+            verdict = "consistent with the claim"
+        detect = (f"{self.detectable_epsilon:.3f}" if math.isfinite(self.detectable_epsilon) else "none (too few "
+                  f"trials)")
         return (f"audit of {self.description}\n"
                 f"  claimed epsilon {self.epsilon:g} (delta {self.delta:g}); {self.trials:,} runs on D and on D' "
                 f"({self.neighbouring}, canary at {self.canary_gap:.3f} x the sensitivity)\n"
@@ -93,6 +117,7 @@ class AuditResult:
                 f"this attack's epsilon lies in [{self.epsilon_lower:.3f}, {upper}])\n"
                 f"  attack: TPR {self.tpr:.4f} at FPR {self.fpr:.4f} (held-out runs); with the calibrated noise an "
                 f"ideal attack on this canary reaches {self.optimal_epsilon:.3f}\n"
+                f"  power: with these trials a leak of true epsilon >= {detect} would have been flagged\n"
                 f"  {verdict}")
 
 
@@ -147,7 +172,33 @@ def _candidates(dim: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([box, extremes])
 
 
-class _ReleaseTarget:
+class _ProjectionTarget:
+    """A mechanism whose output is one noisy statistic: the attacker projects it on the difference
+    of the two noise-free statistics ``stats`` (the likelihood-ratio test for Gaussian noise)."""
+
+    stats: tuple[torch.Tensor, torch.Tensor]
+    output_sensitivity: float
+
+    def prepare(self) -> float:
+        """The canary's measured effect in units of the declared sensitivity."""
+        s0, s1 = self.stats
+        gap = float((s1 - s0).norm())
+        if not gap > 0:
+            raise InvalidParameterError("no canary moved the statistic: the audit cannot attack this map.")
+        self._s0, self._dir = s0, (s1 - s0) / gap
+        return gap / self.output_sensitivity
+
+    def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
+        out, policy = self.run(neighbour)
+        return np.array([float((out - self._s0) @ self._dir)]), policy
+
+    def optimal(self, gap: float) -> float:
+        from .privacy.calibration import epsilon_for_sigma
+
+        return epsilon_for_sigma(self.sigma / gap, self.delta, accountant="exact") if gap > 1e-9 else 0.0
+
+
+class _ReleaseTarget(_ProjectionTarget):
     """The mean-embedding release (data-touching function 1), class-conditional, replace-one."""
 
     neighbouring = "replace_one"
@@ -199,7 +250,7 @@ class _ReleaseTarget:
         return rel.tensors["embedding"].flatten(), entry.noise_source
 
 
-class _DPSGDTarget:
+class _DPSGDTarget(_ProjectionTarget):
     """One DP-SGD step of DP-KIP (data-touching function 2) on the full batch, add/remove:
     D' is D plus the canary."""
 
@@ -251,14 +302,145 @@ class _DPSGDTarget:
         return g.flatten().double(), noise.policy
 
 
+class _DPSGDFitTarget:
+    """A whole DP-KIP fit through ``DPKIP.fit`` (data-touching function 2 in its real loop: the
+    method's own Poisson sampler, clipping and noise), replace-one. The public start is a seeded set
+    of distinct points, or one point repeated (``duplicate_start``: the ill-conditioned case that
+    broke the factored clipping). D's other records equal the start points with their own labels
+    (their gradients are ~1e-7, far below the clip, so they hide nothing). Record 0 and the canary
+    that replaces it sit at one public point x* (the repeated start point, or the midpoint of the
+    first start point of each class) with the two labels: with two centred classes their residuals,
+    hence their gradients, point in opposite directions and both are clipped to C, so replacing one
+    by the other moves a step's sum by the full 2C that replace-one allows. Optimiser SGD at a
+    known rate, so the attacker, who sees every iterate, reads every step's noisy sum off
+    consecutive iterates."""
+
+    neighbouring = "replace_one"
+    DIM, PER_CLASS, CLASSES = 4, 2, 2
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int, *, duplicate_start: bool = False,
+                 epochs: int = 1, clip: float = 1e-3, reg: float = 1e-8, lr: float = 1e-3):
+        from .kip.krr import centred_one_hot
+        from .methods.kip import to_kernel_space
+
+        self.epsilon, self.delta, self.clip, self.reg, self.lr = epsilon, delta, clip, reg, lr
+        self.epochs, self.n_records = epochs, n_records
+        rng = np.random.default_rng(seed)
+        m = self.PER_CLASS * self.CLASSES
+        points = rng.random((1 if duplicate_start else m, self.DIM))
+        self.start = np.repeat(points, m, 0) if duplicate_start else points
+        labels = np.arange(m) // self.PER_CLASS
+        self.X = self.start[np.arange(n_records) % m].astype(np.float64)
+        self.y = labels[np.arange(n_records) % m]
+        self.X[0], self.y[0] = (self.start[0] + self.start[self.PER_CLASS]) / 2, 0      # x*, label 0
+        self.X2, self.y2 = self.X.copy(), self.y.copy()
+        self.y2[0] = 1                                                                  # x*, label 1
+        self._to_kernel, self._one_hot = to_kernel_space, centred_one_hot
+        fitted = self._model().fit(self.X, self.y, public_init=self.start)
+        entry = fitted.release_.ledger.entries[0]
+        self.sigma, self.sensitivity = entry.noise_multiplier, clip
+        self.plan_dict = entry.plan
+        self.description = (f"a whole DP-KIP fit (DPKIP.fit: secret Poisson sampler, clipping, noise; "
+                            f"{entry.plan['steps']} steps at q={entry.plan['sample_rate']:g}, {n_records} records, "
+                            f"clip {clip:g}, lambda {reg:g}; public start of "
+                            f"{'ONE point repeated' if duplicate_start else 'distinct points'}; record 0 and the "
+                            f"canary: one public point with either label; the attacker sees every iterate)")
+
+    def _model(self):
+        from .methods.kip import DPKIP
+
+        return DPKIP(self.epsilon, self.delta, n_classes=self.CLASSES, images_per_class=self.PER_CLASS,
+                     epochs=self.epochs, batch_size=1, lr=self.lr, clip=self.clip, reg=self.reg, optimizer="sgd",
+                     dtype="float64", seed=0)
+
+    def _contribution(self, x_s, X, y) -> torch.Tensor:
+        """The fit's own clipped sum (the function its private_gradient calls) over records X, y."""
+        from .kip import dpsgd
+
+        y_s = self._one_hot(torch.arange(x_s.shape[0]) // self.PER_CLASS, self.CLASSES, torch.float64)
+        xb = self._to_kernel(torch.as_tensor(X)).double()
+        yb = self._one_hot(torch.as_tensor(y), self.CLASSES, torch.float64)
+        return dpsgd.clipped_sum(self._kernel, x_s, y_s, xb, yb, self.reg, self.clip)
+
+    def prepare(self) -> float:
+        """Direction of the canary at the public start, and its measured sensitivity: the largest
+        effect on the clipped sum, over the start and every iterate of one run, of adding the
+        canary or record 0 to the other records, in units of the clip."""
+        from .kip.kernels import FCReLUKernel
+
+        self._kernel = FCReLUKernel(1)
+        iterates: list[torch.Tensor] = []
+        model = self._model()
+        model._observer = iterates.append
+        model.fit(self.X2, self.y2, public_init=self.start)
+        gap = 0.0
+        others = (self.X[1:], self.y[1:])
+        for x_s in iterates:
+            base = self._contribution(x_s, *others)
+            for X, y in ((self.X2[:1], self.y2[:1]), (self.X[:1], self.y[:1])):
+                more = self._contribution(x_s, np.concatenate([others[0], X]), np.concatenate([others[1], y]))
+                gap = max(gap, float((more - base).norm()) / self.clip)
+        x0 = iterates[0]
+        diff = self._contribution(x0, self.X2[:1], self.y2[:1]) - self._contribution(x0, self.X[:1], self.y[:1])
+        self._dir = diff / diff.norm()
+        # the others' expected share of a step (q x their sum), which the attacker knows
+        self._others = self._contribution(x0, *others) / self.n_records
+        return gap
+
+    def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
+        """Every step's noisy sum (from consecutive iterates) projected on the canary's direction."""
+        X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
+        iterates: list[torch.Tensor] = []
+        model = self._model()
+        model._observer = iterates.append
+        model.fit(X, y, public_init=self.start)
+        xs = torch.stack(iterates)
+        sums = (xs[:-1] - xs[1:]) / self.lr          # SGD: x_{t+1} = x_t - lr * noisy sum / (q N), q N = 1
+        proj = ((sums - self._others) * self._dir).sum((1, 2))
+        e = model.release_.ledger.entries[0]
+        return proj.numpy(), f"{e.noise_source}; records per step: {e.sampler}"
+
+    def optimal(self, gap: float) -> float:
+        from .privacy.calibration import PrivacyPlan, epsilon_for_sigma
+
+        plan = PrivacyPlan((), self.plan_dict["sample_rate"], self.plan_dict["steps"], self.neighbouring)
+        return epsilon_for_sigma(self.sigma / max(gap, 1e-9), self.delta, plan) if gap > 1e-9 else 0.0
+
+
+def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> float:
+    """The smallest true epsilon of a Gaussian-shaped leak (mu-GDP, ideal likelihood-ratio test) whose
+    expected rates over ``n`` held-out runs give a lower bound above ``claim``: how strong a leak
+    had to be for this audit to catch it (inf if no leak could be proven with ``n`` runs)."""
+    from scipy.stats import norm
+
+    from .privacy import analytic
+
+    def caught(mu: float) -> bool:
+        for t in np.linspace(-4, mu + 4, 400):
+            tp, fp = round(n * norm.sf(t - mu)), round(n * norm.sf(t))
+            if epsilon_bounds(tp, fp, n, delta, alpha)[0] > claim:
+                return True
+        return False
+
+    lo, hi = 0.0, 40.0
+    if not caught(hi):
+        return math.inf
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if caught(mid) else (mid, hi)
+    return float(analytic.epsilon_for(1.0 / hi, delta))
+
+
 def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "release",
-          feature_map: FeatureMap | dict | None = None, n_records: int = 10, n_classes: int = 2,
-          trials: int = 20000, confidence: float = 0.95, seed: int = 0) -> AuditResult:
+          feature_map: FeatureMap | dict | None = None, n_records: int | None = None, n_classes: int = 2,
+          trials: int = 20000, confidence: float = 0.95, seed: int = 0,
+          duplicate_start: bool = False) -> AuditResult:
     """Run the distinguishing attack on ``mechanism`` calibrated to (``epsilon``, ``delta``) and
     return the epsilon lower bound it proves (see the module docstring). ``mechanism``:
     ``"release"`` (the mean-embedding release under ``feature_map``, default two random Fourier
-    features) or ``"dpsgd-step"`` (one DP-SGD step of DP-KIP). The noise is the library's default
-    (secure) source, fresh for every run."""
+    features), ``"dpsgd-step"`` (one full-batch DP-SGD step of DP-KIP) or ``"dpsgd-fit"`` (a whole
+    ``DPKIP.fit``, ``duplicate_start`` for a public start of one point repeated). The noise (and
+    for a fit the sample) is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
         raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")
@@ -268,6 +450,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
                                     f"epsilon 1 well); got {trials}.")
     if not 0.5 <= float(confidence) < 1:
         raise InvalidParameterError(f"confidence must be in [0.5, 1); got {confidence!r} (try 0.95).")
+    if n_records is None:      # a fit needs enough records for a small sampling rate (q = 1 / n_records)
+        n_records = 40 if mechanism == "dpsgd-fit" else 10
     n_records = int(check_positive(n_records, "n_records", integer=True))
     if n_records < 2:
         raise InvalidParameterError(f"n_records must be >= 2; got {n_records}.")
@@ -276,21 +460,26 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         fmap = feature_map if isinstance(feature_map, FeatureMap) else \
             build_feature_map(feature_map) if feature_map is not None else default_audit_map()
         target = _ReleaseTarget(epsilon, delta, fmap, n_records, int(n_classes), seed)
-    else:
+    elif mechanism == "dpsgd-step":
         target = _DPSGDTarget(epsilon, delta, n_records, seed)
-    s0, s1 = target.stats
-    gap = float((s1 - s0).norm())
-    if not gap > 0:
-        raise InvalidParameterError("no canary moved the statistic: the audit cannot attack this map.")
-    direction_vec = (s1 - s0) / gap
-    scores = {False: np.empty(trials), True: np.empty(trials)}
+    else:
+        target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
+    canary_gap = target.prepare()
+    feats: dict[bool, list] = {False: [], True: []}
     policy = ""
-    for i in range(trials):
+    for _ in range(trials):
         for neighbour in (False, True):
-            out, policy = target.run(neighbour)
-            scores[neighbour][i] = float((out - s0) @ direction_vec)
+            out, policy = target.observe(neighbour)
+            feats[neighbour].append(out)
+    neg_all, pos_all = np.stack(feats[False]), np.stack(feats[True])
     alpha = (1 - float(confidence)) / 2
     k = max(1, int(trials * SELECT_FRACTION))
+    # weights of the observed coordinates (steps), learned on the selection runs only
+    weights = np.ones(neg_all.shape[1])
+    if neg_all.shape[1] > 1:
+        learned = np.clip(pos_all[:k].mean(0) - neg_all[:k].mean(0), 0, None)
+        weights = learned if learned.sum() > 0 else weights
+    scores = {False: neg_all @ weights, True: pos_all @ weights}
     t, direction = _best_test(scores[False][:k], scores[True][:k], delta, alpha)
     neg, pos = scores[False][k:], scores[True][k:]
     n = len(neg)
@@ -299,16 +488,14 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     else:
         tp, fp = int((neg <= t).sum()), int((pos <= t).sum())
     lower, upper, point = epsilon_bounds(tp, fp, n, delta, alpha)
-    from .privacy.calibration import epsilon_for_sigma
-
-    canary_gap = gap / target.output_sensitivity
-    optimal = epsilon_for_sigma(target.sigma / canary_gap, delta, accountant="exact") if canary_gap > 1e-9 else 0.0
+    optimal = target.optimal(canary_gap)
     result = AuditResult(
         mechanism=mechanism, epsilon=epsilon, delta=delta, trials=trials, confidence=float(confidence),
         epsilon_lower=lower, epsilon_upper=upper, epsilon_point=point, optimal_epsilon=float(optimal),
         tpr=tp / n, fpr=fp / n, threshold=t, direction=direction, sigma=float(target.sigma),
         sensitivity=float(target.sensitivity), canary_gap=float(canary_gap), noise_source=policy,
         neighbouring=target.neighbouring, description=target.description,
-        seconds=round(time.perf_counter() - start, 2))
+        seconds=round(time.perf_counter() - start, 2),
+        detectable_epsilon=detectable_epsilon(epsilon, delta, n, alpha))
     logger.info("audit: lower bound %.3f for claimed epsilon %g", lower, epsilon)
     return result

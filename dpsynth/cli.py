@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from ._io import atomic_write
-from .errors import DpsynthError, InvalidParameterError
+from .errors import ArtifactError, DpsynthError, InvalidParameterError
 
 
 def _floats(text: str) -> list[float]:
@@ -79,6 +79,12 @@ def cmd_inspect(args) -> int:
         path = path.parent
     if not (path / META_FILE).exists() and (path / "release" / META_FILE).exists():
         path = path / "release"
+    model_json = path.parent / "model.json"
+    if path.name == "release" and model_json.exists():     # a model folder: its release must be the pinned one
+        from ._io import read_sealed_json
+        from .release import check_release_pin
+
+        check_release_pin(path, read_sealed_json(model_json, "model").get("release"), f"model in {path.parent}")
     release = Release.load(path)
     if args.json:
         print(json.dumps({"dataset": release.dataset, "feature_spec": release.feature_spec,
@@ -107,8 +113,11 @@ def cmd_audit(args) -> int:
             raise InvalidParameterError(f"--feature-map must be a JSON spec like "
                                         f"'{{\"name\": \"rff\", \"input_dim\": 2, \"n_features\": 2}}'; "
                                         f"got {args.feature_map!r} ({exc}).") from exc
+    extra = {"duplicate_start": True} if args.duplicate_start else {}
+    if args.duplicate_start and args.mechanism != "dpsgd-fit":
+        raise InvalidParameterError("--duplicate-start applies to --mechanism dpsgd-fit only.")
     result = audit(args.epsilon, args.delta, mechanism=args.mechanism, feature_map=fmap, n_records=args.records,
-                   trials=args.trials, confidence=args.confidence)
+                   trials=args.trials, confidence=args.confidence, **extra)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +135,11 @@ def cmd_demo(args) -> int:
         raise InvalidParameterError(
             f"{out} already holds a demo release and its budget file; pass a new --out folder "
             f"(or delete {out}): the budget would refuse a second release."
+        )
+    if (out / "release").exists() or (out / "model.json").exists():
+        raise ArtifactError(
+            f"{out} already holds a release or a fitted model (e.g. from `make demo`); the demo would replace "
+            f"that release and mislabel the model's privacy. Pass a new --out folder, e.g. --out runs/demo-release."
         )
     run_demo(out, args.epsilon, args.delta, seed=args.seed)
     return 0
@@ -588,8 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--multipliers", type=_floats, help="noise multiple of each release, e.g. 1,1,10")
     s.add_argument("--sample-rate", type=float, help="DP-SGD Poisson sampling rate q = batch / n")
     s.add_argument("--steps", type=int, help="DP-SGD number of steps T")
-    s.add_argument("--neighbouring", default="add_remove", choices=["add_remove", "replace_one"],
-                   help="neighbouring relation for DP-SGD (default add_remove)")
+    s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
+                   help="neighbouring relation for DP-SGD (default replace_one, like every release: N public; "
+                        "add_remove reproduces the DP-SGD papers' accounting)")
     s.add_argument("--accountant", default="pld", choices=["pld", "rdp", "exact"])
     s.add_argument("--sigma", type=float, help="compute epsilon for this sigma instead")
     s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -673,8 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
                    "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
                    "not charged, so never from the private data (default: N(0, I) noise)")
-    s.add_argument("--seed", type=int, default=0, help="generator initialisation and training; dp-kip: the "
-                   "support set's public initialisation and the sampler (not privacy noise)")
+    s.add_argument("--seed", type=int, default=0, help="public randomness only: generator initialisation and "
+                   "training; dp-kip: the support set's N(0, I) start. Never the privacy noise, never which "
+                   "records a DP-SGD step reads (both drawn from the OS CSPRNG)")
     s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--checkpoint-every", type=int, default=200)
@@ -763,11 +779,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--epsilon", type=float, default=1.0, help="the claimed epsilon the mechanism is calibrated to "
                                                                "(default 1)")
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
-    s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step"],
-                   help="release: the mean-embedding release (default); dpsgd-step: one DP-SGD step of DP-KIP")
+    s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit"],
+                   help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
+                        "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
+                        "worst-case canary at a public start point, the attacker sees every iterate)")
+    s.add_argument("--duplicate-start", action="store_true",
+                   help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
     s.add_argument("--feature-map", help="JSON spec of a one-block feature map for --mechanism release "
                                          "(default: 2 random Fourier features of 2-d records)")
-    s.add_argument("--records", type=int, default=10, help="records in the audited dataset (default 10)")
+    s.add_argument("--records", type=int, default=None, help="records in the audited dataset (default 10; "
+                   "dpsgd-fit: 40, one expected per step)")
     s.add_argument("--trials", type=int, default=20000, help="runs on each of D and D' (default 20000)")
     s.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bound (default 0.95)")
     s.add_argument("--out", help="also write the result as JSON to this file")
@@ -775,7 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_audit)
 
     s = sub.add_parser("demo", help="private release on scikit-learn digits (works offline)")
-    s.add_argument("--out", default="runs/demo")
+    s.add_argument("--out", default="runs/demo-release", help="new folder for the release and its budget file "
+                   "(default runs/demo-release; refused if it already holds a release or a model)")
     s.add_argument("--epsilon", type=float, default=1.0)
     s.add_argument("--delta", type=float, default=1e-5)
     s.add_argument("--seed", type=int, default=None, help="fix the privacy noise (testing only)")

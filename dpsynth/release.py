@@ -11,6 +11,7 @@ On disk a release is two files in one folder:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ class Release:
     dataset: dict
     ledger: Ledger
     extra: dict = field(default_factory=dict)
+
+    def with_note(self, note: str) -> "Release":
+        """This release with ``note`` added to every ledger entry (what a check established)."""
+        entries = tuple(dataclasses.replace(e, notes=tuple(e.notes) + (note,)) for e in self.ledger.entries)
+        return dataclasses.replace(self, ledger=Ledger(entries))
 
     def save(self, directory) -> Path:
         directory = Path(directory)
@@ -92,3 +98,27 @@ class Release:
             ledger=Ledger.from_list(meta["ledger"]),
             extra=meta.get("extra", {}),
         )
+
+
+def release_pin(directory) -> dict:
+    """The sha256 of a saved release's two files: what a model folder pins its release by."""
+    directory = Path(directory)
+    return {name: sha256_file(directory / name) for name in (META_FILE, TENSOR_FILE)}
+
+
+def check_release_pin(directory, pin: dict | None, what: str) -> None:
+    """ArtifactError if the release in ``directory`` is not the one ``pin`` names (a model trained
+    on one release must never be reported with another's ledger). ``pin=None``: a model written
+    before pins existed, accepted as it is."""
+    if not pin:
+        return
+    directory = Path(directory)
+    for name, digest in pin.items():
+        path = directory / name
+        actual = sha256_file(path) if path.exists() else "missing"
+        if actual != digest:
+            raise ArtifactError(
+                f"the release in {directory} is not the one the {what} was trained on ({name}: "
+                f"{actual[:12]}..., pinned {digest[:12]}...): it was replaced (e.g. by `dpsynth demo` or "
+                f"another fit into the same folder), so its ledger would mislabel this model's privacy. "
+                f"Restore the original release, or fit again into a new folder.")

@@ -11,12 +11,13 @@ import dpsynth
 from dpsynth import DPKIP, epsilon_for_sigma, load_dataset
 from dpsynth.cli import main
 from dpsynth.errors import ArtifactError
-from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, poisson_batch, private_gradient
+from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, private_gradient
 from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
 from dpsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
 from dpsynth.methods import kip as kip_module
 from dpsynth.privacy import NoiseSource, PrivacyPlan
+from dpsynth.privacy.sampling import PoissonSampler
 
 from conftest import Guarded
 
@@ -142,9 +143,10 @@ def test_noise_std_is_sigma_C_over_the_expected_batch():
     assert float(g.std()) == pytest.approx(2.0 * 0.5 / 4.0, rel=0.02)
 
 
-def test_sampler_is_poisson():
-    g = torch.Generator().manual_seed(0)
-    sizes = np.array([len(poisson_batch(10_000, 0.05, g)) for _ in range(400)])
+@pytest.mark.parametrize("seed", [None, 0])
+def test_sampler_is_poisson(seed):
+    sampler = PoissonSampler(seed)
+    sizes = np.array([len(sampler.sample(10_000, 0.05)) for _ in range(400)])
     assert len(set(sizes)) > 20                                            # sizes vary
     assert abs(sizes.mean() - 500) < 4 * math.sqrt(10_000 * 0.05 * 0.95 / 400)
     assert sizes.var() == pytest.approx(10_000 * 0.05 * 0.95, rel=0.25)
@@ -164,13 +166,14 @@ def test_calibrates_before_reading_and_spends_at_most_epsilon(digits, monkeypatc
     monkeypatch.setattr(kip_module, "calibrate_sigma", calibrate)
     m = DPKIP(1.0, 1e-5, **TINY).fit(Guarded(digits.x_train.numpy(), flag), digits.y_train.numpy())
     e = m.release_.ledger.entries[0]
-    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
-    assert plan.steps == math.ceil(2 * 1437 / 100) and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
+    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")
+    assert plan.steps == math.ceil(2 * 1437 / 100) and e.neighbouring == "replace_one" and e.sensitivity == 1e-2
+    assert e.plan["neighbouring"] == "replace_one" and e.sampler.startswith("secure")
     assert epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0
 
 
 def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, tmp_path, monkeypatch):
-    kw = dict(TINY, noise_seed=7)
+    kw = dict(TINY, noise_seed=7, sampler_seed=11)       # both testing only: a reproducible run
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
     budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
@@ -190,7 +193,7 @@ def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, t
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
     monkeypatch.setattr(kip_module, "private_gradient", real)
     resumed = DPKIP(1.0, 1e-5, **dict(kw, epochs=5)).fit(X, y, out=tmp_path / "c", budget=budget, resume=True)
-    # the same 29 steps, the same noise sequence (checkpointed generator): bit-identical result
+    # the same 29 steps, the same noise and sample sequences (checkpointed test generators): bit-identical
     assert torch.equal(resumed.support()[0], whole.support()[0])
     assert resumed.epochs == 2 and budget.spent == (1.0, 1e-5) and len(budget.charges) == 1
     assert not list((tmp_path / "c").glob("kip_checkpoint*"))        # sampler state deleted

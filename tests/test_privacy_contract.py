@@ -238,8 +238,8 @@ def test_dpkip_fit_contract(digits, monkeypatch):
     m = DPKIP(1.0, 1e-5, n_classes=10, images_per_class=1, epochs=1, batch_size=50, clip=1e-2, seed=0,
               noise_seed=0).fit(Guarded(X, flag), y)
     e = m.release_.ledger.entries[0]
-    assert flag["calibrated"] and e.neighbouring == "add_remove" and e.sensitivity == 1e-2
+    assert flag["calibrated"] and e.neighbouring == "replace_one" and e.sensitivity == 1e-2
     assert e.assumed["N"] == 200 and e.assumed["clip"] == 1e-2
     assert log.stds and log.stds == pytest.approx([e.noise_std] * len(log.stds), rel=1e-12)
-    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "add_remove")
+    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")
     assert len(log.stds) == plan.steps and epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0

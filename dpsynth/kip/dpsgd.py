@@ -1,13 +1,16 @@
 """DP-SGD on a support set: Poisson sampling and the noisy clipped gradient (data-touching #2).
 
 :func:`private_gradient` is the only function of DP-KIP that reads private records. For a
-batch drawn by :func:`poisson_batch` (each record independently with probability q, which is
-what the subsampled-Gaussian accountant assumes) it computes every record's gradient of the
+batch drawn by :class:`~dpsynth.privacy.sampling.PoissonSampler` (each record independently with
+probability q, from the OS CSPRNG: the sample is as secret as the noise, which is what the
+subsampled-Gaussian accountant assumes) it computes every record's gradient of the
 KIP loss with respect to the support inputs, replaces a non-finite gradient by 0 and clips each
 to L2 norm C (rules applied to each record alone), sums, adds Gaussian noise of std sigma * C and
-divides by the expected batch size q N (public; dividing by the realised batch size would reveal it). Under add/remove
-neighbours the clipped sum changes by at most C: the step is the Gaussian mechanism with
-sensitivity C and noise multiplier sigma, calibrated beforehand for the whole schedule.
+divides by the expected batch size q N (public; dividing by the realised batch size would reveal it). Every
+record's clipped gradient has norm <= C, so adding or removing one moves the sum by <= C and
+replacing one by <= 2C: the step is the subsampled Gaussian mechanism that the accountant's
+relation (replace-one by default: mixtures at +-C; or add/remove) prices, noise multiplier
+sigma, calibrated beforehand for the whole schedule.
 
 Two exact ways to get the clipped sum: ``torch.func`` (vmap of grad, no loop over records;
 :func:`clipped_gradients`, any kernel, the reference) and the factored closed form of
@@ -23,11 +26,6 @@ from ..privacy.mechanisms import NoiseSource, bounded_rows, gaussian_mechanism
 from .kernels import FCReLUKernel
 from .krr import krr_loss
 from .per_record import factored_clipped_sum
-
-
-def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
-    """Indices of the records in one Poisson-sampled batch (its size varies, mean q n)."""
-    return torch.nonzero(torch.rand(n, generator=generator) < sample_rate, as_tuple=True)[0]
 
 
 def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor,

@@ -47,7 +47,7 @@ from ..privacy.budget import BudgetFile
 from ..privacy.calibration import calibrate_sigma
 from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.mechanisms import NoiseSource
-from ..release import META_FILE, Release
+from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
@@ -513,7 +513,8 @@ def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
             payload(staging)
         files = {f.name: sha256_file(f) for f in sorted(staging.iterdir())}
         meta = sealed({"format": "dpsynth-model", "library_version": __version__, "method": model.method,
-                       "params": model.get_params(), **meta, "files": files})
+                       "params": model.get_params(), **meta, "files": files,
+                       "release": release_pin(directory / "release")})
         (staging / MODEL_META).write_text(json.dumps(meta, indent=2))
         for name in files:
             os.replace(staging / name, directory / name)
@@ -571,4 +572,5 @@ def load(directory):
         raise ArtifactError(f"{path} is not a dpsynth model (format={meta.get('format')!r}).")
     if meta.get("method") not in METHODS:
         raise unknown_name("method", str(meta.get("method")), METHODS)
+    check_release_pin(directory / "release", meta.get("release"), f"model in {directory}")
     return METHODS[meta["method"]]._from_folder(directory, meta)

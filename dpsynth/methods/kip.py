@@ -5,10 +5,15 @@ infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
 q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
 set from public noise N(0, I) with fixed balanced labels, and only then reads private records,
 through :func:`dpsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
-step (support set, Adam, step, sampler RNG; the noise is fresh from the OS unless a test seed is
-given, whose generator is checkpointed too), so an interrupted run resumes where it stopped
-without re-spending budget or reusing noise; the checkpoint (which holds the sampler state) is
-deleted when training ends. The result is saved as a release: ``support_x``, ``support_y``,
+step (support set, Adam, step; the noise and the Poisson sample are fresh from the OS CSPRNG
+every step, so there is no generator state to keep unless a testing-only seed fixed them), so an
+interrupted run resumes where it stopped without re-spending budget; the checkpoint holds
+private state (the support set after private steps) and is deleted when training ends.
+
+Which records a step reads is as secret as the noise (:class:`~dpsynth.privacy.sampling.PoissonSampler`):
+``seed`` fixes public things only (the N(0, I) start); ``sampler_seed`` and ``noise_seed`` exist for
+tests, the CLI never sets them, and the ledger says they void the guarantee. Neighbours are
+replace-one (N public) as for every other release; ``neighbouring="add_remove"`` is the paper's. The result is saved as a release: ``support_x``, ``support_y``,
 the kernel spec and the DP-SGD ledger entry.
 
 Inputs are mapped to the kernel's space by a fixed, data-independent affine map: images in
@@ -29,13 +34,14 @@ from tqdm.auto import tqdm
 from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
 from ..errors import ArtifactError, InvalidParameterError
-from ..kip.dpsgd import clipped_sum, poisson_batch, private_gradient
+from ..kip.dpsgd import clipped_sum, private_gradient
 from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import PrivacyPlan, calibrate_sigma
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..privacy.mechanisms import NoiseSource
+from ..privacy.sampling import PoissonSampler
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, register, write_model_folder
@@ -62,8 +68,10 @@ class DPKIP:
     Parameters follow the paper's Tables 5/6 names: ``epochs``, ``batch_size`` (the expected
     Poisson batch, q = batch_size / N), ``lr`` (Adam, or ``optimizer="sgd"``), ``clip`` (C),
     ``reg`` (lambda), kernel ``depth``/``W_std``/``b_std``. ``seed`` fixes the support set's
-    public initialisation and the sampler (testing / reproducibility); ``noise_seed`` fixes
-    the privacy noise (testing only: recorded in the ledger).
+    public initialisation only. ``noise_seed`` fixes the privacy noise and ``sampler_seed`` the
+    Poisson sample (testing only, each on its own: the ledger records that they void the
+    guarantee). ``neighbouring``: ``"replace_one"`` (default, N public, like every release) or
+    ``"add_remove"`` (the paper's accounting).
     """
 
     method = "dp-kip"
@@ -72,19 +80,20 @@ class DPKIP:
                  images_per_class: int = 10, epochs: int = 10, batch_size: int = 500, lr: float = 1e-2,
                  clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
                  W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
-                 noise_seed: int | None = None, accountant: str = "pld", progress: bool = False,
+                 noise_seed: int | None = None, sampler_seed: int | None = None,
+                 neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
                  dtype: str = "float32", device: str = "cpu"):
         self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
         self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
         self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
         self.seed, self.noise_seed, self.accountant, self.progress, self.dtype = (
             seed, noise_seed, accountant, progress, dtype)
-        self.device = device
+        self.device, self.sampler_seed, self.neighbouring = device, sampler_seed, neighbouring
 
     def get_params(self) -> dict:
         keys = ["epsilon", "delta", "n_classes", "images_per_class", "epochs", "batch_size", "lr", "clip", "reg",
-                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "accountant", "progress", "dtype",
-                "device"]
+                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "sampler_seed", "neighbouring",
+                "accountant", "progress", "dtype", "device"]
         return {k: getattr(self, k) for k in keys}
 
     @property
@@ -106,6 +115,9 @@ class DPKIP:
             check_positive(getattr(self, name), name)
         if self.optimizer not in ("adam", "sgd"):
             raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self.optimizer!r}.")
+        if self.neighbouring not in ("replace_one", "add_remove"):
+            raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
+                                        f"(the paper's accounting); got {self.neighbouring!r}.")
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
         try:
@@ -140,7 +152,7 @@ class DPKIP:
     def plan(self, n_records: int) -> PrivacyPlan:
         """The DP-SGD schedule: ceil(epochs * N / batch_size) steps at q = batch_size / N."""
         steps = math.ceil(self.epochs * n_records / self.batch_size)
-        return PrivacyPlan((), sample_rate=self.batch_size / n_records, steps=steps, neighbouring="add_remove")
+        return PrivacyPlan((), sample_rate=self.batch_size / n_records, steps=steps, neighbouring=self.neighbouring)
 
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
@@ -196,10 +208,17 @@ class DPKIP:
                 f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}", epsilon=float(self.epsilon),
                 delta=float(self.delta), noise_multiplier=float(sigma), sensitivity=float(self.clip),
                 accountant=self.accountant, plan=plan.to_dict(), noise_source=NoiseSource(self.noise_seed).policy,
-                dataset=dataset, n_records=n_records, neighbouring="add_remove", privacy_unit=privacy_unit,
+                dataset=dataset, n_records=n_records, neighbouring=self.neighbouring, privacy_unit=privacy_unit,
                 assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
-                         "sensitivity": "clip (one record added or removed)",
-                         "sampling": "Poisson, rate batch_size / N, divided by the expected batch q N"})
+                         "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
+                                        "moves the sum by <= 2 clip (the accountant's replace-one relation: "
+                                        "mixtures at +-clip)" if self.neighbouring == "replace_one" else
+                                        "clip (one record added or removed)",
+                         "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N"},
+                sampler=PoissonSampler(self.sampler_seed).policy,
+                notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
+                       "after private steps) until it is resumed and finishes; delete it or resume it, never "
+                       "publish it",))
             if budget is not None:
                 budget.check(self.epsilon, self.delta)
             state = _KIPState.start(self, shape, entry, self._public_start(public_init, shape))
@@ -232,8 +251,11 @@ class DPKIP:
         y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype).to(state.x.device)
         bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step",
                    **progress_rate())
+        observe = getattr(self, "_observer", None)     # the audit's attacker: sees every iterate
+        if observe is not None:
+            observe(state.x.detach().clone())
         while state.step < plan.steps:
-            idx = poisson_batch(n, plan.sample_rate, state.sampler).to(x_all.device)
+            idx = state.sampler.sample(n, plan.sample_rate).to(x_all.device)
             if self.private:
                 g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
                                      noise_multiplier=state.entry.noise_multiplier,
@@ -245,6 +267,8 @@ class DPKIP:
             state.x.grad = g
             state.optimizer.step()
             state.step += 1
+            if observe is not None:
+                observe(state.x.detach().clone())
             bar.update(1)
             if out is not None:
                 state.save(out)
@@ -300,34 +324,34 @@ class DPKIP:
 class _KIPState:
     """Support set, optimiser, step, sampler and noise source: everything a resume needs."""
 
-    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, entry: LedgerEntry, sampler_seed: int):
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, entry: LedgerEntry):
         self.x = x.to(model.device).requires_grad_(True)
         self.labels = labels
         self.entry = entry
         self.step = 0
         cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
         self.optimizer = cls([self.x], lr=model.lr)
-        self.sampler = torch.Generator().manual_seed(sampler_seed)
+        self.sampler = PoissonSampler(model.sampler_seed)       # secure unless a test fixes it
         self.noise = NoiseSource(model.noise_seed)
 
     @classmethod
     def start(cls, model: DPKIP, shape, entry: LedgerEntry, public_x: torch.Tensor | None = None) -> "_KIPState":
         """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
-        labels, seeds."""
+        labels. ``seed`` fixes only this public start; the sampler and the noise are secret."""
         seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
         g = torch.Generator().manual_seed(seed)
         m = int(model.images_per_class) * int(model.n_classes)
         dtype = getattr(torch, model.dtype)
         x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
         labels = torch.arange(m) // int(model.images_per_class)
-        sampler_seed = int(torch.randint(0, 2 ** 62, (1,), generator=g)) if model.seed is not None \
-            else int.from_bytes(os.urandom(7), "little")
-        state = cls(x, labels, model, entry, sampler_seed)
+        state = cls(x, labels, model, entry)
         state.model_params = model.get_params()
         return state
 
     def save(self, directory: Path) -> None:
-        tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels, "sampler": self.sampler.get_state()}
+        tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels}
+        if self.sampler.get_state() is not None:        # a testing-only sampler; the secure one has no state
+            tensors["sampler"] = self.sampler.get_state()
         if self.noise.generator is not None:
             tensors["noise_rng"] = self.noise.generator.get_state()
         meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params}
@@ -336,10 +360,11 @@ class _KIPState:
     @classmethod
     def load(cls, directory: Path, device: str = "cpu") -> "_KIPState":
         t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
+        meta["params"].setdefault("neighbouring", "add_remove")     # checkpoints written before replace-one
         model = DPKIP(**{**meta["params"], "device": device})
-        state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]), 0)
+        state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]))
         state.model_params = meta["params"]
-        state.sampler.set_state(t["sampler"])
+        state.sampler.set_state(t.get("sampler"))
         if "noise_rng" in t and state.noise.generator is not None:
             state.noise.generator.set_state(t["noise_rng"])
         restore_optimizer(state.optimizer, t, meta)

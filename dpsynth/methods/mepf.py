@@ -62,7 +62,17 @@ class DPMEPF(KernelGeneratorMethod):
                     f"depend on the private data, so DP-MEPF's guarantee would not hold. Use an encoder "
                     f"pretrained on a different, PUBLIC dataset (e.g. fashion-mnist for mnist)."
                 )
-        return super()._release(X, y, dataset, budget)
+        release = super()._release(X, y, dataset, budget)
+        return release.with_note(self._encoder_note(dataset))
+
+    def _encoder_note(self, dataset: str) -> str:
+        """What the encoder check established, for the ledger: it compares dataset NAMES only."""
+        trained = sorted({str(encoder_spec(p).get("dataset") or "unrecorded") for p in
+                          {self._encoder_path(), str(resolve_encoder(self.proxy_encoder or self._encoder_path()))}})
+        checked = (f"its recorded training dataset ({', '.join(trained)}) differs from this dataset's name "
+                   f"({dataset!r})" if dataset else "no dataset name was given, so nothing was compared")
+        return (f"encoder check: {checked}. A name check cannot show that the encoder never saw these records; "
+                f"that its training data is public and not the private data is declared by whoever ran the fit")
 
     def image_feature_map(self, shape: tuple, n_classes: int) -> PerceptualFeatures:
         if len(shape) != 3:

@@ -46,7 +46,10 @@ class PrivacyPlan:
     multipliers: tuple[float, ...] = (1.0,)
     sample_rate: float | None = None
     steps: int = 0
-    neighbouring: str = "add_remove"
+    #: the relation of the DP-SGD steps (one-shot releases declare their replace-one sensitivity
+    #: and are accounted as a Gaussian of that sensitivity): replace-one, N public, like every
+    #: other release; "add_remove" reproduces the DP-SGD papers' accounting
+    neighbouring: str = "replace_one"
 
     def __post_init__(self):
         mults = tuple(float(check_positive(m, "multipliers[i]")) for m in self.multipliers)
@@ -229,7 +232,7 @@ def plan_sigma(epsilon: float, delta: float, multipliers=(1.0,), accountant: str
 
 
 def dpsgd_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
-                accountant: str = "pld", neighbouring: str = "add_remove") -> float:
+                accountant: str = "pld", neighbouring: str = "replace_one") -> float:
     """Noise multiplier for ``steps`` Poisson-subsampled Gaussian steps at ``sample_rate``."""
     plan = PrivacyPlan((), sample_rate=sample_rate, steps=steps, neighbouring=neighbouring)
     return calibrate_sigma(epsilon, delta, plan, accountant)

@@ -26,8 +26,8 @@ class LedgerEntry:
     noise_source: str           # NoiseSource.policy: "secure (...)", "os-seeded (...)", "fixed-seed:N (...)"
     dataset: str = ""
     n_records: int | None = None
-    #: which datasets count as neighbours: "replace_one" (one-shot releases: m is public) or
-    #: "add_remove" (DP-SGD, as the accountant assumes)
+    #: which datasets count as neighbours: "replace_one" (every release by default: the record
+    #: count is public) or "add_remove" (DP-SGD only, when asked for by name to reproduce a paper)
     neighbouring: str = "replace_one"
     #: what one record is: the unit whose change the guarantee covers
     privacy_unit: str = PRIVACY_UNIT
@@ -39,6 +39,10 @@ class LedgerEntry:
     computation: dict = field(default_factory=dict)
     #: entries released under one calibration (one plan, one budget) share this id
     budget_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: which private records each step read, for subsampled releases (PoissonSampler.policy)
+    sampler: str = ""
+    #: what else the guarantee rests on that the fields above do not say (checks and their reach)
+    notes: tuple = ()
     library_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
@@ -54,6 +58,8 @@ class LedgerEntry:
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
         d = {k: v for k, v in d.items() if k != "noise_std"}
+        if "notes" in d:
+            d["notes"] = tuple(d["notes"])
         if "seed_policy" in d:  # releases written before dpsynth 0.x named the noise source so
             d["noise_source"] = d.pop("seed_policy")
         return cls(**d)
@@ -96,6 +102,8 @@ class Ledger:
                 f"    neighbouring={e.neighbouring}; privacy unit: {e.privacy_unit}\n"
                 + (f"    assumed public: {_facts(e.assumed)}\n" if e.assumed else "") +
                 f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
+                + (f"    records per step: {e.sampler}\n" if e.sampler else "")
+                + "".join(f"    note: {n}\n" for n in e.notes)
                 + (f"    sums computed: {_computed(e.computation)}\n" if e.computation else "") +
                 f"    dpsynth {e.library_version}, {e.created}"
             )

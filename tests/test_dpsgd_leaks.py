@@ -1,0 +1,259 @@
+"""Issue 30: the DP-SGD leaks the audit found, each pinned by a test that fails on the old code.
+
+1. the Poisson sample was derived from the public ``seed`` (recomputable by anyone);
+2. the factored clipping added a record unclipped when its norm formula cancelled;
+3. DP-SGD spoke of other neighbours (add/remove) than every other release (replace-one);
+4. the audit passed a map over its declared bound and could not see 1 and 2;
+5. a model could be silently re-labelled by replacing its release;
+6. the ledger did not say what the DP-MEPF encoder check establishes or that a DP-KIP checkpoint
+   holds private state.
+
+The old behaviours live on as test doubles (``tests/doubles``) so the checks are shown to catch them.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dpsynth
+from dpsynth import DPKIP, cli
+from dpsynth.audit import audit
+from dpsynth.errors import ArtifactError
+from dpsynth.features.base import FeatureMap
+from dpsynth.kip import dpsgd
+from dpsynth.kip.kernels import FCReLUKernel
+from dpsynth.kip.krr import centred_one_hot
+from dpsynth.kip.per_record import factored_clipped_sum
+from dpsynth.methods import kip as kip_module
+from dpsynth.methods.kip import to_kernel_space
+from dpsynth.privacy.sampling import PoissonSampler
+from dpsynth.release import Release
+
+sys.path.insert(0, str(Path(__file__).parent / "doubles"))
+import leaky_per_record  # noqa: E402  (the old factored clipping, a test double)
+
+TINY = dict(n_classes=10, images_per_class=1, epochs=1, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
+
+
+_REAL_SAMPLE = PoissonSampler.sample
+
+
+class _PublicSampler(PoissonSampler):
+    """TEST DOUBLE of the old behaviour: the sample follows from a public seed (every run the same)."""
+
+    def __init__(self, seed=None):
+        super().__init__(seed=0)
+
+
+def _samples(monkeypatch, **params):
+    """The index sets a tiny DP-KIP fit on 300 digits reads, step by step."""
+    seen = []
+    real = _REAL_SAMPLE
+
+    def logged(self, n, q):
+        idx = real(self, n, q)
+        seen.append(tuple(idx.tolist()))
+        return idx
+    monkeypatch.setattr(PoissonSampler, "sample", logged)
+    digits = dpsynth.load_dataset("digits")
+    DPKIP(1.0, 1e-5, **{**TINY, **params}).fit(digits.x_train[:300].numpy(), digits.y_train[:300].numpy())
+    return seen
+
+
+# -- 1. the sample is secret -------------------------------------------------------------------------
+def test_the_sample_is_fresh_every_run_whatever_seed_and_noise_seed(monkeypatch):
+    a = _samples(monkeypatch, seed=0, noise_seed=3)
+    b = _samples(monkeypatch, seed=0, noise_seed=3)
+    assert len(a) == len(b) == 3 and a != b          # same public seed, same test noise: a new sample
+
+
+def test_a_reproducible_sample_needs_the_testing_only_sampler_seed(monkeypatch):
+    assert _samples(monkeypatch, sampler_seed=5) == _samples(monkeypatch, sampler_seed=5)
+    digits = dpsynth.load_dataset("digits")
+    X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
+    secure = DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.entries[0]
+    fixed = DPKIP(1.0, 1e-5, **TINY, sampler_seed=5).fit(X, y).release_.ledger.entries[0]
+    assert secure.sampler.startswith("secure (OS CSPRNG")
+    assert fixed.sampler.startswith("fixed-seed:5") and "voids the guarantee" in fixed.sampler
+    assert "records per step: secure" in DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.format()
+
+
+def test_the_secure_sampler_draws_from_the_os_csprng(monkeypatch):
+    calls = []
+    real = __import__("os").urandom
+    monkeypatch.setattr("dpsynth.privacy.sampling.os.urandom", lambda n: calls.append(n) or real(n))
+    idx = PoissonSampler().sample(1000, 0.5)
+    assert calls == [8000] and 350 < len(idx) < 650 and torch.all(idx[1:] > idx[:-1])
+    assert PoissonSampler().get_state() is None                       # nothing to save, nothing to leak
+
+
+def test_the_cli_never_fixes_the_sample(tmp_path, capsys):
+    assert cli.main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "1",
+                     "--epochs", "1",
+                     "--batch-size", "100", "--clip", "1e-2", "--seed", "0", "--out", str(tmp_path / "m"), "-q"]) == 0
+    params = json.loads((tmp_path / "m" / "model.json").read_text())["params"]
+    assert params["sampler_seed"] is None and params["noise_seed"] is None
+    assert dpsynth.load(tmp_path / "m").release_.ledger.entries[0].sampler.startswith("secure")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--method", "dp-kip", "--dataset", "digits", "--sampler-seed", "1", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+
+
+def test_the_old_public_sampler_is_the_same_every_run(monkeypatch):
+    """What made the leak: with the double in place two runs read identical batches."""
+    monkeypatch.setattr(kip_module, "PoissonSampler", _PublicSampler)
+    assert _samples(monkeypatch) == _samples(monkeypatch)
+
+
+# -- 2. clipping holds on ill-conditioned support sets ----------------------------------------------
+def _worst_contribution(clipped_sum, reg: float, spread: float, clip: float) -> float:
+    """Largest |sum(batch + record) - sum(batch)| / clip over records equal to a start point, all
+    labels, with a support set of one digit repeated (plus ``spread`` noise)."""
+    digits = dpsynth.load_dataset("digits")
+    x = to_kernel_space(digits.x_train[:40]).double()
+    g = torch.Generator().manual_seed(0)
+    xs = x[:1].repeat(20, 1) + spread * torch.randn(20, 64, generator=g, dtype=torch.float64)
+    ys = centred_one_hot(torch.arange(20) // 2, 10).double()
+    xb, yb = x[1:30], centred_one_hot(digits.y_train[1:30], 10).double()
+    k = FCReLUKernel(1)
+    base = clipped_sum(k, xs, ys, xb, yb, reg, clip)
+    worst = 0.0
+    for cand in (x[0], xs[3]):
+        for label in range(10):
+            yt = centred_one_hot(torch.tensor([label]), 10).double()
+            more = clipped_sum(k, xs, ys, torch.cat([xb, cand[None]]), torch.cat([yb, yt]), reg, clip)
+            worst = max(worst, float((more - base).norm()) / clip)
+    return worst
+
+
+@pytest.mark.parametrize("reg,spread", [(1e-6, 0.0), (1e-7, 0.0), (1e-8, 0.0), (1e-7, 1e-6), (1e-8, 1e-3)])
+def test_every_record_moves_the_clipped_sum_by_at_most_C_on_coinciding_support_points(reg, spread):
+    assert _worst_contribution(factored_clipped_sum, reg, spread, 1e-6) <= 1 + 1e-9
+
+
+def test_the_old_factored_clipping_fails_the_same_check():
+    assert _worst_contribution(leaky_per_record.factored_clipped_sum, 1e-7, 0.0, 1e-6) > 100
+
+
+def test_benign_support_sets_keep_the_fast_closed_form(monkeypatch):
+    from dpsynth.kip import per_record
+
+    monkeypatch.setattr(per_record, "explicit_clipped_sum", lambda *a: pytest.fail("explicit path on a benign set"))
+    g = torch.Generator().manual_seed(1)
+    xs, xb = torch.randn(20, 64, generator=g, dtype=torch.float64), torch.randn(200, 64, generator=g, dtype=torch.float64)
+    ys = centred_one_hot(torch.arange(20) // 2, 10).double()
+    yb = centred_one_hot(torch.randint(0, 10, (200,), generator=g), 10).double()
+    factored_clipped_sum(FCReLUKernel(1), xs, ys, xb, yb, 1e-6, 1e-3)
+
+
+# -- 3. one neighbouring relation ------------------------------------------------------------------
+def test_dpsgd_is_replace_one_by_default_and_add_remove_by_name():
+    digits = dpsynth.load_dataset("digits")
+    X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
+    e = DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.entries[0]
+    paper = DPKIP(1.0, 1e-5, **TINY, neighbouring="add_remove").fit(X, y).release_.ledger.entries[0]
+    assert e.neighbouring == e.plan["neighbouring"] == "replace_one"
+    assert paper.neighbouring == paper.plan["neighbouring"] == "add_remove"
+    assert e.noise_multiplier > paper.noise_multiplier            # replace-one needs more noise
+    with pytest.raises(dpsynth.errors.InvalidParameterError, match="neighbouring must be"):
+        DPKIP(1.0, 1e-5, **TINY, neighbouring="swap").fit(X, y)
+
+
+def test_budget_cli_defaults_to_replace_one(capsys):
+    assert cli.main(["budget", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0.01", "--steps", "100",
+                     "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    cli.main(["budget", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0.01", "--steps", "100",
+              "--neighbouring", "add_remove", "--json"])
+    assert default["sigma"] > json.loads(capsys.readouterr().out)["sigma"]
+
+
+# -- 4. the audit has teeth ---------------------------------------------------------------------------
+class _OverNorm(FeatureMap):
+    """A plug-in whose features have norm 1.6 while it declares 1, and does not bound them."""
+
+    norm_bound = 1.0
+    out_dim = 2
+    input_dim = 2
+
+    def __call__(self, x):
+        x = torch.clamp(torch.nan_to_num(x.double()), -10, 10)
+        return 1.6 * torch.nn.functional.normalize(torch.cos(x * 3.0 + torch.tensor([0.0, 1.0])), dim=1)
+
+    def spec(self):
+        return {"name": "over-norm", "input_dim": 2}
+
+    def bounded(self, phi):
+        return phi
+
+
+def test_release_audit_fails_a_map_over_its_declared_bound():
+    r = audit(1.0, 1e-5, feature_map=_OverNorm(), trials=300)
+    assert r.canary_gap > 1.5 and not r.sensitivity_ok and not r.passed
+    assert "SENSITIVITY EXCEEDED" in r.format()
+
+
+def test_fit_audit_passes_the_fixed_code():
+    r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=150, duplicate_start=True)
+    assert r.sensitivity_ok and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.passed
+    assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
+    assert 1.0 < r.detectable_epsilon < 20
+
+
+def test_fit_audit_catches_the_old_clipping(monkeypatch):
+    monkeypatch.setattr(dpsgd, "factored_clipped_sum", leaky_per_record.factored_clipped_sum)
+    r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=100, duplicate_start=True)
+    assert r.canary_gap > 5 and not r.passed and "SENSITIVITY EXCEEDED" in r.format()
+
+
+@pytest.mark.slow
+def test_fit_audit_catches_the_old_public_sampler(monkeypatch):
+    """With the sample recomputable (the double), the attacker learns which steps read the canary's
+    slot and the bound exceeds the claim; the same audit of the secret sampler stays within it."""
+    import dpsynth.audit as audit_module
+
+    honest = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=600, n_records=40)
+    assert honest.passed
+    monkeypatch.setattr(kip_module, "PoissonSampler", _PublicSampler)
+    leaky = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=600, n_records=40)
+    assert leaky.epsilon_lower > 1.0 and not leaky.passed
+
+
+# -- 5. a model pins its release -------------------------------------------------------------------------
+def test_a_model_refuses_a_replaced_release(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert cli.main(["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "10", "--iterations", "3",
+                     "--out", str(out), "-q"]) == 0
+    pin = json.loads((out / "model.json").read_text())["release"]
+    assert set(pin) == {"release.json", "release.safetensors"}
+    dpsynth.load(out)                                                     # intact: loads
+    other = tmp_path / "d"
+    assert cli.main(["demo", "--out", str(other)]) == 0
+    Release.load(other / "release").save(out / "release")                # the old `dpsynth demo` did this
+    with pytest.raises(ArtifactError, match="not the one the model .* was trained on"):
+        dpsynth.load(out)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(out), "--n", "200"]) != 0
+    assert cli.main(["inspect", str(out)]) != 0
+    assert "not the one the model" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_folder_holding_a_model_or_release(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert cli.main(["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "10", "--iterations", "3",
+                     "--out", str(out), "-q"]) == 0
+    before = (out / "release" / "release.json").read_bytes()
+    assert cli.main(["demo", "--out", str(out)]) != 0
+    assert "already holds a release or a fitted model" in capsys.readouterr().err
+    assert (out / "release" / "release.json").read_bytes() == before
+
+
+# -- 6. the ledger says what the checks establish ------------------------------------------------------
+def test_kip_ledger_says_the_checkpoint_holds_private_state():
+    digits = dpsynth.load_dataset("digits")
+    e = DPKIP(1.0, 1e-5, **TINY).fit(digits.x_train[:300].numpy(), digits.y_train[:300].numpy()).release_.ledger
+    assert any("checkpoint" in n and "private state" in n for n in e.entries[0].notes)
+    assert "note: an interrupted run's checkpoint" in e.format()
