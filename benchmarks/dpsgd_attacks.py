@@ -34,8 +34,8 @@ from dpsynth.audit import audit
 from dpsynth.kip import dpsgd
 from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.kip.krr import centred_one_hot
-from dpsynth.methods import kip as kip_module
 from dpsynth.methods.kip import to_kernel_space
+from dpsynth.privacy import engine as engine_module
 from dpsynth.privacy.sampling import PoissonSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def put_back_old_behaviour() -> None:
         def __init__(self, seed=None):
             super().__init__(seed=0)
 
-    kip_module.PoissonSampler = PublicSampler
+    engine_module.PoissonSampler = PublicSampler
     dpsgd.factored_clipped_sum = leaky_per_record.factored_clipped_sum
 
 
@@ -58,7 +58,7 @@ def identical_batches() -> dict:
     runs = []
     for offset in (0, 300):
         seen = []
-        sampler_cls = kip_module.PoissonSampler
+        sampler_cls = engine_module.PoissonSampler
         real = sampler_cls.sample
 
         def logged(self, n, q, real=real, seen=seen):

@@ -25,6 +25,7 @@ from dpsynth.kip.krr import centred_one_hot
 from dpsynth.kip.per_record import _support_terms, gradient_matrices, per_record_factors, squared_norms
 from dpsynth.methods.kip import to_kernel_space
 from dpsynth.privacy import NoiseSource
+from dpsynth.privacy.engine import PrivacyEngine
 
 
 def timed(fn, device, rounds):
@@ -68,10 +69,11 @@ def main():
     row["norms_s"], _ = timed(lambda: squared_norms(s, gradient_matrices(s, b, c, u), v, xb), dev, args.rounds)
     row["clipped_sum_s"], total = timed(lambda: clipped_sum(k, xs, ys, xb, yb, reg, clip), dev, args.rounds)
     noise = NoiseSource()
+    engine = PrivacyEngine.with_sigma(1.3, multipliers={"step": 1.0})
     row["noise_s"], _ = timed(lambda: noise.add_noise(total.cpu(), 1.3 * clip), dev, args.rounds)
     row["private_gradient_s"], grad = timed(
-        lambda: private_gradient(k, xs, ys, xb, yb, reg=reg, clip=clip, noise_multiplier=1.3,
-                                 expected_batch=args.batch, noise=noise), dev, args.rounds)
+        lambda: private_gradient(k, xs, ys, xb, yb, reg=reg, clip=clip, expected_batch=args.batch,
+                                 engine=engine), dev, args.rounds)
     x = xs.float().clone().requires_grad_(True)
     opt = torch.optim.Adam([x], lr=1e-2)
 

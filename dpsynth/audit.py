@@ -205,7 +205,7 @@ class _ReleaseTarget(_ProjectionTarget):
 
     def __init__(self, epsilon, delta, feature_map: FeatureMap, n_records: int, n_classes: int, seed: int):
         from .embedding import mean_embedding, release_plan
-        from .privacy.calibration import calibrate_sigma
+        from .privacy.engine import PrivacyEngine
 
         self.fmap, self.n_classes = feature_map, n_classes
         self.epsilon, self.delta = epsilon, delta
@@ -217,7 +217,7 @@ class _ReleaseTarget(_ProjectionTarget):
         if len(self.multipliers) != 1:
             raise InvalidParameterError(f"the audit attacks one Gaussian release; {feature_map.spec()['name']} "
                                         f"makes {len(self.multipliers)}: audit a one-block map.")
-        self.sigma = calibrate_sigma(epsilon, delta, self.plan)
+        self.sigma = PrivacyEngine(epsilon, delta, self.plan, multipliers=self.multipliers).sigma
         self.sensitivity = 2.0 * feature_map.norm_bound / n_records
         self.output_sensitivity = self.sensitivity          # the release is the statistic itself
         base = mean_embedding(feature_map, torch.as_tensor(self.X, dtype=torch.float32),
@@ -244,8 +244,7 @@ class _ReleaseTarget(_ProjectionTarget):
 
         X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
         rel = release_mean_embedding(self.fmap, X, y, epsilon=self.epsilon, delta=self.delta,
-                                     n_classes=self.n_classes, plan=self.plan, multipliers=self.multipliers,
-                                     noise_multiplier=self.sigma)
+                                     n_classes=self.n_classes)
         entry = rel.ledger.entries[0]
         return rel.tensors["embedding"].flatten(), entry.noise_source
 
@@ -259,7 +258,8 @@ class _DPSGDTarget(_ProjectionTarget):
     def __init__(self, epsilon, delta, n_records: int, seed: int, clip: float = 1e-3):
         from .kip.dpsgd import clipped_sum
         from .kip.kernels import FCReLUKernel
-        from .privacy.calibration import PrivacyPlan, calibrate_sigma
+        from .privacy.calibration import PrivacyPlan
+        from .privacy.engine import PrivacyEngine
 
         self.epsilon, self.delta, self.clip = epsilon, delta, clip
         rng = np.random.default_rng(seed)
@@ -269,7 +269,8 @@ class _DPSGDTarget(_ProjectionTarget):
         self.y_s = torch.nn.functional.one_hot(torch.arange(4) % 2, 2).double()
         self.X = torch.as_tensor(rng.random((n_records, 3)))
         self.y = torch.nn.functional.one_hot(torch.arange(n_records) % 2, 2).double()
-        self.sigma = calibrate_sigma(epsilon, delta, PrivacyPlan((1.0,), neighbouring="add_remove"))
+        self.engine = PrivacyEngine(epsilon, delta, PrivacyPlan((1.0,)), multipliers={"step": 1.0})
+        self.sigma = self.engine.sigma
         self.sensitivity = clip
         base = clipped_sum(self.kernel, self.x_s, self.y_s, self.X, self.y, 1e-6, clip)
         cands = torch.as_tensor(_candidates(3, rng)[:1000])
@@ -293,13 +294,11 @@ class _DPSGDTarget(_ProjectionTarget):
 
     def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
         from .kip.dpsgd import private_gradient
-        from .privacy.mechanisms import NoiseSource
 
         X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
-        noise = NoiseSource()
-        g = private_gradient(self.kernel, self.x_s, self.y_s, X, y, reg=1e-6, clip=self.clip,
-                             noise_multiplier=self.sigma, expected_batch=self.expected, noise=noise)
-        return g.flatten().double(), noise.policy
+        g = private_gradient(self.kernel, self.x_s, self.y_s, X, y, reg=1e-6, clip=self.clip, engine=self.engine,
+                             expected_batch=self.expected)
+        return g.flatten().double(), self.engine.noise.policy
 
 
 class _DPSGDFitTarget:

@@ -17,26 +17,26 @@ import torch
 
 from .engines import as_source
 from .features.base import FeatureMap
-from .privacy.mechanisms import NoiseSource, gaussian_mechanism
+from .features.sums import ClassSums
+from .privacy.engine import PrivacyEngine
 
 
-def release_proxy(proxy_map: FeatureMap, X, noise_multiplier: float, noise: NoiseSource,
-                  batch_size: int | None = None) -> tuple[torch.Tensor, float]:
-    """(noisy proxy embedding (P,), its L2 sensitivity) of the private records ``X`` (an array, or a
-    :class:`~dpsynth.engines.Source` of shards, summed on its engine).
+def release_proxy(proxy_map: FeatureMap, X, engine: PrivacyEngine, batch_size: int | None = None, *,
+                  description: str = "DP early-stopping proxy", assumed: dict | None = None) -> torch.Tensor:
+    """The noisy proxy embedding (P,) of the private records ``X`` (an array, or a
+    :class:`~dpsynth.engines.Source` of shards, summed on its engine), released by ``engine`` as the
+    plan's ``"proxy"`` release.
 
     The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
     bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
-    ``2 * proxy_map.norm_bound / m`` (m is public); Gaussian noise of std ``noise_multiplier`` times
-    that is added in float64.
+    ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
     """
-    from .embedding import ClassSums
-
     source = as_source(X)
     sums = source.total(ClassSums(proxy_map, None, batch_size=batch_size, validate=False))["sums"][0]
     m = source.n_records
-    sensitivity = 2.0 * proxy_map.norm_bound / m
-    return gaussian_mechanism(sums / m, sensitivity, noise_multiplier, noise), sensitivity
+    return engine.gaussian("proxy", sums / m, 2.0 * proxy_map.norm_bound / m, description=description,
+                           assumed=assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"}, n_records=m,
+                           computation=source.describe())
 
 
 @torch.no_grad()

@@ -17,6 +17,8 @@ from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
 from dpsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
 from dpsynth.methods import kip as kip_module
 from dpsynth.privacy import NoiseSource, PrivacyPlan
+from dpsynth.privacy import engine as engine_module
+from dpsynth.privacy.engine import PrivacyEngine
 from dpsynth.privacy.sampling import PoissonSampler
 
 from conftest import Guarded
@@ -138,8 +140,8 @@ def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversa
 
 def test_noise_std_is_sigma_C_over_the_expected_batch():
     k, xs, ys, xb, yb = _problem(m=300, d=100)
-    g = private_gradient(k, xs, ys, xb[:0], yb[:0], reg=1e-3, clip=0.5, noise_multiplier=2.0, expected_batch=4.0,
-                         noise=NoiseSource(seed=3))
+    g = private_gradient(k, xs, ys, xb[:0], yb[:0], reg=1e-3, clip=0.5, expected_batch=4.0,
+                         engine=PrivacyEngine.with_sigma(2.0, noise_seed=3, multipliers={"step": 1.0}))
     assert float(g.std()) == pytest.approx(2.0 * 0.5 / 4.0, rel=0.02)
 
 
@@ -158,12 +160,12 @@ TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2,
 
 def test_calibrates_before_reading_and_spends_at_most_epsilon(digits, monkeypatch):
     flag = {"calibrated": False}
-    real = kip_module.calibrate_sigma
+    real = engine_module.calibrate_sigma
 
     def calibrate(*a, **k):
         flag["calibrated"] = True
         return real(*a, **k)
-    monkeypatch.setattr(kip_module, "calibrate_sigma", calibrate)
+    monkeypatch.setattr(engine_module, "calibrate_sigma", calibrate)
     m = DPKIP(1.0, 1e-5, **TINY).fit(Guarded(digits.x_train.numpy(), flag), digits.y_train.numpy())
     e = m.release_.ledger.entries[0]
     plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")

@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
+from dpsynth.privacy import engine as engine_module
+
 import dpsynth
 import dpsynth.methods.base as base_module
 from dpsynth import DPMERF
@@ -47,18 +49,24 @@ def test_grid_is_public_strictly_increasing_with_atoms_at_bounds_and_zero():
     assert np.all(np.diff(big.edges[1:-1]) >= 1)              # integer cells at least one unit wide
 
 
+def _engine(sigma, noise_seed):
+    from dpsynth.privacy.engine import PrivacyEngine
+
+    return PrivacyEngine.with_sigma(sigma, noise_seed=noise_seed, multipliers={"numeric_sketch": 1.0})
+
+
 def test_sketch_release_moves_by_at_most_its_sensitivity_on_worst_case_neighbours():
     schema = Schema.from_dict(WIDE)
     sketch = NumericSketch.of(schema)
     assert sketch.sensitivity == pytest.approx(math.sqrt(6))
     df = heavy_table(50)
-    base = release_numeric_sketch(df, sketch, 1.0, NoiseSource(seed=0))
+    base = release_numeric_sketch(df, sketch, _engine(1.0, 0))
     moves = []
     for row in [(2e6, 100, 1.0), (-1e6, 0, 0.0), (0.0, 50, 0.5), (123.4, 99, 0.999), (1e300, -5, 7.0)]:
         for i in (0, 17):
             other = df.copy()
             other.loc[i, ["amount", "month", "rate"]] = row
-            rel = release_numeric_sketch(other, sketch, 1.0, NoiseSource(seed=0))     # same noise draws
+            rel = release_numeric_sketch(other, sketch, _engine(1.0, 0))     # same noise draws
             move = math.sqrt(sum(float(((rel[k] - base[k]) ** 2).sum()) for k in base))
             assert move <= sketch.sensitivity + 1e-9
             moves.append(move)
@@ -68,7 +76,7 @@ def test_sketch_release_moves_by_at_most_its_sensitivity_on_worst_case_neighbour
 def test_sketch_noise_std_is_multiplier_times_sensitivity():
     sketch = NumericSketch.of(Schema.from_dict(WIDE))
     df = heavy_table(50)
-    draws = [release_numeric_sketch(df, sketch, 2.0, NoiseSource(seed=s))["amount"] for s in range(300)]
+    draws = [release_numeric_sketch(df, sketch, _engine(2.0, s))["amount"] for s in range(300)]
     exact = np.bincount(sketch.grids["amount"].cells(df["amount"].to_numpy()), minlength=sketch.grids["amount"].n_cells)
     resid = (torch.stack(draws).numpy() - exact).ravel()
     assert resid.std() == pytest.approx(2.0 * math.sqrt(6), rel=0.02)
@@ -76,7 +84,7 @@ def test_sketch_noise_std_is_multiplier_times_sensitivity():
 
 def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
     state = {"calibrated": False, "read": False}
-    real_cal, real_rel = base_module.calibrate_sigma, base_module.release_numeric_sketch
+    real_cal, real_rel = engine_module.calibrate_sigma, base_module.release_numeric_sketch
 
     def cal(*a, **k):
         state["calibrated"] = True
@@ -86,7 +94,7 @@ def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
         assert state["calibrated"], "the sketch read private rows before the plan was calibrated"
         state["read"] = True
         return real_rel(df, *a, **k)
-    monkeypatch.setattr(base_module, "calibrate_sigma", cal)
+    monkeypatch.setattr(engine_module, "calibrate_sigma", cal)
     monkeypatch.setattr(base_module, "release_numeric_sketch", rel)
     DPMERF(epsilon=1, iterations=2, batch_size=50, n_features=50, noise_seed=0).fit(heavy_table(200), label="y",
                                                                                    schema=WIDE)

@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from dpsynth.privacy import engine as engine_module
+from dpsynth.privacy.engine import PrivacyEngine
+
 import dpsynth.embedding as embedding_module
 import dpsynth.methods.kip as kip_module
 from dpsynth import release_mean_embedding
@@ -161,14 +164,14 @@ def _watch_calibration(monkeypatch, *modules):
 def test_feature_map_release_contract(name, label, factory, shape, encoder, monkeypatch):
     fmap = factory(encoder)
     X, y = _base(shape)
-    flag = _watch_calibration(monkeypatch, embedding_module)
+    flag = _watch_calibration(monkeypatch, engine_module)
     log = _NoiseLog(monkeypatch)
     kw = dict(epsilon=1.0, delta=1e-5, n_classes=C)
-    base = release_mean_embedding(fmap, Guarded(X, flag), y, noise=NoiseSource(seed=0), **kw)
+    base = release_mean_embedding(fmap, Guarded(X, flag), y, seed=0, **kw)
     assert flag["calibrated"]
     _assert_noise_matches_ledger(log, base)
     for what, X2, y2 in _adversarial_neighbours(fmap, X, y):
-        other = release_mean_embedding(fmap, X2, y2, noise=NoiseSource(seed=0), **kw)
+        other = release_mean_embedding(fmap, X2, y2, seed=0, **kw)
         for t in other.tensors.values():
             assert torch.isfinite(t).all(), what
         _assert_moves_within_recorded_sensitivity(base, other, what)
@@ -193,7 +196,7 @@ def test_every_registered_method_is_covered():
 @pytest.mark.parametrize("name", sorted(KERNEL_METHODS))
 def test_kernel_method_release_contract(name, encoder, digits, monkeypatch):
     X, y = digits.x_train[:60].numpy().astype(np.float64), digits.y_train[:60].numpy()
-    flag = _watch_calibration(monkeypatch, embedding_module)
+    flag = _watch_calibration(monkeypatch, engine_module)
     log = _NoiseLog(monkeypatch)
     base = KERNEL_METHODS[name](encoder).fit(Guarded(X, flag), y).release_
     assert flag["calibrated"]
@@ -215,24 +218,27 @@ def test_dpsgd_step_contract(monkeypatch):
     X, Y = torch.rand(M, D, generator=g, dtype=torch.float64), torch.eye(2, dtype=torch.float64)[torch.arange(M) % 2]
     clip, sigma = 1e-3, 2.0
     log = _NoiseLog(monkeypatch)
-    kw = dict(reg=1e-6, clip=clip, noise_multiplier=sigma, expected_batch=float(M))
-    base = private_gradient(kernel, x_s, y_s, X, Y, noise=NoiseSource(seed=0), **kw)
+    kw = dict(reg=1e-6, clip=clip, expected_batch=float(M))
+
+    def engine():
+        return PrivacyEngine.with_sigma(sigma, noise_seed=0, multipliers={"step": 1.0})
+    base = private_gradient(kernel, x_s, y_s, X, Y, engine=engine(), **kw)
     for what, row in [("all-zero", torch.zeros(D)), ("ones", torch.ones(D)), ("huge", torch.full((D,), 1e39, dtype=torch.float64)),
                       ("copy of record 0", X[0])]:
         for label in (0, 1):
             X2 = torch.cat([X, row[None].double()])
             Y2 = torch.cat([Y, torch.eye(2, dtype=torch.float64)[[label]]])
-            other = private_gradient(kernel, x_s, y_s, X2, Y2, noise=NoiseSource(seed=0), **kw)
+            other = private_gradient(kernel, x_s, y_s, X2, Y2, engine=engine(), **kw)
             assert torch.isfinite(other).all()
             assert float((other - base).norm()) * M <= clip * (1 + 1e-9), what      # outputs are divided by qN
-    removed = private_gradient(kernel, x_s, y_s, X[1:], Y[1:], noise=NoiseSource(seed=0), **kw)
+    removed = private_gradient(kernel, x_s, y_s, X[1:], Y[1:], engine=engine(), **kw)
     assert float((removed - base).norm()) * M <= clip * (1 + 1e-9)
     assert set(log.stds) == {sigma * clip}
 
 
 def test_dpkip_fit_contract(digits, monkeypatch):
     """The method around the step: calibrated before reading, every step's noise as its ledger says."""
-    flag = _watch_calibration(monkeypatch, kip_module)
+    flag = _watch_calibration(monkeypatch, engine_module)
     log = _NoiseLog(monkeypatch)
     X, y = digits.x_train[:200].numpy(), digits.y_train[:200].numpy()
     m = DPKIP(1.0, 1e-5, n_classes=10, images_per_class=1, epochs=1, batch_size=50, clip=1e-2, seed=0,

@@ -26,6 +26,16 @@ from conftest import require_data
 SIGMA = 3.7306  # epsilon 1, delta 1e-5: calibrated once, so the tests do not recalibrate
 
 
+def _engine(noise_seed=None, fmap=None):
+    """An engine at SIGMA for the releases of ``fmap`` (default one block; noise_seed: the same draws
+    for two neighbours)."""
+    from dpsynth.embedding import release_plan
+    from dpsynth.privacy.engine import PrivacyEngine
+
+    plan, mults = release_plan(fmap)
+    return PrivacyEngine.with_sigma(SIGMA, noise_seed=noise_seed, plan=plan, multipliers=mults)
+
+
 def signature(release) -> str:
     """Everything observable about a release except the noisy numbers and the ledger's clock/id."""
     ledger = [{k: v for k, v in e.items() if k not in ("created", "budget_id")} for e in release.ledger.to_list()]
@@ -106,8 +116,7 @@ def test_extreme_record_moves_embedding_at_most_the_sensitivity_and_release_stay
         mu = mean_embedding(fmap, torch.as_tensor(Xn, dtype=torch.float32), torch.as_tensor(yn), 2)
         assert torch.isfinite(mu).all()
         assert float((mu - base).norm()) <= 2 * fmap.norm_bound / 40 * (1 + 1e-9)
-    rels = [release_mean_embedding(fmap, Xn, y, epsilon=1, delta=1e-5, n_classes=2, noise_multiplier=SIGMA,
-                                   seed=0) for Xn in (X, X2)]
+    rels = [release_mean_embedding(fmap, Xn, y, n_classes=2, engine=_engine(0, fmap)) for Xn in (X, X2)]
     assert signature(rels[0]) == signature(rels[1])
 
 
@@ -123,7 +132,7 @@ def test_mechanism_refuses_a_non_finite_statistic_without_naming_a_record():
 def test_single_class_labels_release_like_their_neighbour():
     X = np.random.default_rng(0).random((10, 4))
     rels = [release_mean_embedding(RandomFourierFeatures(4, 20), X, y, epsilon=1, delta=1e-5, n_classes=2,
-                                   noise_multiplier=SIGMA, seed=0)
+                                   engine=_engine(0))
             for y in (np.array([0] * 9 + [1]), np.zeros(10, dtype=int))]
     assert signature(rels[0]) == signature(rels[1])
 
@@ -163,7 +172,7 @@ def test_fixed_seed_cannot_be_secure_and_is_recorded():
     assert NoiseSource(seed=1).policy.startswith("fixed-seed:1")
     assert NoiseSource(secure=False).policy.startswith("os-seeded")
     rel = release_mean_embedding(RandomFourierFeatures(4, 20), np.random.default_rng(0).random((20, 4)),
-                                 epsilon=1, delta=1e-5, noise_multiplier=SIGMA)
+                                 engine=_engine())
     assert rel.ledger.entries[0].noise_source.startswith("secure")
 
 

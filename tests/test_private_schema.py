@@ -78,6 +78,12 @@ def test_inference_joins_the_plan_and_is_ledgered(tmp_path):
     assert set(synth["colour"]) <= set(colour) and synth["score"].between(lo, hi).all()
 
 
+def _engine(sigma):
+    from dpsynth.privacy.engine import PrivacyEngine
+
+    return PrivacyEngine.with_sigma(sigma, noise_seed=0, multipliers={"schema": 1.0})
+
+
 def test_schema_statistics_have_the_declared_sensitivity():
     """Replacing one record moves the (noise-free) counts by at most sqrt(2 c) in L2."""
     todo = SchemaInference(("score",), ("colour",))
@@ -85,8 +91,8 @@ def test_schema_statistics_have_the_declared_sensitivity():
     b = a.copy()
     b.loc[5, ["score", "colour"]] = [1e6, "ultraviolet"]   # an extreme, unseen replacement
     tiny = 1e-12   # (near) noise-free, to read the counts
-    sa = release_schema_statistics(a, todo, tiny, NoiseSource(0))
-    sb = release_schema_statistics(b, todo, tiny, NoiseSource(0))
+    sa = release_schema_statistics(a, todo, _engine(tiny))
+    sb = release_schema_statistics(b, todo, _engine(tiny))
     diff_num = (sa["score"]["counts"] - sb["score"]["counts"]).round()
     ca = dict(zip(sa["colour"]["values"], sa["colour"]["counts"].round().tolist()))
     cb = dict(zip(sb["colour"]["values"], sb["colour"]["counts"].round().tolist()))

@@ -33,8 +33,6 @@ import pandas as pd
 import torch
 
 from ..engines import as_source
-from ..privacy.ledger import LedgerEntry
-from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .schema import Column, Schema
 
 #: geometric edges: this many per doubling, from RELATIVE_FLOOR x (hi - lo) up to the bounds
@@ -169,15 +167,23 @@ class SketchCounts:
                 .astype(np.float64) for name, grid in self.sketch.grids.items()}
 
 
-def release_numeric_sketch(data, sketch: NumericSketch, noise_multiplier: float,
-                           noise: NoiseSource, encoder=None) -> dict[str, torch.Tensor]:
+def release_numeric_sketch(data, sketch: NumericSketch, engine, encoder=None) -> dict[str, torch.Tensor]:
     """Noisy cell counts of every sketched column (data-touching: reads ``data``, a DataFrame already
     checked against the schema, or a table :class:`~dpsynth.engines.Source` whose batches ``encoder``
-    cleans; the counts are summed on its engine): one Gaussian release at ``noise_multiplier`` times
-    the joint sensitivity ``sketch.sensitivity``."""
-    totals = as_source(data).total(SketchCounts(sketch, encoder))
-    return {name: gaussian_mechanism(torch.as_tensor(totals[name]), sketch.sensitivity, noise_multiplier, noise)
-            for name in sketch.grids}
+    cleans; the counts are summed on its engine): one Gaussian release at the joint sensitivity
+    ``sketch.sensitivity``, noised by ``engine`` (a :class:`~dpsynth.privacy.engine.PrivacyEngine`
+    whose plan holds a ``"numeric_sketch"`` release)."""
+    source = as_source(data)
+    totals = source.total(SketchCounts(sketch, encoder))
+    cells = {name: g.n_cells for name, g in sketch.grids.items()}
+    return engine.gaussian(
+        "numeric_sketch", {name: torch.as_tensor(totals[name]) for name in sketch.grids}, sketch.sensitivity,
+        description=f"numeric-column distributions (quantile encoding): noisy counts of {list(sketch.grids)} "
+                    f"in public cells inside their declared bounds ({sum(cells.values())} cells)",
+        assumed={"m": source.n_records, "cells per column (public grid from the bounds)": cells,
+                 "sensitivity": "sqrt(2 x numeric columns): replacing a record takes 1 from one cell and adds 1 "
+                                "to another in each column's counts"},
+        n_records=source.n_records, computation=source.describe())
 
 
 def noisy_cdf(grid: ColumnGrid, counts, noise_std: float) -> dict:
@@ -220,16 +226,3 @@ class QuantileMap:
 
     def decode(self, u) -> np.ndarray:
         return np.interp(np.clip(np.asarray(u, dtype=np.float64), 0.0, 1.0), self.u, self.x)
-
-
-def sketch_ledger_entry(sketch: NumericSketch, noise_multiplier: float, **common) -> LedgerEntry:
-    cells = {name: g.n_cells for name, g in sketch.grids.items()}
-    return LedgerEntry(
-        mechanism="gaussian",
-        description=f"numeric-column distributions (quantile encoding): noisy counts of {list(sketch.grids)} "
-                    f"in public cells inside their declared bounds ({sum(cells.values())} cells)",
-        noise_multiplier=float(noise_multiplier), sensitivity=sketch.sensitivity,
-        assumed={"m": common.get("n_records"), "cells per column (public grid from the bounds)": cells,
-                 "sensitivity": "sqrt(2 x numeric columns): replacing a record takes 1 from one cell and adds 1 "
-                                "to another in each column's counts"},
-        **common)

@@ -36,8 +36,6 @@ from scipy.stats import norm
 
 from ..engines import as_source
 from ..errors import SchemaError
-from ..privacy.ledger import LedgerEntry
-from ..privacy.mechanisms import NoiseSource, gaussian_mechanism
 from .schema import Column, Schema
 
 #: catch-all category for values whose noisy count did not clear the threshold
@@ -103,28 +101,34 @@ class SchemaCounts:
         return out
 
 
-def release_schema_statistics(data, inference: SchemaInference, noise_multiplier: float,
-                              noise: NoiseSource) -> dict[str, dict]:
+def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,
+                              threshold_delta: float = 0.0) -> dict[str, dict]:
     """Noisy counts for the columns to infer (data-touching: reads ``data``, a DataFrame already
     checked by :meth:`Schema.validate`, or a table :class:`~dpsynth.engines.Source` whose shards
-    are checked as they are read; the counts are summed on its engine, the noise drawn here).
+    are checked as they are read; the counts are summed on its engine, the noise added by
+    ``engine``, a :class:`~dpsynth.privacy.engine.PrivacyEngine` whose plan holds a ``"schema"``
+    release).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
     columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
-    ones (values sorted): one Gaussian release of all these counts, at ``noise_multiplier`` times
-    the joint sensitivity ``inference.sensitivity``. The observed values are private until
-    thresholded: callers pass this only to :func:`complete_schema`.
+    ones (values sorted): one Gaussian release of all these counts at the joint sensitivity
+    ``inference.sensitivity``. The observed values are private until thresholded: callers pass
+    this only to :func:`complete_schema`.
     """
-    totals = as_source(data).total(SchemaCounts(inference))
-    sens = inference.sensitivity
-    out: dict[str, dict] = {}
+    source = as_source(data)
+    totals = source.total(SchemaCounts(inference))
+    exact, values = {}, {}
     for name in inference.numeric:
-        counts = torch.as_tensor(totals[name], dtype=torch.float64)
-        out[name] = {"edges": bin_edges(), "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+        exact[name] = torch.as_tensor(totals[name], dtype=torch.float64)
     for name in inference.categorical:
-        values = sorted(totals[name])
-        counts = torch.as_tensor([totals[name][v] for v in values], dtype=torch.float64)
-        out[name] = {"values": values, "counts": gaussian_mechanism(counts, sens, noise_multiplier, noise)}
+        values[name] = sorted(totals[name])
+        exact[name] = torch.as_tensor([totals[name][v] for v in values[name]], dtype=torch.float64)
+    description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
+    noisy = engine.gaussian("schema", exact, inference.sensitivity, description=description,
+                            assumed={"m": source.n_records, **assumed}, n_records=source.n_records,
+                            computation=source.describe())
+    out: dict[str, dict] = {name: {"edges": bin_edges(), "counts": noisy[name]} for name in inference.numeric}
+    out.update({name: {"values": values[name], "counts": noisy[name]} for name in inference.categorical})
     return out
 
 
@@ -185,20 +189,20 @@ def declared_part(schema: Schema) -> Schema:
     return Schema(cols, schema.label, schema.label_categories, schema.source, schema.notes)
 
 
-def schema_ledger_entry(inference: SchemaInference, noise_multiplier: float, threshold: float | None,
-                        threshold_delta: float, **common) -> LedgerEntry:
+def schema_release_description(inference: SchemaInference, threshold: float | None,
+                               threshold_delta: float) -> tuple[str, dict]:
+    """What the schema release's ledger entry says it released, and what it assumed."""
     parts = []
     if inference.numeric:
         parts.append(f"numeric bounds of {list(inference.numeric)} (noisy counts in {len(bin_edges()) - 1} "
                      f"geometric bins)")
     if inference.categorical:
-        parts.append(f"categories of {list(inference.categorical)} (noisy counts kept above {threshold:.4g}; "
+        kept = f"noisy counts kept above {threshold:.4g}" if threshold is not None else "noisy counts"
+        parts.append(f"categories of {list(inference.categorical)} ({kept}; "
                      f"the thresholds use delta {threshold_delta:.3g} of the plan's delta)")
-    assumed = {"m": common.get("n_records"), "sensitivity": "sqrt(2 x inferred columns): replacing a record takes 1 "
+    assumed = {"sensitivity": "sqrt(2 x inferred columns): replacing a record takes 1 "
                "from one bin and adds 1 to another in each inferred column's counts"}
-    return LedgerEntry(mechanism="gaussian", description="schema inference: " + "; ".join(parts),
-                       noise_multiplier=float(noise_multiplier), sensitivity=inference.sensitivity,
-                       assumed=assumed, **common)
+    return "schema inference: " + "; ".join(parts), assumed
 
 
 def require_complete(schema: Schema) -> None:

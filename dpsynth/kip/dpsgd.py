@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
-from ..privacy.mechanisms import NoiseSource, bounded_rows, gaussian_mechanism
+from ..privacy.mechanisms import bounded_rows
 from .kernels import FCReLUKernel
 from .krr import krr_loss
 from .per_record import factored_clipped_sum
@@ -40,12 +40,13 @@ def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.T
 
 
 def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor, *,
-                     reg: float, clip: float, noise_multiplier: float, expected_batch: float,
-                     noise: NoiseSource) -> torch.Tensor:
+                     reg: float, clip: float, engine, expected_batch: float) -> torch.Tensor:
     """The noisy mean gradient of one DP-SGD step: (sum of clipped per-record gradients +
-    N(0, (sigma C)^2 I)) / (q N). ``x_b``/``y_b`` may be empty (a Poisson batch can be)."""
+    N(0, (sigma C)^2 I), the noise added by ``engine``, a
+    :class:`~dpsynth.privacy.engine.PrivacyEngine` of a DP-SGD plan) / (q N). ``x_b``/``y_b`` may be
+    empty (a Poisson batch can be)."""
     total = clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip)
-    noisy = gaussian_mechanism(total, clip, noise_multiplier, noise)
+    noisy = engine.noisy_step(total, clip)
     return (noisy / expected_batch).to(device=x_s.device, dtype=x_s.dtype)
 
 

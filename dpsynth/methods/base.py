@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import uuid
 from dataclasses import fields
 from pathlib import Path
 
@@ -32,10 +31,8 @@ from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
-from ..data.numeric_sketch import (SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch,
-                                   sketch_ledger_entry)
-from ..data.private_schema import (SchemaInference, complete_schema, release_schema_statistics,
-                                   require_complete, schema_ledger_entry)
+from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
+from ..data.private_schema import SchemaInference, complete_schema, release_schema_statistics, require_complete
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
@@ -44,9 +41,8 @@ from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
-from ..privacy.calibration import calibrate_sigma
+from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT
-from ..privacy.mechanisms import NoiseSource
 from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
                         loss_trend, train_generator)
@@ -289,58 +285,43 @@ class KernelGeneratorMethod:
         if todo and self.schema_share is None:
             require_complete(schema)  # raises, naming the columns and the fixes
         sketched = self.numeric_encoding == "quantile" and bool(schema.numeric)
-        # every release of the fit joins one plan, calibrated before any row is read
+        # every release of the fit joins one plan, calibrated by the engine before any row is read
         plan, mults = release_plan(blocks=self.block_multipliers(), shares={
             "schema": self.schema_share if todo else None,
             "numeric_sketch": self.numeric_share if sketched else None,
             "class_proportions": self.proportions_share})
         delta_t = todo.threshold_delta(self.delta)
-        sigma = calibrate_sigma(self.epsilon, self.delta - delta_t, plan, self.accountant)
-        if budget is not None:
-            budget.check(self.epsilon, self.delta)
-        noise = NoiseSource(self.noise_seed)
+        engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
+                               budget=budget, noise_seed=self.noise_seed, dataset=dataset,
+                               privacy_unit=self._privacy_unit, reserved_delta=delta_t)
         m = source.n_records                                       # public (declared for shards)
-        common = dict(epsilon=self.epsilon, delta=self.delta, accountant=self.accountant, plan=plan.to_dict(),
-                      noise_source=noise.policy, dataset=dataset, n_records=m, privacy_unit=self._privacy_unit,
-                      computation=source.describe(),
-                      budget_id=uuid.uuid4().hex)          # one plan, one budget: every entry shares its id
-        entries = []
         # ---- private data: releases of counts, each followed by its post-processing ------------
         if todo:
-            sigma_schema = sigma * mults["schema"]
-            std = sigma_schema * todo.sensitivity
+            std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
             tau = todo.category_threshold(std, self.delta) if todo.categorical else None
             stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
-                                              todo, sigma_schema, noise)
+                                              todo, engine, tau, delta_t)
             schema = complete_schema(schema, stats, std, tau)
             del stats
-            entries.append(schema_ledger_entry(todo, sigma_schema, tau, delta_t, **common))
-        maps, counts, sketch_facts = None, {}, {}
+        counts, sketch_facts, maps = {}, {}, None
         if sketched:
-            sigma_sketch = sigma * mults["numeric_sketch"]
             sketch = NumericSketch.of(schema)    # public cells from the (declared or inferred) bounds
-            std = sigma_sketch * sketch.sensitivity
+            std = engine.sigma * engine.multiplier("numeric_sketch") * sketch.sensitivity
             cells = max_cells(m, std)            # public: m and sigma
             sketch = sketch.limited(cells)
-            counts = release_numeric_sketch(source, sketch, sigma_sketch, noise, encoder=TableEncoder(schema))
+            counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
             sketch_facts = {"noise_std": std, "max_cells": cells}
             maps = sketch.cdfs(counts, std)
-            entries.append(sketch_ledger_entry(sketch, sigma_sketch, **common))
         columns = [str(c) for c in data.columns]                  # public: names and order, never values
         encoder = TableEncoder(schema, columns, maps)
-        fmap = self.table_feature_map(encoder, schema.n_classes)
-        if fmap.noise_multipliers() != self.block_multipliers():
-            raise RuntimeError(f"{type(self).__name__}.block_multipliers() disagrees with its feature map's blocks; "
-                               f"the plan would not match the releases.")
         return release_mean_embedding(
-            fmap, source, encoder=encoder, epsilon=self.epsilon, delta=self.delta,
-            n_classes=schema.n_classes, accountant=self.accountant, dataset=dataset,
-            budget=budget, proportions_share=self.proportions_share, privacy_unit=self._privacy_unit,
+            self.table_feature_map(encoder, schema.n_classes), source, encoder=encoder,
+            n_classes=schema.n_classes, dataset=dataset, proportions_share=self.proportions_share,
+            privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
                           "table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding,
                           **({"numeric_sketch": sketch_facts} if sketch_facts else {}), **self._public_facts},
-            plan=plan, noise_multiplier=sigma, multipliers=mults, noise=noise, prior_entries=tuple(entries),
-            prior_tensors={SKETCH_PREFIX + name: c for name, c in counts.items()},
+            engine=engine, prior_tensors={SKETCH_PREFIX + name: c for name, c in counts.items()},
         )
 
     @property

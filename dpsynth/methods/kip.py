@@ -38,10 +38,9 @@ from ..kip.dpsgd import clipped_sum, private_gradient
 from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
-from ..privacy.calibration import PrivacyPlan, calibrate_sigma
+from ..privacy.calibration import PrivacyPlan
+from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
-from ..privacy.mechanisms import NoiseSource
-from ..privacy.sampling import PoissonSampler
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, register, write_model_folder
@@ -199,31 +198,27 @@ class DPKIP:
                                     f"{entry.plan}; the data given now has {n_records} records. Resume with the "
                                     f"same data.")
         else:
-            # calibrated before any row is read; epsilon = inf: the non-private baseline, no noise
-            sigma = calibrate_sigma(self.epsilon, self.delta, plan, self.accountant) if self.private else 0.0
-            entry = LedgerEntry(
-                mechanism="dp-sgd" if self.private else "none (NON-PRIVATE: no noise, benchmark only)",
+            # calibrated (and the budget checked) by the engine before any row is read;
+            # epsilon = inf: the non-private baseline, no noise
+            engine = PrivacyEngine(self.epsilon, self.delta, plan, accountant=self.accountant, budget=budget,
+                                   noise_seed=self.noise_seed, sampler_seed=self.sampler_seed, dataset=dataset,
+                                   privacy_unit=privacy_unit, private=self.private)
+            entry = engine.declare_dpsgd(
+                clip=self.clip, n_records=n_records,
                 description=f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD "
                 f"on the KRR loss: {plan.describe()}, clip {self.clip:g}; start: "
-                f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}", epsilon=float(self.epsilon),
-                delta=float(self.delta), noise_multiplier=float(sigma), sensitivity=float(self.clip),
-                accountant=self.accountant, plan=plan.to_dict(), noise_source=NoiseSource(self.noise_seed).policy,
-                dataset=dataset, n_records=n_records, neighbouring=self.neighbouring, privacy_unit=privacy_unit,
+                f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}",
                 assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
                          "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
                                         "moves the sum by <= 2 clip (the accountant's replace-one relation: "
                                         "mixtures at +-clip)" if self.neighbouring == "replace_one" else
                                         "clip (one record added or removed)",
                          "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N"},
-                sampler=PoissonSampler(self.sampler_seed).policy,
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
-            if budget is not None:
-                budget.check(self.epsilon, self.delta)
-            state = _KIPState.start(self, shape, entry, self._public_start(public_init, shape))
-            if budget is not None:
-                budget.charge(self.epsilon, self.delta, entry.description, entry.budget_id)
+            state = _KIPState.start(self, shape, engine, self._public_start(public_init, shape))
+            engine.charge(entry.description)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 state.save(out)
@@ -255,11 +250,10 @@ class DPKIP:
         if observe is not None:
             observe(state.x.detach().clone())
         while state.step < plan.steps:
-            idx = state.sampler.sample(n, plan.sample_rate).to(x_all.device)
+            idx = state.engine.sample(n).to(x_all.device)
             if self.private:
                 g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
-                                     noise_multiplier=state.entry.noise_multiplier,
-                                     expected_batch=plan.sample_rate * n, noise=state.noise)
+                                     engine=state.engine, expected_batch=plan.sample_rate * n)
             else:
                 g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip)
                      / max(len(idx), 1)).to(state.x.dtype)
@@ -322,20 +316,22 @@ class DPKIP:
 
 
 class _KIPState:
-    """Support set, optimiser, step, sampler and noise source: everything a resume needs."""
+    """Support set, optimiser, step and the privacy engine (noise and sampler): everything a resume needs."""
 
-    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, entry: LedgerEntry):
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, engine: PrivacyEngine):
         self.x = x.to(model.device).requires_grad_(True)
         self.labels = labels
-        self.entry = entry
+        self.engine = engine
         self.step = 0
         cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
         self.optimizer = cls([self.x], lr=model.lr)
-        self.sampler = PoissonSampler(model.sampler_seed)       # secure unless a test fixes it
-        self.noise = NoiseSource(model.noise_seed)
+
+    @property
+    def entry(self) -> LedgerEntry:
+        return self.engine.entries[0]
 
     @classmethod
-    def start(cls, model: DPKIP, shape, entry: LedgerEntry, public_x: torch.Tensor | None = None) -> "_KIPState":
+    def start(cls, model: DPKIP, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None) -> "_KIPState":
         """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
         labels. ``seed`` fixes only this public start; the sampler and the noise are secret."""
         seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
@@ -344,16 +340,17 @@ class _KIPState:
         dtype = getattr(torch, model.dtype)
         x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
         labels = torch.arange(m) // int(model.images_per_class)
-        state = cls(x, labels, model, entry)
+        state = cls(x, labels, model, engine)
         state.model_params = model.get_params()
         return state
 
     def save(self, directory: Path) -> None:
         tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels}
-        if self.sampler.get_state() is not None:        # a testing-only sampler; the secure one has no state
-            tensors["sampler"] = self.sampler.get_state()
-        if self.noise.generator is not None:
-            tensors["noise_rng"] = self.noise.generator.get_state()
+        sampler, noise = self.engine.sampler.get_state(), self.engine.noise.generator
+        if sampler is not None:                 # a testing-only sampler; the secure one has no state
+            tensors["sampler"] = sampler
+        if noise is not None:
+            tensors["noise_rng"] = noise.get_state()
         meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params}
         save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer)
 
@@ -362,11 +359,13 @@ class _KIPState:
         t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
         meta["params"].setdefault("neighbouring", "add_remove")     # checkpoints written before replace-one
         model = DPKIP(**{**meta["params"], "device": device})
-        state = cls(t["x"].clone(), t["labels"], model, LedgerEntry.from_dict(meta["entry"]))
+        engine = PrivacyEngine.resume(LedgerEntry.from_dict(meta["entry"]), noise_seed=model.noise_seed,
+                                      sampler_seed=model.sampler_seed)
+        state = cls(t["x"].clone(), t["labels"], model, engine)
         state.model_params = meta["params"]
-        state.sampler.set_state(t.get("sampler"))
-        if "noise_rng" in t and state.noise.generator is not None:
-            state.noise.generator.set_state(t["noise_rng"])
+        engine.sampler.set_state(t.get("sampler"))
+        if "noise_rng" in t and engine.noise.generator is not None:
+            engine.noise.generator.set_state(t["noise_rng"])
         restore_optimizer(state.optimizer, t, meta)
         state.step = int(meta["step"])
         return state
