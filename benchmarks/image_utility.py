@@ -36,6 +36,7 @@ import torch
 from _rows import add_set_option, emit, set_overrides
 
 from dpsynth import DPHP, DPMEPF, DPMERF, DPNTK
+from dpsynth.methods import KernelGeneratorMethod
 from dpsynth.data import load_dataset
 from dpsynth.embedding import mean_embedding
 from dpsynth.evaluation import image_classifier_scores, save_image_grid
@@ -141,7 +142,7 @@ def run(args, data, method, eps, seed):
                         classes=data.classes if labelled else ["all"])
     return {"dataset": data.name, "method": method, "conditional": not args.unconditional, "epsilon": eps,
             "delta": 1e-5, "seed": seed, "iterations": args.iterations, "batch_size": args.batch_size,
-            "features": model.method_params(), "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss,
+            "features": {k: v for k, v in model.get_params().items() if k not in KernelGeneratorMethod.param_names()}, "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss,
             "generator": model.generator_.spec(), **({"set": args.overrides} if args.overrides else {}), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

@@ -1,33 +1,45 @@
-"""dpsynth: differentially private synthetic data with kernel mean embeddings."""
+"""dpsynth: differentially private synthetic data with kernel mean embeddings.
+
+The public names below are imported on first use (PEP 562), so ``import dpsynth.cli`` and
+``dpsynth --help`` do not pay for torch; ``from dpsynth import DPNTK`` works as always.
+"""
+from __future__ import annotations
+
+import importlib
+
 from ._version import __version__
-from .data import Schema, list_datasets, load_dataset, load_preset, read_table
-from .embedding import mean_embedding, release_mean_embedding
 from .errors import (
     ArtifactError,
-    DataValidationError,
     DatasetNotFoundError,
+    DataValidationError,
     InvalidParameterError,
     PrivacyBudgetError,
     SchemaError,
     UnknownNameError,
 )
-from .features import ENTKFeatures, HermiteFeatures, RandomFourierFeatures, build_feature_map
-from .methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, load
-from .privacy import (
-    BudgetFile,
-    PrivacyPlan,
-    calibrate_sigma,
-    dpsgd_sigma,
-    epsilon_for_sigma,
-    gaussian_sigma,
-    plan_sigma,
-)
-from .release import Release
 
-__all__ = [
-    "ArtifactError", "BudgetFile", "DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "ENTKFeatures", "HermiteFeatures", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
-    "PrivacyBudgetError", "PrivacyPlan", "RandomFourierFeatures", "Release", "Schema", "SchemaError",
-    "UnknownNameError", "__version__", "build_feature_map", "calibrate_sigma", "dpsgd_sigma",
-    "epsilon_for_sigma", "gaussian_sigma", "list_datasets", "load", "load_dataset", "load_preset",
-    "mean_embedding", "plan_sigma", "read_table", "release_mean_embedding",
-]
+#: public name -> the module that defines it
+_LAZY = {
+    **dict.fromkeys(["Schema", "list_datasets", "load_dataset", "load_preset", "read_table"], ".data"),
+    **dict.fromkeys(["mean_embedding", "release_mean_embedding"], ".embedding"),
+    **dict.fromkeys(["ENTKFeatures", "HermiteFeatures", "RandomFourierFeatures", "build_feature_map"], ".features"),
+    **dict.fromkeys(["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "load"], ".methods"),
+    **dict.fromkeys(["BudgetFile", "PrivacyPlan", "calibrate_sigma", "dpsgd_sigma", "epsilon_for_sigma",
+                     "gaussian_sigma", "plan_sigma"], ".privacy"),
+    "Release": ".release",
+}
+
+__all__ = sorted([*_LAZY, "ArtifactError", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",
+                  "PrivacyBudgetError", "SchemaError", "UnknownNameError", "__version__"])
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dpsynth' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

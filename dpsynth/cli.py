@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from ._io import atomic_write
-from .errors import ArtifactError, DpsynthError, InvalidParameterError
+from .errors import ArtifactError, DpsynthError, InvalidParameterError, TrainingInterrupted
 
 
 def _floats(text: str) -> list[float]:
@@ -146,9 +147,20 @@ def cmd_demo(args) -> int:
 
 
 RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
-#: `fit --csv` defaults (user tables), stated in `fit --help`
-CSV_DEFAULTS = {"epsilon": 1.0, "delta": 1e-5, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}
-IMAGE_DEFAULTS = {"iterations": 2000, "batch_size": 5000, "lr": 0.01, "lr_step": 1500, "ntk_width": 800}
+#: flags of `fit` whose name is not the parameter's, and how their value becomes the parameter's
+FLAG_PARAMS = {
+    "hp_order": ("order", None), "product_releases": ("n_product", None), "infer_schema": ("schema_share", None),
+    "ntk_widths": ("widths", lambda v: [int(w) for w in v.split(",")]),
+    "moments": ("moments", lambda v: [int(m) for m in v.split(",")]),
+    "no_early_stopping": ("early_stopping", lambda v: False if v else None),
+}
+#: `fit` flags that are not method parameters (data, folders, budget, engine...)
+NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "schema", "label", "drop_unlisted", "shards",
+              "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
+              "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
+              "checkpoint_every"}
+#: parameters the CLI never sets: a fixed sample voids the guarantee (tests only)
+TESTING_ONLY = ("sampler_seed",)
 
 
 def _fit_inputs(args):
@@ -167,7 +179,7 @@ def _fit_inputs(args):
         schema = Schema.from_json(args.schema)
         df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
-            dict(CSV_DEFAULTS), {}
+            _method(args).defaults_for("table"), {}
     if not args.dataset:
         raise InvalidParameterError("give --dataset NAME (see `dpsynth datasets`) or --csv FILE with --schema.")
     info = get_info(args.dataset)
@@ -177,17 +189,17 @@ def _fit_inputs(args):
         return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset,
                                "privacy_unit": data.privacy_unit}, \
             method_preset(args.method, args.dataset), facts
+    defaults = _method(args).defaults_for("image")
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**_image_defaults(args.method), **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
+        {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
 
 
-def _image_defaults(method: str) -> dict:
-    """The CLI's image defaults that ``method`` takes: none for dp-mepf and dp-hp (their classes' own),
-    ``ntk_width`` for dp-ntk only."""
-    if method in ("dp-mepf", "dp-hp"):
-        return {}
-    return {k: v for k, v in IMAGE_DEFAULTS.items() if k != "ntk_width" or method == "dp-ntk"}
+def _method(args):
+    """The class of ``--method`` (importing the methods, hence torch, only here)."""
+    from .methods import METHODS
+
+    return METHODS[args.method]
 
 
 def _shard_inputs(args):
@@ -198,9 +210,9 @@ def _shard_inputs(args):
 
     if args.csv or args.dataset:
         raise InvalidParameterError("give one of --shards, --csv and --dataset.")
-    if args.method == "dp-kip":
-        raise InvalidParameterError("dp-kip runs DP-SGD, which reads the records at every step; --shards releases "
-                                    "sums once: use dp-merf, dp-ntk, dp-hp or dp-mepf.")
+    if not _method(args).releases_once:
+        raise InvalidParameterError(f"{args.method} reads the records at every step; --shards releases sums once: "
+                                    f"use a release-once method (dp-merf, dp-ntk, dp-hp or dp-mepf).")
     if args.n_records is None:
         raise InvalidParameterError("--shards needs --n-records N: the total number of records, declared (public "
                                     "metadata: the sensitivity 2/m rests on it; the rows read are checked against it).")
@@ -215,11 +227,11 @@ def _shard_inputs(args):
     shards = Path(str(args.shards))
     name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
-        return (src,), {"label": args.label, "schema": schema, "dataset": name}, dict(CSV_DEFAULTS), {}
+        return (src,), {"label": args.label, "schema": schema, "dataset": name}, _method(args).defaults_for("table"), {}
     if src.labelled and args.n_classes is None:
         raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
     labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
-    return (src,), {"dataset": name}, {**_image_defaults(args.method), **labels}, {}
+    return (src,), {"dataset": name}, {**_method(args).defaults_for("image"), **labels}, {}
 
 
 def _resume_inputs(args):
@@ -231,12 +243,12 @@ def _resume_inputs(args):
         raise InvalidParameterError(f"--resume: {out} holds no release to resume; run the fit without --resume first.")
     facts = Release.load(out / "release").dataset
     method = args.method or facts.get("method")
-    if method == "dp-kip":
-        raise InvalidParameterError("dp-kip resumes DP-SGD, which reads the private data: give the same --dataset "
-                                    "or --csv as the first run, with --resume.")
     if args.method and facts.get("method") and args.method != facts["method"]:
         raise InvalidParameterError(f"--method {args.method}, but {out} holds a {facts['method']} release.")
     args.method = method
+    if not _method(args).releases_once:
+        raise InvalidParameterError(f"{method} resumes DP-SGD, which reads the private data: give the same --dataset "
+                                    f"or --csv as the first run, with --resume.")
     params = dict(facts.get("fit_params") or {})
     for key in ("seed", "noise_seed", "checkpoint_every"):      # the first run's, unless given again
         if key in params:
@@ -263,7 +275,6 @@ def _check_out_folder(out: Path, args) -> None:
 def cmd_fit(args) -> int:
     from .methods import METHODS
     from .privacy import BudgetFile
-    from .training import describe_trend
 
     out = Path(args.out)
     _check_out_folder(out, args)
@@ -274,101 +285,101 @@ def cmd_fit(args) -> int:
         raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
                                     "`fit --resume --out DIR` reads it from the folder.")
     else:
+        if args.method not in METHODS:
+            from .errors import unknown_name
+            raise unknown_name("method", args.method, METHODS)
         data, fit_kwargs, defaults, facts = _fit_inputs(args)
-    given = {"iterations": args.iterations, "batch_size": args.batch_size, "lr": args.lr, "lr_step": args.lr_step,
-             "epsilon": args.epsilon,
-             "delta": args.delta, "code_dim": args.code_dim}
-    if args.method == "dp-ntk":
-        given.update({"arch": args.arch, "ntk_width": args.ntk_width,
-                      "widths": [int(w) for w in args.ntk_widths.split(",")] if args.ntk_widths else None})
-        if args.ntk_widths:
-            given["ntk_width"] = None
-    elif args.method == "dp-mepf":
-        given.update({"encoder": args.encoder, "loss": args.loss, "mavg_lr": args.mavg_lr,
-                      "proxy_encoder": args.proxy_encoder, "select_every": args.select_every,
-                      "moments": [int(m) for m in args.moments.split(",")] if args.moments else None,
-                      "early_stopping": False if args.no_early_stopping else None})
-    elif args.method == "dp-hp":
-        given.update({"order": args.hp_order, "length_scale": args.length_scale, "n_product": args.product_releases,
-                      "product_dims": args.product_dims, "product_order": args.product_order,
-                      "sum_weight": args.sum_weight, "product_weight": args.product_weight,
-                      "sum_share": args.sum_share})
-    else:
-        given.update({"n_features": args.n_features, "length_scale": args.length_scale})
-    hp_only = ("--hp-order", args.hp_order), ("--product-releases", args.product_releases), \
-        ("--product-dims", args.product_dims), ("--product-order", args.product_order), \
-        ("--sum-weight", args.sum_weight), ("--product-weight", args.product_weight), ("--sum-share", args.sum_share)
-    wrong_hp = [flag for flag, value in hp_only if value is not None]
-    if wrong_hp and args.method != "dp-hp":
-        raise InvalidParameterError(f"{', '.join(wrong_hp)}: dp-hp options; this run is --method {args.method}.")
-    mepf_only = ("--encoder", args.encoder), ("--proxy-encoder", args.proxy_encoder), ("--moments", args.moments), \
-        ("--loss", args.loss), ("--mavg-lr", args.mavg_lr), ("--select-every", args.select_every)
-    wrong = [flag for flag, value in mepf_only if value is not None] + (["--no-early-stopping"] if
-                                                                      args.no_early_stopping else [])
-    if wrong and args.method != "dp-mepf":
-        raise InvalidParameterError(f"{', '.join(wrong)}: dp-mepf options; this run is --method {args.method}.")
-    if args.method in ("dp-kip", "dp-mepf"):
-        if args.numeric_encoding is not None or args.numeric_share is not None:
-            raise InvalidParameterError(f"--numeric-encoding / --numeric-share apply to tables fitted by dp-ntk, "
-                                        f"dp-merf or dp-hp; this run is --method {args.method}.")
-    else:
-        given.update({"numeric_encoding": args.numeric_encoding, "numeric_share": args.numeric_share})
-    # defaults hold only what this method takes (a preset, the release's settings, the image / CSV defaults);
+    cls = METHODS[args.method]
+    given = _method_options(args, cls)
+    # defaults hold only what this method takes (its per-kind defaults, a preset, the release's settings);
     # a flag given overrides them
-    params = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    params = {**defaults, **given}
     if params.get("epsilon") is None:
         raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
                                     "for images.")
     params.setdefault("delta", 1e-5)
-    if args.infer_schema is not None:
-        if not args.csv:
-            raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
-                                        "categories; built-in datasets come with a public schema.")
-        params["schema_share"] = args.infer_schema
-    if args.method == "dp-kip":
-        model = _kip_model(args, {**defaults, **params})
-    else:
-        model = METHODS[args.method](seed=args.seed, noise_seed=args.noise_seed, device=args.device,
-                                     checkpoint_every=args.checkpoint_every, progress=not args.quiet, **params)
+    if args.infer_schema is not None and not args.csv:
+        raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
+                                    "categories; built-in datasets come with a public schema.")
+    run = {"seed": args.seed, "noise_seed": args.noise_seed, "device": args.device,
+           "checkpoint_every": args.checkpoint_every, "progress": not args.quiet}
+    names = set(cls.param_names())
+    model = cls(**{k: v for k, v in run.items() if k in names}, **params)
     fit_kwargs["public_facts"] = facts
     if args.public_init is not None:
-        if args.method != "dp-kip":
-            raise InvalidParameterError("--public-init is a dp-kip option (its public starting support set).")
+        if "public_init" not in inspect.signature(cls.fit).parameters:
+            raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
+                                        f"run is --method {args.method}.")
         fit_kwargs["public_init"] = _public_init(args.public_init)
     eps_budget = args.budget_epsilon or model.epsilon
     budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
     model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
-    eps, delta = model.release_.ledger.total()
-    if args.method == "dp-kip":
-        steps = model.release_.ledger.entries[0].plan.get("steps")
-        print(f"fitted dp-kip on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
-              f"{len(model.support()[0])} support points, {steps} DP-SGD steps; saved to {out}")
-        return 0
-    print(f"fitted {args.method} on {fit_kwargs['dataset']}: epsilon={eps:g}, delta={delta:g}; "
-          f"{len(model.losses_)} iterations, final loss {model.losses_[-1]:.4g}; saved to {out}")
-    print(describe_trend(model.loss_trend_).replace("more iterations", "a larger --iterations with --resume"))
-    if getattr(model, "selection_", None):
-        sel = model.selection_
-        print(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
-              f"{len(sel['scores'])} scored; `sample` uses it (--checkpoint final: the last one)")
+    for line in model.fit_summary(fit_kwargs["dataset"], out):
+        print(line)
     return 0
 
 
-#: DP-KIP defaults: the paper's MNIST 10 images/class at epsilon 1 (its Table 5)
-KIP_DEFAULTS = {"images_per_class": 10, "epochs": 10, "batch_size": 500, "lr": 1e-2, "clip": 1e-6, "reg": 1e-6}
+def _method_options(args, cls) -> dict:
+    """{parameter: value} of every method flag given, refusing (exit 2, naming them) flags that are not
+    parameters of ``cls``: a flag for another method is an error, never silently dropped."""
+    from .methods import METHODS
+
+    names = set(cls.param_names())
+    given, wrong = {}, []
+    for dest, value in vars(args).items():
+        if dest in NOT_PARAMS or value is None or value is False and dest not in FLAG_PARAMS:
+            continue
+        param, convert = FLAG_PARAMS.get(dest, (dest, None))
+        value = convert(value) if convert is not None else value
+        if value is None:
+            continue
+        if param not in names:
+            wrong.append((_flag(dest), param))
+            continue
+        given[param] = value
+    if "widths" in given:
+        given["ntk_width"] = None              # --ntk-widths replaces the single width
+    if wrong:
+        owners = sorted({m for _, p in wrong for m, c in METHODS.items() if p in c.param_names()})
+        raise InvalidParameterError(
+            f"{', '.join(f for f, _ in wrong)}: {' / '.join(owners) or 'no method'} options, not taken by --method "
+            f"{args.method} (its options: `dpsynth fit --method {args.method} --help`).")
+    return given
 
 
-def _kip_model(args, params):
-    from .methods import DPKIP
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
-    given = {"images_per_class": args.images_per_class, "epochs": args.epochs, "batch_size": args.batch_size,
-             "lr": args.lr, "clip": args.clip, "reg": args.reg}
-    kw = {**KIP_DEFAULTS, **{k: params[k] for k in KIP_DEFAULTS if k in params},
-          **{k: v for k, v in given.items() if v is not None}}
-    from .training import default_device
 
-    return DPKIP(params["epsilon"], params["delta"], n_classes=params.get("n_classes"), seed=args.seed,
-                 noise_seed=args.noise_seed, progress=not args.quiet, device=str(default_device(args.device)), **kw)
+def add_method_options(fit_parser) -> None:
+    """Give `fit` a flag for every method parameter that has no hand-written one (generated from the
+    registered methods' signatures; values are JSON, or plain strings). Run only for `fit`: it imports
+    the methods, hence torch."""
+    from .methods import METHODS, KernelGeneratorMethod
+
+    t = {"delta": 1e-5, **KernelGeneratorMethod.kind_defaults["table"]}
+    fit_parser.epilog = fit_parser.epilog.replace("{table}", (
+        f": epsilon {t['epsilon']:g}, delta {t['delta']:g}, {t['iterations']} iterations, batch {t['batch_size']}, "
+        f"lr {t['lr']} x0.9 every {t['lr_step']}\n      iterations"))
+    taken = {a.dest for a in fit_parser._actions} | {p for p, _ in FLAG_PARAMS.values()}
+    group = fit_parser.add_argument_group("more method options (generated from the methods' parameters; values "
+                                          "as JSON, e.g. --conditional false, --generator '{\"name\": \"conv\"}')")
+    owners: dict[str, list] = {}
+    for name, cls in METHODS.items():
+        for param, default in cls.param_defaults().items():
+            owners.setdefault(param, []).append((name, default))
+    for param, where in owners.items():
+        if param in taken or param in RUN_DEFAULTS or param in TESTING_ONLY or param in ("progress", "device"):
+            continue
+        text = "; ".join(f"{m}: default {d!r}" for m, d in where)
+        group.add_argument(_flag(param), dest=param, type=_json_value, default=None, metavar="VALUE", help=text)
+
+
+def _json_value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _public_init(path):
@@ -412,8 +423,8 @@ def cmd_sample(args) -> int:
 
 
 def cmd_pretrain_encoder(args) -> int:
-    from .features.pretrain import pretrain_encoder
-    from .training import default_device
+    from .encoders.pretrain import pretrain_encoder
+    from .runtime import default_device
 
     if args.random == (args.dataset is not None):
         raise InvalidParameterError("pretrain-encoder takes exactly one of --dataset PUBLIC (train on it) and "
@@ -437,7 +448,7 @@ def cmd_pretrain_encoder(args) -> int:
         name = f"random-{args.arch}-{args.channels}x{args.image_size}" if args.random else f"{args.dataset}-{args.arch}"
         args.out = str(encoder_dir() / f"{name}.safetensors")
     if args.random:
-        from .features.pretrain import random_encoder
+        from .encoders.pretrain import random_encoder
 
         spec = random_encoder(args.arch, args.out, in_channels=args.channels, image_size=args.image_size,
                               seed=args.seed)
@@ -460,7 +471,7 @@ def cmd_evaluate(args) -> int:
     if model.encoder_ is not None:
         return _evaluate_table(args, model)
     name = model.release_.dataset.get("name", "")
-    if model.method == "dp-kip":
+    if not model.generative:                 # a fixed support set (DP-KIP), not a generator
         return _evaluate_kip(args, model, name)
     if name not in DATASETS:
         raise InvalidParameterError(
@@ -525,7 +536,8 @@ def cmd_report(args) -> int:
         if schema is None:
             raise InvalidParameterError("--test applies to table models; an image model's report needs no data.")
         test = read_table(args.test, declared_part(schema.schema), label=schema.schema.label, drop_unlisted=True)
-    out = build_report(args.model, test=test, out=args.out, seed=args.seed, data_dir=args.data_dir)
+    out = build_report(load(args.model), args.model, test=test, out=args.out, seed=args.seed,
+                       data_dir=args.data_dir)
     print(f"wrote {out}")
     return 0
 
@@ -586,7 +598,7 @@ def _evaluate_table(args, model) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data "
-                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-MEPF, DP-KIP).")
+                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP).")
     p.add_argument("--version", action="version", version=f"dpsynth {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -617,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
-    s.add_argument("--method", choices=["dp-ntk", "dp-merf", "dp-hp", "dp-mepf", "dp-kip"], help="required, "
+    s.add_argument("--method", help="a registered method (dp-ntk, dp-merf, dp-hp, dp-mepf, dp-kip, ...); required, "
                    "except for `fit --resume --out DIR`, which reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
@@ -702,6 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default=None)
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_fit)
+    p.fit_parser = s
 
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
@@ -805,16 +818,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-FIT_EPILOG = f"""\
-defaults:
-  --dataset (images): the method's settings for the dataset (DP-NTK: {IMAGE_DEFAULTS['iterations']} iterations,
-      batch {IMAGE_DEFAULTS['batch_size']}, lr {IMAGE_DEFAULTS['lr']}); --epsilon is required.
+FIT_EPILOG = """\
+defaults live in the methods (`dpsynth fit --method M --help` lists every option with each method's default):
+  --dataset (images): the method's own defaults and its per-dataset settings; --epsilon is required.
   --dataset (tables): the paper's preset (epsilon 1, delta 1e-5, its iterations and network).
-  --csv (your table): epsilon {CSV_DEFAULTS['epsilon']:g}, delta {CSV_DEFAULTS['delta']:g}, \
-{CSV_DEFAULTS['iterations']} iterations, batch {CSV_DEFAULTS['batch_size']},
-      lr {CSV_DEFAULTS['lr']} x0.9 every {CSV_DEFAULTS['lr_step']} iterations; numeric columns quantile-encoded
-      with 0.1 of the privacy (--numeric-share), class proportions released with 0.1; dp-merf 10000 random
-      features, dp-ntk fc_1l width 800. The shares are parts of one (epsilon, delta), not extra charges.
+  --csv (your table){table} (the release-once methods' table defaults; --shards of tables too);
+      numeric columns quantile-encoded with 0.1 of the privacy, class proportions released with 0.1: shares
+      of one (epsilon, delta), not extra charges.
+  A flag that the chosen method does not take is refused by name (exit status 2).
 
 examples:
   dpsynth fit --method dp-merf --csv data.csv --schema schema.json --label income --out runs/mine
@@ -847,9 +858,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None) -> int:
-    from .training import TrainingInterrupted
-
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "fit" in argv[:3]:                        # fit's method options come from the registered methods
+        add_method_options(parser.fit_parser)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     previous = warnings.showwarning

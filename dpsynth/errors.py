@@ -36,6 +36,14 @@ class ArtifactError(DpsynthError, ValueError):
     """A saved release or model on disk is missing, corrupt or of another version."""
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: the state was checkpointed in ``checkpoint_dir`` (when there is one)."""
+
+    def __init__(self, iteration: int, checkpoint_dir):
+        super().__init__(iteration, checkpoint_dir)
+        self.iteration, self.checkpoint_dir = iteration, checkpoint_dir
+
+
 def unknown_name(kind: str, given: str, known) -> UnknownNameError:
     """Build the standard 'unknown NAME' error listing what is allowed."""
     known = sorted(known)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,8 +28,9 @@ from tqdm.auto import tqdm
 
 from ._io import load_checkpoint, optimizer_tensors, restore_optimizer, save_checkpoint
 from .early_stopping import proxy_distance
-from .errors import InvalidParameterError, unknown_name
+from .errors import InvalidParameterError, TrainingInterrupted, unknown_name  # noqa: F401 (re-exported)
 from .features.base import FeatureMap
+from .runtime import default_device, progress_rate  # noqa: F401  (re-exported: training callers use them)
 from .validation import check_positive
 
 logger = logging.getLogger(__name__)
@@ -67,12 +67,6 @@ class TrainConfig:
         if self.loss not in LOSSES:
             raise unknown_name("generator loss", str(self.loss), LOSSES)
         return self
-
-
-def default_device(device: str | None = None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def batch_weights(labels: torch.Tensor | None, n_classes: int | None, b: int, device, dtype=torch.float32,
@@ -288,19 +282,6 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     bar.close()
     generator.eval()
     return state.losses
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training: the state was checkpointed in ``checkpoint_dir`` (when there is one)."""
-
-    def __init__(self, iteration: int, checkpoint_dir):
-        super().__init__(iteration, checkpoint_dir)
-        self.iteration, self.checkpoint_dir = iteration, checkpoint_dir
-
-
-def progress_rate() -> dict:
-    """tqdm settings: live on a terminal; when stderr is a file or pipe (logs, CI), one line a minute."""
-    return {} if sys.stderr.isatty() else {"mininterval": 60.0, "maxinterval": 600.0}
 
 
 #: the loss has converged when its mean moved by less than this over the last tenth of training

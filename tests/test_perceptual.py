@@ -122,7 +122,7 @@ def test_pretrain_encoder_cli_saves_spec_with_accuracy_and_resumes_exactly(tmp_p
     from safetensors.torch import load_file
 
     from dpsynth.cli import main
-    from dpsynth.features import pretrain
+    from dpsynth.encoders import pretrain
 
     args = ["pretrain-encoder", "--dataset", "digits", "--arch", "vgg_small", "--epochs", "2", "--batch-size", "256",
             "-q", "--device", "cpu"]

@@ -5,6 +5,7 @@ import warnings
 import pandas as pd
 import pytest
 
+import dpsynth.runtime as runtime
 import dpsynth.training as training
 from dpsynth import DPMERF
 from dpsynth.cli import cli_message, main
@@ -145,7 +146,7 @@ def test_progress_is_rate_limited_off_a_terminal_and_convergence_is_judged(monke
     class Pipe:
         def isatty(self):
             return False
-    monkeypatch.setattr(training.sys, "stderr", Pipe())
+    monkeypatch.setattr(runtime.sys, "stderr", Pipe())
     assert progress_rate()["mininterval"] >= 60
     flat = [1.0 + 0.001 * (i % 3) for i in range(400)]
     falling = [10.0 - 0.02 * i for i in range(400)]

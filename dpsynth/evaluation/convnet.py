@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..training import default_device
+from ..runtime import default_device
 
 logger = logging.getLogger(__name__)
 

@@ -161,7 +161,7 @@ def _table_sections(model, test, seed: int, n: int) -> str:
 
 def _image_section(model, seed: int) -> str:
     plt = _pyplot()
-    x, y = model.sample() if model.method == "dp-kip" else model.sample(100, seed=seed)
+    x, y = model.sample(100, seed=seed) if model.generative else model.sample()
     x = np.asarray(x)[:100]
     if x.ndim != 4:
         return "<p>(records are not images: no sample grid)</p>"
@@ -183,13 +183,11 @@ STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;color:#22
          "flex-wrap:wrap;gap:6px}h1{font-size:22px}")
 
 
-def build_report(model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:
-    """Write the HTML report of the model in ``model_dir`` (default ``model_dir/report.html``).
-    ``test``: the real rows to compare a table model against (a DataFrame); presets find their own."""
-    from ..methods import load
-
+def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:
+    """Write the HTML report of ``model`` (a fitted model object, e.g. ``dpsynth.load(model_dir)``),
+    saved in ``model_dir`` (default output ``model_dir/report.html``). ``test``: the real rows to
+    compare a table model against (a DataFrame); presets find their own."""
     model_dir = Path(model_dir)
-    model = load(model_dir)
     facts = model.release_.dataset
     eval_path = model_dir / EVALUATION_FILE
     evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else None

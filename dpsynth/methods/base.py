@@ -47,10 +47,10 @@ from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
+from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
 
 logger = logging.getLogger(__name__)
 
-METHODS: dict[str, type] = {}
 MODEL_META = "model.json"
 GENERATOR_FILE = "generator.safetensors"
 FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
@@ -58,15 +58,13 @@ NUMERIC_ENCODINGS = ("quantile", "minmax")
 STAGING = ".staging"       # where a save writes before moving its files into place
 
 
-def register(cls):
-    METHODS[cls.method] = cls
-    return cls
-
-
-class KernelGeneratorMethod:
-    """Shared machinery of DP-NTK and DP-MERF (they differ only in the feature map)."""
+class KernelGeneratorMethod(Method):
+    """Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF): they differ in
+    the feature map and their own parameters."""
 
     method = ""
+    #: user tables (``fit --csv``): the privacy level and a batch and schedule sized for thousands of rows
+    kind_defaults = {"table": {"epsilon": 1.0, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}}
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
@@ -101,10 +99,6 @@ class KernelGeneratorMethod:
     def table_feature_map(self, encoder: TableEncoder, n_classes: int) -> FeatureMap:
         return self.feature_map(encoder.dim, n_classes)
 
-    def method_params(self) -> dict:
-        """Constructor arguments specific to the method (saved in model.json)."""
-        return {}
-
     def block_multipliers(self) -> dict[str, float]:
         """The feature map's released blocks and their relative noise multipliers
         (:meth:`FeatureMap.noise_multipliers`), known before any data: plans that must be calibrated
@@ -131,14 +125,26 @@ class KernelGeneratorMethod:
             )
         return PooledFeatures(encoder, shape)
 
-    # -- parameters ----------------------------------------------------------------------
-    def get_params(self) -> dict:
-        keys = ["epsilon", "delta", "n_classes", "iterations", "batch_size", "lr", "lr_decay", "lr_step",
-                "generator", "conditional", "seed", "noise_seed", "accountant", "device", "checkpoint_every",
-                "progress", "code_dim", "proportions_share", "schema_share", "numeric_encoding", "numeric_share", "loss",
-                "mavg_lr", "beta1", "early_stopping", "proxy_encoder", "proxy_multiplier", "select_every", "select_samples"]
-        return {**{k: getattr(self, k) for k in keys}, **self.method_params()}
+    #: the data are read once (sums released), so a fit can stream shards and resume from the release alone
+    releases_once = True
+    #: the output is a generator (sample any n), not a fixed set
+    generative = True
 
+    def fit_summary(self, dataset: str, out) -> list[str]:
+        """What `dpsynth fit` prints when this model is fitted."""
+        from ..training import describe_trend
+
+        eps, delta = self.release_.ledger.total()
+        lines = [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.losses_)} "
+                 f"iterations, final loss {self.losses_[-1]:.4g}; saved to {out}",
+                 describe_trend(self.loss_trend_).replace("more iterations", "a larger --iterations with --resume")]
+        if getattr(self, "selection_", None):
+            sel = self.selection_
+            lines.append(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
+                         f"{len(sel['scores'])} scored; `sample` uses it (--checkpoint final: the last one)")
+        return lines
+
+    # -- parameters ----------------------------------------------------------------------
     def fit_params(self) -> dict:
         """The settings saved with the release, so that ``dpsynth fit --resume --out DIR`` can rebuild the
         model from the folder alone (public: chosen before any data was read)."""

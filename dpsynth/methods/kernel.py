@@ -29,10 +29,6 @@ class DPNTK(KernelGeneratorMethod):
         super().__init__(epsilon, delta, **kwargs)
         self.arch, self.ntk_width, self.widths, self.ntk_seed = arch, ntk_width, widths, ntk_seed
 
-    def method_params(self) -> dict:
-        return {"arch": self.arch, "ntk_width": self.ntk_width,
-                "widths": list(self.widths) if self.widths is not None else None, "ntk_seed": self.ntk_seed}
-
     def feature_map(self, input_dim: int, n_classes: int) -> ENTKFeatures:
         widths = self.widths if self.widths is not None else (self.ntk_width,)
         return ENTKFeatures(input_dim, self.arch, widths, n_outputs=max(n_classes, 1), seed=self.ntk_seed)
@@ -52,10 +48,6 @@ class DPMERF(KernelGeneratorMethod):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
         self.rff_inputs, self.categorical_pairs = rff_inputs, categorical_pairs
-
-    def method_params(self) -> dict:
-        return {"n_features": self.n_features, "length_scale": self.length_scale, "rff_seed": self.rff_seed,
-                "rff_inputs": self.rff_inputs, "categorical_pairs": self.categorical_pairs}
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
@@ -108,14 +100,6 @@ class DPHP(KernelGeneratorMethod):
         self.order, self.length_scale, self.n_product, self.product_dims = order, length_scale, n_product, product_dims
         self.product_order, self.product_length_scale = product_order, product_length_scale
         self.sum_share, self.sum_weight, self.product_weight, self.hp_seed = sum_share, sum_weight, product_weight, hp_seed
-
-    def method_params(self) -> dict:
-        def plain(v):
-            return list(v) if isinstance(v, (list, tuple)) else v
-        return {"order": self.order, "length_scale": plain(self.length_scale), "n_product": self.n_product,
-                "product_dims": self.product_dims, "product_order": self.product_order,
-                "product_length_scale": plain(self.product_length_scale), "sum_share": self.sum_share,
-                "sum_weight": self.sum_weight, "product_weight": self.product_weight, "hp_seed": self.hp_seed}
 
     def block_multipliers(self) -> dict[str, float]:
         return hermite_noise_multipliers(int(self.n_product), float(self.sum_share))

@@ -43,8 +43,9 @@ from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
-from .base import _as_schema, read_model_folder, register, write_model_folder
-from ..training import progress_rate
+from .base import _as_schema, read_model_folder, write_model_folder
+from .contract import Method, register
+from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def from_kernel_space(x: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class DPKIP:
+class DPKIP(Method):
     """Private data distillation: ``images_per_class`` learned points per class.
 
     Parameters follow the paper's Tables 5/6 names: ``epochs``, ``batch_size`` (the expected
@@ -74,6 +75,8 @@ class DPKIP:
     """
 
     method = "dp-kip"
+    #: user tables: the privacy level of every table default, and a batch below a few thousand rows
+    kind_defaults = {"table": {"epsilon": 1.0, "batch_size": 200}}
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, n_classes: int | None = None,
                  images_per_class: int = 10, epochs: int = 10, batch_size: int = 500, lr: float = 1e-2,
@@ -89,11 +92,17 @@ class DPKIP:
             seed, noise_seed, accountant, progress, dtype)
         self.device, self.sampler_seed, self.neighbouring = device, sampler_seed, neighbouring
 
-    def get_params(self) -> dict:
-        keys = ["epsilon", "delta", "n_classes", "images_per_class", "epochs", "batch_size", "lr", "clip", "reg",
-                "optimizer", "depth", "W_std", "b_std", "seed", "noise_seed", "sampler_seed", "neighbouring",
-                "accountant", "progress", "dtype", "device"]
-        return {k: getattr(self, k) for k in keys}
+    #: DP-SGD reads the records at every step: no shards, no resume without the data
+    releases_once = False
+    #: the output is the support set itself, not a generator
+    generative = False
+
+    def fit_summary(self, dataset: str, out) -> list[str]:
+        """What `dpsynth fit` prints when this model is fitted."""
+        eps, delta = self.release_.ledger.total()
+        steps = self.release_.ledger.entries[0].plan.get("steps")
+        return [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.support()[0])} "
+                f"support points, {steps} DP-SGD steps; saved to {out}"]
 
     @property
     def kernel(self) -> FCReLUKernel:
@@ -164,6 +173,8 @@ class DPKIP:
         (images_per_class * n_classes records in the data's scale, ordered class by class)
         instead of N(0, I) noise; it is not charged, so it must not come from the private data.
         Returns self."""
+        if self.device is None:            # the CLI's default: a GPU when one is visible
+            self.device = str(default_device())
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")

@@ -24,6 +24,7 @@ class DPMEPF(KernelGeneratorMethod):
     """
 
     method = "dp-mepf"
+    data_kinds = ("image",)
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, encoder: str | None = None,
                  moments=(1, 2), layers=None, early_stopping: bool = True, loss: str = "mavg",
@@ -32,10 +33,6 @@ class DPMEPF(KernelGeneratorMethod):
         super().__init__(epsilon, delta, iterations=iterations, batch_size=batch_size, lr=lr, lr_step=lr_step,
                          loss=loss, mavg_lr=mavg_lr, early_stopping=early_stopping, **kwargs)
         self.encoder, self.moments, self.layers = encoder, moments, layers
-
-    def method_params(self) -> dict:
-        return {"encoder": None if self.encoder is None else str(self.encoder), "moments": list(self.moments),
-                "layers": list(self.layers) if self.layers is not None else None}
 
     def _encoder_path(self) -> str:
         if self.encoder is None:

@@ -21,8 +21,8 @@ from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_ch
 from ..errors import ArtifactError, InvalidParameterError
 from ..evaluation.convnet import convnet_accuracy
 from ..validation import check_positive
-from .encoders import build_encoder, save_encoder
-from ..training import progress_rate
+from ..features.encoders import build_encoder, save_encoder
+from ..runtime import progress_rate
 
 
 def _ckpt_paths(out: Path) -> tuple[Path, Path]:
