@@ -16,23 +16,8 @@ from dpsynth.data import Schema
 from dpsynth.data.numeric_sketch import (ColumnGrid, NumericSketch, QuantileMap, noisy_cdf,
                                          release_numeric_sketch)
 from dpsynth.data.schema import Column
-from dpsynth.privacy import NoiseSource
 
-WIDE = {"columns": [{"name": "amount", "type": "numeric", "bounds": [-1e6, 2e6]},
-                    {"name": "month", "type": "numeric", "bounds": [0, 100], "integer": True},
-                    {"name": "rate", "type": "numeric", "bounds": [0, 1]}],
-        "label": "y", "label_categories": ["a", "b"]}
-
-
-def heavy_table(n=2000, seed=0):
-    """Half the amounts exactly 0, the rest log-normal (median ~3,000), months bunched at 12-24,
-    rates mostly exactly 0 or 1: what wide public bounds make hard."""
-    g = np.random.default_rng(seed)
-    amount = np.where(g.random(n) < 0.5, 0.0, np.exp(g.normal(8, 1.5, n))).clip(0, 2e6)
-    month = np.where(g.random(n) < 0.7, g.integers(12, 25, n), g.integers(1, 37, n))
-    rate = np.where(g.random(n) < 0.6, 0.0, np.where(g.random(n) < 0.5, 1.0, g.random(n).round(2)))
-    y = np.where((amount > 3000) ^ (month > 20), "a", "b")
-    return pd.DataFrame({"amount": amount, "month": month, "rate": rate, "y": y})
+from support import WIDE, heavy_table
 
 
 def test_grid_is_public_strictly_increasing_with_atoms_at_bounds_and_zero():

@@ -15,29 +15,7 @@ from dpsynth.errors import InvalidParameterError, SchemaError
 from dpsynth.features import MixedRFF
 
 from conftest import require_data
-
-SCHEMA = {
-    "columns": [
-        {"name": "age", "type": "numeric", "bounds": [17, 90], "integer": True},
-        {"name": "score", "type": "numeric", "bounds": [-1.0, 1.0]},
-        {"name": "colour", "type": "categorical", "categories": ["red", "green", "blue"]},
-        {"name": "smoker", "type": "categorical", "categories": ["no", "yes"]},
-    ],
-    "label": "y", "label_categories": ["neg", "pos"],
-}
-
-
-def toy_table(n=400, seed=0):
-    """y depends on age and colour, so a model can learn something."""
-    g = np.random.default_rng(seed)
-    age = g.integers(17, 91, n)
-    colour = g.choice(["red", "green", "blue"], n)
-    pos = (age > 50) ^ (colour == "blue")
-    return pd.DataFrame({"age": age, "score": g.uniform(-1, 1, n).round(3), "colour": colour,
-                         "smoker": g.choice(["no", "yes"], n), "y": np.where(pos, "pos", "neg")})
-
-
-TINY = dict(iterations=30, batch_size=100, noise_seed=0, n_features=200)
+from support import SCHEMA, TINY, toy_table
 
 
 def test_encode_decode_round_trip_keeps_values_order_and_schema_dtypes():
@@ -149,20 +127,6 @@ def test_cli_fit_sample_evaluate_user_csv(tmp_path, capsys):
     assert code == 2 and "--test" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_tiny_fit_on_adult_beats_majority_baseline():
-    require_data("adult")
-    from dpsynth.data import load_preset
-    from dpsynth.evaluation.tabular import table_classifier_scores
-
-    d = load_preset("adult", seed=0)
-    m = DPMERF(epsilon=1, iterations=300, batch_size=200, n_features=500).fit(d.train, label="income",
-                                                                              schema=d.schema)
-    r = table_classifier_scores(m.sample(5000, seed=0), d.test, m.encoder_,
-                                classifiers=["logistic_regression", "gaussian_nb"])
-    assert 0.6 < r["mean"]["roc_auc"] < 0.95  # majority-class baseline: 0.5
-
-
 def test_all_categorical_tables_release_dependence_between_columns(caplog):
     """Issue 14: DP-MERF on an all-categorical table used to release per-class frequencies only
     (n_features 0); by default it now adds every two columns' pairwise marginals, and says so."""
@@ -193,25 +157,13 @@ def test_all_categorical_tables_release_dependence_between_columns(caplog):
     assert (all_rows(torch.rand(50, 5).double()).norm(dim=1) <= 1 + 1e-12).all()
 
 
-@pytest.mark.slow
-def test_cli_keeps_the_presets_numeric_encoding_unless_the_flag_overrides_it(tmp_path, capsys):
-    # DP-NTK's epileptic preset keeps min-max columns; the CLI used to drop that choice (quantile ran)
-    require_data("epileptic")
-    base = ["fit", "--method", "dp-ntk", "--dataset", "epileptic", "--iterations", "1"]
-    assert main(base + ["--out", str(tmp_path / "preset")]) == 0
-    assert main(base + ["--numeric-encoding", "quantile", "--out", str(tmp_path / "flag")]) == 0
-    encoding = {name: json.loads((tmp_path / name / "model.json").read_text())["params"]["numeric_encoding"]
-                for name in ("preset", "flag")}
-    assert encoding == {"preset": "minmax", "flag": "quantile"}
-
-
 def test_reference_view_measures_the_reference_codes_scoring_beside_ours():
     """benchmarks/_reference_view.py: Gaussian NB selected on the test split recovers what a
     zero-variance synthetic feature breaks at the default var_smoothing, and binary scores come
     from hard labels (so they differ from the probability-based ones)."""
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from _reference_view import GNB_VAR_SMOOTHING, gnb_test_selected, hard_label_scores
 
     rng = np.random.default_rng(0)

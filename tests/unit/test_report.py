@@ -10,7 +10,7 @@ import pytest
 from dpsynth import DPMERF
 from dpsynth.cli import main
 
-from test_numeric_sketch import WIDE, heavy_table
+from support import WIDE, heavy_table
 
 pytest.importorskip("matplotlib", reason="the report needs the 'report' extra (matplotlib)")
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)

@@ -13,7 +13,7 @@ from dpsynth.data import read_table
 from dpsynth.errors import InvalidParameterError, SchemaError
 from dpsynth.training import describe_trend, loss_trend, progress_rate
 
-from test_numeric_sketch import WIDE, heavy_table
+from support import WIDE, heavy_table
 
 
 def run(capsys, *argv):

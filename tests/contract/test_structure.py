@@ -17,7 +17,7 @@ import pytest
 
 from dpsynth import cli
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dpsynth"
+PACKAGE = Path(__file__).resolve().parents[2] / "dpsynth"
 
 
 def _modules():

@@ -15,7 +15,7 @@ from dpsynth.features.base import FeatureMap
 from dpsynth.features.encoders import build_encoder, save_encoder
 from dpsynth.features.perceptual import PerceptualFeatures, PooledFeatures
 from dpsynth.generators.base import ConditionalGenerator
-from dpsynth.privacy import NoiseSource, PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
+from dpsynth.privacy import PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
 from dpsynth.training import Selection, TrainConfig, train_generator
 
 from conftest import assert_learns_digits_and_noise_shows

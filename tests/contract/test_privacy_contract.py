@@ -18,8 +18,6 @@ import torch
 from dpsynth.privacy import engine as engine_module
 from dpsynth.privacy.engine import PrivacyEngine
 
-import dpsynth.embedding as embedding_module
-import dpsynth.methods.kip as kip_module
 from dpsynth import release_mean_embedding
 from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures,
                               PooledFeatures, RandomFourierFeatures, build_feature_map)

@@ -205,7 +205,7 @@ def test_cli_fit_inspect_sample_and_flag_checks(tmp_path, capsys):
 def test_private_schema_inference_joins_the_hermite_blocks_plan():
     """With bounds/categories left to private inference, the plan is calibrated before the encoder (and
     so the map) exists: the method's block multipliers stand in, and every release shares one budget."""
-    from test_private_schema import partial_schema, table_with_rare_value
+    from support import partial_schema, table_with_rare_value
 
     model = DPHP(1.0, 1e-5, order=6, length_scale=0.5, n_product=2, product_dims=2, product_order=3,
                  schema_share=0.1, iterations=3, batch_size=50, noise_seed=0)

@@ -8,29 +8,15 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dpsynth import DPMERF, Schema, epsilon_for_sigma
+from dpsynth import DPMERF, epsilon_for_sigma
 from dpsynth.cli import main
 from dpsynth.data.private_schema import (OTHER, SchemaInference, bin_edges, complete_schema, conform,
                                          release_schema_statistics)
 from dpsynth.errors import InvalidParameterError, SchemaError
-from dpsynth.privacy import BudgetFile, NoiseSource
+from dpsynth.privacy import BudgetFile
 from dpsynth.privacy.calibration import PrivacyPlan
 
-from test_tables import SCHEMA, TINY, toy_table
-
-
-def partial_schema():
-    """SCHEMA without the bounds of 'score' and the categories of 'colour'."""
-    d = json.loads(json.dumps(SCHEMA))
-    del d["columns"][1]["bounds"]
-    del d["columns"][2]["categories"]
-    return Schema.from_dict(d)
-
-
-def table_with_rare_value(n=3000, seed=0):
-    df = toy_table(n, seed)
-    df.loc[0, "colour"] = "violet"   # one record: must never be released as a category
-    return df
+from support import TINY, partial_schema, table_with_rare_value, toy_table
 
 
 def test_missing_bounds_or_categories_without_a_share_are_refused_before_reading():

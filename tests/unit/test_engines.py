@@ -19,7 +19,7 @@ from dpsynth.engines import add_partials, get_engine
 from dpsynth.errors import DataValidationError, InvalidParameterError, SchemaError, UnknownNameError
 from dpsynth.features import RandomFourierFeatures
 
-from test_tables import SCHEMA, toy_table
+from support import SCHEMA, toy_table
 
 TINY = dict(iterations=2, batch_size=50, noise_seed=0, n_features=100, epsilon=1.0, delta=1e-5)
 

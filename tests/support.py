@@ -1,0 +1,97 @@
+"""Tables shared by several test modules (no test module imports another: they import these)."""
+import json
+
+import numpy as np
+import pandas as pd
+
+from dpsynth import Schema
+from dpsynth.privacy.mechanisms import NoiseSource
+from dpsynth.privacy.sampling import PoissonSampler
+
+
+SCHEMA = {
+    "columns": [
+        {"name": "age", "type": "numeric", "bounds": [17, 90], "integer": True},
+        {"name": "score", "type": "numeric", "bounds": [-1.0, 1.0]},
+        {"name": "colour", "type": "categorical", "categories": ["red", "green", "blue"]},
+        {"name": "smoker", "type": "categorical", "categories": ["no", "yes"]},
+    ],
+    "label": "y", "label_categories": ["neg", "pos"],
+}
+
+
+def toy_table(n=400, seed=0):
+    """y depends on age and colour, so a model can learn something."""
+    g = np.random.default_rng(seed)
+    age = g.integers(17, 91, n)
+    colour = g.choice(["red", "green", "blue"], n)
+    pos = (age > 50) ^ (colour == "blue")
+    return pd.DataFrame({"age": age, "score": g.uniform(-1, 1, n).round(3), "colour": colour,
+                         "smoker": g.choice(["no", "yes"], n), "y": np.where(pos, "pos", "neg")})
+
+
+TINY = dict(iterations=30, batch_size=100, noise_seed=0, n_features=200)
+
+
+WIDE = {"columns": [{"name": "amount", "type": "numeric", "bounds": [-1e6, 2e6]},
+                    {"name": "month", "type": "numeric", "bounds": [0, 100], "integer": True},
+                    {"name": "rate", "type": "numeric", "bounds": [0, 1]}],
+        "label": "y", "label_categories": ["a", "b"]}
+
+
+def heavy_table(n=2000, seed=0):
+    """Half the amounts exactly 0, the rest log-normal (median ~3,000), months bunched at 12-24,
+    rates mostly exactly 0 or 1: what wide public bounds make hard."""
+    g = np.random.default_rng(seed)
+    amount = np.where(g.random(n) < 0.5, 0.0, np.exp(g.normal(8, 1.5, n))).clip(0, 2e6)
+    month = np.where(g.random(n) < 0.7, g.integers(12, 25, n), g.integers(1, 37, n))
+    rate = np.where(g.random(n) < 0.6, 0.0, np.where(g.random(n) < 0.5, 1.0, g.random(n).round(2)))
+    y = np.where((amount > 3000) ^ (month > 20), "a", "b")
+    return pd.DataFrame({"amount": amount, "month": month, "rate": rate, "y": y})
+
+
+def partial_schema():
+    """SCHEMA without the bounds of 'score' and the categories of 'colour'."""
+    d = json.loads(json.dumps(SCHEMA))
+    del d["columns"][1]["bounds"]
+    del d["columns"][2]["categories"]
+    return Schema.from_dict(d)
+
+
+def table_with_rare_value(n=3000, seed=0):
+    df = toy_table(n, seed)
+    df.loc[0, "colour"] = "violet"   # one record: must never be released as a category
+    return df
+
+
+def break_noise(monkeypatch, factor):
+    """The deliberately broken mechanism: every noise std divided by ``factor``."""
+    original = NoiseSource.add_noise
+    monkeypatch.setattr(NoiseSource, "add_noise", lambda self, value, std: original(self, value, std / factor))
+
+
+class PublicSampler(PoissonSampler):
+    """TEST DOUBLE of the old behaviour: the sample follows from a public seed (every run the same)."""
+
+    def __init__(self, seed=None):
+        super().__init__(seed=0)
+
+
+def preset_rows(df):
+    return df.astype(str).agg("|".join, axis=1).value_counts()
+
+
+EXPECTED_ROWS = {
+    "digits": ((1437, 1, 8, 8), (360, 1, 8, 8)),
+    "mnist": ((60000, 1, 28, 28), (10000, 1, 28, 28)),
+    "fashion-mnist": ((60000, 1, 28, 28), (10000, 1, 28, 28)),
+    "cifar10": ((50000, 3, 32, 32), (10000, 3, 32, 32)),
+    "adult": ((32561, 15), (16281, 15)),
+    "census": ((99762, 41), None),
+    "cervical": ((858, 36), None),
+    "epileptic": ((11500, 179), None),
+    "intrusion": ((494021, 42), None),
+}
+
+
+KIP_TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
