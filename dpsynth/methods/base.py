@@ -31,8 +31,6 @@ from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
-from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
-from ..data.private_schema import SchemaInference, complete_schema, release_schema_statistics, require_complete
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
@@ -48,13 +46,13 @@ from ..training import (Selection, TrainConfig, checkpoint_generator_spec, defau
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
+from .tables import NUMERIC_ENCODINGS, encoder_of, prepare_table, reserved_delta, table_shares
 
 logger = logging.getLogger(__name__)
 
 MODEL_META = "model.json"
 GENERATOR_FILE = "generator.safetensors"
 FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
-NUMERIC_ENCODINGS = ("quantile", "minmax")
 STAGING = ".staging"       # where a save writes before moving its files into place
 
 
@@ -287,64 +285,29 @@ class KernelGeneratorMethod(Method):
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); for tables use early_stopping=False.")
         source = as_source(data)
-        todo = SchemaInference.of(schema)
-        if todo and self.schema_share is None:
-            require_complete(schema)  # raises, naming the columns and the fixes
-        sketched = self.numeric_encoding == "quantile" and bool(schema.numeric)
         # every release of the fit joins one plan, calibrated by the engine before any row is read
-        plan, mults = release_plan(blocks=self.block_multipliers(), shares={
-            "schema": self.schema_share if todo else None,
-            "numeric_sketch": self.numeric_share if sketched else None,
-            "class_proportions": self.proportions_share})
-        delta_t = todo.threshold_delta(self.delta)
+        shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
+                              numeric_share=self.numeric_share)
+        plan, mults = release_plan(blocks=self.block_multipliers(),
+                                   shares={**shares, "class_proportions": self.proportions_share})
         engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
                                budget=budget, noise_seed=self.noise_seed, dataset=dataset,
-                               privacy_unit=self._privacy_unit, reserved_delta=delta_t)
-        m = source.n_records                                       # public (declared for shards)
-        # ---- private data: releases of counts, each followed by its post-processing ------------
-        if todo:
-            std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
-            tau = todo.category_threshold(std, self.delta) if todo.categorical else None
-            stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
-                                              todo, engine, tau, delta_t)
-            schema = complete_schema(schema, stats, std, tau)
-            del stats
-        counts, sketch_facts, maps = {}, {}, None
-        if sketched:
-            sketch = NumericSketch.of(schema)    # public cells from the (declared or inferred) bounds
-            std = engine.sigma * engine.multiplier("numeric_sketch") * sketch.sensitivity
-            cells = max_cells(m, std)            # public: m and sigma
-            sketch = sketch.limited(cells)
-            counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
-            sketch_facts = {"noise_std": std, "max_cells": cells}
-            maps = sketch.cdfs(counts, std)
-        columns = [str(c) for c in data.columns]                  # public: names and order, never values
-        encoder = TableEncoder(schema, columns, maps)
+                               privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self.delta))
+        # ---- private data: the table's releases, then the embedding ----------------------------
+        encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         return release_mean_embedding(
-            self.table_feature_map(encoder, schema.n_classes), source, encoder=encoder,
-            n_classes=schema.n_classes, dataset=dataset, proportions_share=self.proportions_share,
+            self.table_feature_map(encoder, encoder.schema.n_classes), source, encoder=encoder,
+            n_classes=encoder.schema.n_classes, dataset=dataset, proportions_share=self.proportions_share,
             privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
-                          "table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding,
-                          **({"numeric_sketch": sketch_facts} if sketch_facts else {}), **self._public_facts},
-            engine=engine, prior_tensors={SKETCH_PREFIX + name: c for name, c in counts.items()},
+                          **table_facts, **self._public_facts},
+            engine=engine, prior_tensors=prior,
         )
 
     @property
     def encoder_(self) -> TableEncoder | None:
-        """The table encoder of the release: its schema and column order (public facts), and with
-        quantile encoding the numeric columns' CDFs, rebuilt from the released noisy counts
-        (post-processing)."""
-        table = self.release_.dataset.get("table") if hasattr(self, "release_") else None
-        if not table:
-            return None
-        encoder = TableEncoder.from_dict(table)
-        sketch = self.release_.dataset.get("numeric_sketch")
-        if sketch is None:
-            return encoder
-        counts = {k[len(SKETCH_PREFIX):]: v for k, v in self.release_.tensors.items() if k.startswith(SKETCH_PREFIX)}
-        return TableEncoder(encoder.schema, encoder.columns,
-                            NumericSketch.of(encoder.schema).limited(sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
+        """The table encoder of the release (schema, column order, released CDFs); None for images."""
+        return encoder_of(self.release_) if hasattr(self, "release_") else None
 
     @property
     def proportions_(self) -> torch.Tensor | None:

@@ -33,6 +33,8 @@ from tqdm.auto import tqdm
 
 from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
+from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..engines import as_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..kip.dpsgd import clipped_sum, private_gradient
 from ..kip.kernels import FCReLUKernel
@@ -40,11 +42,12 @@ from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import PrivacyPlan
 from ..privacy.engine import PrivacyEngine
-from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
+from ..privacy.ledger import PRIVACY_UNIT, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
+from .tables import encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
@@ -71,7 +74,10 @@ class DPKIP(Method):
     public initialisation only. ``noise_seed`` fixes the privacy noise and ``sampler_seed`` the
     Poisson sample (testing only, each on its own: the ledger records that they void the
     guarantee). ``neighbouring``: ``"replace_one"`` (default, N public, like every release) or
-    ``"add_remove"`` (the paper's accounting).
+    ``"add_remove"`` (the paper's accounting). Tables share the other methods' preparation
+    (:mod:`dpsynth.methods.tables`): ``schema_share`` releases the bounds / categories a schema leaves
+    out, ``numeric_encoding="quantile"`` the numeric columns' CDFs (``numeric_share``), both in the
+    same plan as the DP-SGD steps; the default ``"minmax"`` scales by the declared bounds.
     """
 
     method = "dp-kip"
@@ -84,13 +90,15 @@ class DPKIP(Method):
                  W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
                  noise_seed: int | None = None, sampler_seed: int | None = None,
                  neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
-                 dtype: str = "float32", device: str = "cpu"):
+                 dtype: str = "float32", device: str = "cpu", schema_share: float | None = None,
+                 numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE):
         self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
         self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
         self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
         self.seed, self.noise_seed, self.accountant, self.progress, self.dtype = (
             seed, noise_seed, accountant, progress, dtype)
         self.device, self.sampler_seed, self.neighbouring = device, sampler_seed, neighbouring
+        self.schema_share, self.numeric_encoding, self.numeric_share = schema_share, numeric_encoding, numeric_share
 
     #: DP-SGD reads the records at every step: no shards, no resume without the data
     releases_once = False
@@ -100,7 +108,7 @@ class DPKIP(Method):
     def fit_summary(self, dataset: str, out) -> list[str]:
         """What `dpsynth fit` prints when this model is fitted."""
         eps, delta = self.release_.ledger.total()
-        steps = self.release_.ledger.entries[0].plan.get("steps")
+        steps = self.release_.ledger.entries[-1].plan.get("steps")
         return [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.support()[0])} "
                 f"support points, {steps} DP-SGD steps; saved to {out}"]
 
@@ -126,6 +134,11 @@ class DPKIP(Method):
         if self.neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
                                         f"(the paper's accounting); got {self.neighbouring!r}.")
+        for name in ("schema_share", "numeric_share"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
+                raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
+                                            f"got {v!r} (try 0.1).")
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
         try:
@@ -157,10 +170,14 @@ class DPKIP(Method):
             raise InvalidParameterError("public_init holds non-finite values.")
         return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self.dtype))
 
-    def plan(self, n_records: int) -> PrivacyPlan:
-        """The DP-SGD schedule: ceil(epochs * N / batch_size) steps at q = batch_size / N."""
+    def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
+        """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
+        one-shot releases a table needs (``shares``: name -> share; each at 1/sqrt(share) times the
+        steps' noise multiplier), all in one plan; and the one-shot releases' multipliers by name."""
         steps = math.ceil(self.epochs * n_records / self.batch_size)
-        return PrivacyPlan((), sample_rate=self.batch_size / n_records, steps=steps, neighbouring=self.neighbouring)
+        mults = {k: 1 / float(v) ** 0.5 for k, v in (shares or {}).items()}
+        return PrivacyPlan(tuple(mults.values()), sample_rate=self.batch_size / n_records, steps=steps,
+                           neighbouring=self.neighbouring), mults
 
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
@@ -188,20 +205,18 @@ class DPKIP(Method):
         if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
             state = _KIPState.load(out, self.device)
             self.__dict__.update({k: v for k, v in state.model_params.items() if k not in ("progress", "device")})
-        encoder = None
-        if isinstance(X, pd.DataFrame):
+        table = isinstance(X, pd.DataFrame)
+        shares = {}
+        if table:
             schema = _as_schema(schema, label)
             self.n_classes = schema.n_classes
-            encoder = TableEncoder.for_frame(schema, X)
-            shape, n_records = [encoder.dim], len(X)
+            shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
+                                  numeric_share=self.numeric_share)
+            n_records = len(X)
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         self._validate(n_records)
-        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
-                 "record_shape": shape, "method": self.method, **(public_facts or {})}
-        if encoder is not None:
-            facts["table"] = encoder.to_dict()
-        plan = self.plan(n_records)
+        plan, mults = self.plan(n_records, shares)
         if state is not None:
             entry = state.entry
             if entry.n_records != n_records or entry.plan != plan.to_dict():
@@ -209,11 +224,15 @@ class DPKIP(Method):
                                     f"{entry.plan}; the data given now has {n_records} records. Resume with the "
                                     f"same data.")
         else:
-            # calibrated (and the budget checked) by the engine before any row is read;
-            # epsilon = inf: the non-private baseline, no noise
-            engine = PrivacyEngine(self.epsilon, self.delta, plan, accountant=self.accountant, budget=budget,
-                                   noise_seed=self.noise_seed, sampler_seed=self.sampler_seed, dataset=dataset,
-                                   privacy_unit=privacy_unit, private=self.private)
+            # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
+            # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
+            engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
+                                   budget=budget, noise_seed=self.noise_seed, sampler_seed=self.sampler_seed,
+                                   dataset=dataset, privacy_unit=privacy_unit, private=self.private,
+                                   reserved_delta=reserved_delta(schema, self.delta) if table else 0.0)
+            table_state = prepare_table(engine, X, as_source(X), schema) if table else None   # private releases
+            if table:
+                shape = [table_state[0].dim]
             entry = engine.declare_dpsgd(
                 clip=self.clip, n_records=n_records,
                 description=f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD "
@@ -228,11 +247,16 @@ class DPKIP(Method):
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
-            state = _KIPState.start(self, shape, engine, self._public_start(public_init, shape))
+            state = _KIPState.start(self, shape, engine, self._public_start(public_init, shape), table_state)
             engine.charge(entry.description)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 state.save(out)
+        encoder, prior, table_facts = state.table or (None, {}, {})
+        if encoder is not None:
+            shape = [encoder.dim]
+        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
+                 "record_shape": shape, "method": self.method, **table_facts, **(public_facts or {})}
         # ---- private data from here on, through private_gradient only -----------------------
         if encoder is not None:
             Xa, ya = encoder.encode(X)
@@ -244,8 +268,8 @@ class DPKIP(Method):
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes)).to(self.device)
         self._train(state, x_all, y_all, plan, out)
         # ---- end of private data -----------------------------------------------------------------
-        self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels},
-                                self.kernel.spec(), facts, Ledger((entry,)),
+        self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
+                                self.kernel.spec(), facts, state.engine.ledger,
                                 extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
         if out is not None:
             self.save(out)
@@ -286,8 +310,8 @@ class DPKIP(Method):
 
     @property
     def encoder_(self) -> TableEncoder | None:
-        table = self.release_.dataset.get("table") if hasattr(self, "release_") else None
-        return TableEncoder.from_dict(table) if table else None
+        """The table encoder of the release (schema, column order, released CDFs); None for images."""
+        return encoder_of(self.release_) if hasattr(self, "release_") else None
 
     def support(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The support set in the kernel's space (float64) and its integer labels."""
@@ -327,22 +351,26 @@ class DPKIP(Method):
 
 
 class _KIPState:
-    """Support set, optimiser, step and the privacy engine (noise and sampler): everything a resume needs."""
+    """Support set, optimiser, step, the privacy engine (noise, sampler, ledger) and a table's prepared
+    encoder: everything a resume needs."""
 
-    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, engine: PrivacyEngine):
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, engine: PrivacyEngine, table=None):
         self.x = x.to(model.device).requires_grad_(True)
         self.labels = labels
         self.engine = engine
+        self.table = table                 # (encoder, released tensors, public facts) of a table, or None
         self.step = 0
         cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
         self.optimizer = cls([self.x], lr=model.lr)
 
     @property
     def entry(self) -> LedgerEntry:
-        return self.engine.entries[0]
+        """The DP-SGD entry (declared after a table's releases, so the last)."""
+        return self.engine.entries[-1]
 
     @classmethod
-    def start(cls, model: DPKIP, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None) -> "_KIPState":
+    def start(cls, model: DPKIP, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None,
+              table=None) -> "_KIPState":
         """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
         labels. ``seed`` fixes only this public start; the sampler and the noise are secret."""
         seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
@@ -351,7 +379,7 @@ class _KIPState:
         dtype = getattr(torch, model.dtype)
         x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
         labels = torch.arange(m) // int(model.images_per_class)
-        state = cls(x, labels, model, engine)
+        state = cls(x, labels, model, engine, table)
         state.model_params = model.get_params()
         return state
 
@@ -362,7 +390,11 @@ class _KIPState:
             tensors["sampler"] = sampler
         if noise is not None:
             tensors["noise_rng"] = noise.get_state()
-        meta = {"step": self.step, "entry": self.entry.to_dict(), "params": self.model_params}
+        meta = {"step": self.step, "entries": self.engine.ledger.to_list(), "params": self.model_params}
+        if self.table is not None:
+            _, prior, facts = self.table
+            tensors.update({f"table/{k}": v.contiguous() for k, v in prior.items()})
+            meta["table_facts"] = facts
         save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer)
 
     @classmethod
@@ -370,9 +402,14 @@ class _KIPState:
         t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
         meta["params"].setdefault("neighbouring", "add_remove")     # checkpoints written before replace-one
         model = DPKIP(**{**meta["params"], "device": device})
-        engine = PrivacyEngine.resume(LedgerEntry.from_dict(meta["entry"]), noise_seed=model.noise_seed,
-                                      sampler_seed=model.sampler_seed)
-        state = cls(t["x"].clone(), t["labels"], model, engine)
+        entries = [LedgerEntry.from_dict(e) for e in meta.get("entries", [meta.get("entry")])]
+        engine = PrivacyEngine.resume(entries, noise_seed=model.noise_seed, sampler_seed=model.sampler_seed)
+        table = None
+        if "table_facts" in meta:           # the table's releases were made before the first step: reuse them
+            prior = {k[len("table/"):]: v for k, v in t.items() if k.startswith("table/")}
+            facts = meta["table_facts"]
+            table = (encoder_of(Release(prior, {}, facts, engine.ledger)), prior, facts)
+        state = cls(t["x"].clone(), t["labels"], model, engine, table)
         state.model_params = meta["params"]
         engine.sampler.set_state(t.get("sampler"))
         if "noise_rng" in t and engine.noise.generator is not None:

@@ -75,7 +75,11 @@ class PrivacyPlan:
         return self.sample_rate is not None
 
     def event(self, sigma: float) -> dp_accounting.DpEvent:
-        events = [dp_accounting.GaussianDpEvent(m * sigma) for m in self.multipliers]
+        # one-shot releases declare the whole replace-one difference as their sensitivity; an accountant
+        # run under dp-accounting's REPLACE_ONE relation (a subsampled replace-one plan) prices a Gaussian
+        # event as a shift of 2 units, so such events get twice the multiplier: the same mechanism
+        one_shot = 2.0 if self.subsampled and self.neighbouring == "replace_one" else 1.0
+        events = [dp_accounting.GaussianDpEvent(one_shot * m * sigma) for m in self.multipliers]
         if self.subsampled:
             step = dp_accounting.PoissonSampledDpEvent(
                 self.sample_rate, dp_accounting.GaussianDpEvent(sigma)

@@ -82,17 +82,20 @@ class PrivacyEngine:
 
     # -- constructors for what is not a fresh plan ---------------------------------------------------
     @classmethod
-    def resume(cls, entry: LedgerEntry, *, noise_seed: int | None = None,
-               sampler_seed: int | None = None) -> "PrivacyEngine":
-        """The engine of an interrupted DP-SGD run, from its ledger entry: the calibration and the
-        charge were made when it started; nothing is calibrated, checked or charged again."""
-        plan = PrivacyPlan((), entry.plan["sample_rate"], entry.plan["steps"],
+    def resume(cls, entries, *, noise_seed: int | None = None, sampler_seed: int | None = None) -> "PrivacyEngine":
+        """The engine of an interrupted DP-SGD run, from its ledger entries (the DP-SGD entry last,
+        after any one-shot releases of the same plan): the calibration and the charge were made when
+        it started; nothing is calibrated, checked or charged again."""
+        entries = [entries] if isinstance(entries, LedgerEntry) else list(entries)
+        entry = entries[-1]
+        plan = PrivacyPlan(tuple(entry.plan.get("multipliers", ())), entry.plan["sample_rate"], entry.plan["steps"],
                            entry.plan.get("neighbouring", entry.neighbouring))
         private = entry.mechanism != NON_PRIVATE
         eng = cls(entry.epsilon, entry.delta, plan, accountant=entry.accountant, noise_seed=noise_seed,
                   sampler_seed=sampler_seed, dataset=entry.dataset, privacy_unit=entry.privacy_unit,
-                  private=private, sigma=entry.noise_multiplier)
-        eng.budget_id, eng.entries, eng.charged = entry.budget_id, [entry], True
+                  private=private, sigma=entry.noise_multiplier,
+                  multipliers={f"release{i}": m for i, m in enumerate(entry.plan.get("multipliers", ()))})
+        eng.budget_id, eng.entries, eng.charged = entry.budget_id, entries, True
         return eng
 
     @classmethod

@@ -245,3 +245,45 @@ def test_cli_public_init_file(digits, tmp_path, capsys):
     (tmp_path / "bad.npz").write_bytes(b"not numpy")
     assert main(args + ["--public-init", str(tmp_path / "bad.npz"), "--out", str(tmp_path / "m2")]) == 2
     assert "--public-init" in capsys.readouterr().err and not (tmp_path / "m2").exists()
+
+
+def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkeypatch):
+    """DP-KIP tables get private schema inference and the quantile encoding: their releases and the
+    DP-SGD steps are one plan (one budget id), calibrated together within epsilon; an interrupted run
+    resumes with the same encoder and releases nothing twice."""
+    from support import partial_schema, table_with_rare_value
+
+    df = table_with_rare_value(400)
+    kw = dict(images_per_class=3, epochs=2, batch_size=50, clip=1e-2, seed=0, schema_share=0.2,
+              numeric_encoding="quantile", noise_seed=1, sampler_seed=2)
+    whole = DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema())
+    entries = whole.release_.ledger.entries
+    assert [e.mechanism for e in entries] == ["gaussian", "gaussian", "dp-sgd"]
+    assert entries[0].description.startswith("schema inference") and "quantile" in entries[1].description
+    assert len({e.budget_id for e in entries}) == 1 and whole.release_.ledger.total() == (1.0, 1e-5)
+    plan = PrivacyPlan(tuple(entries[-1].plan["multipliers"]), entries[-1].plan["sample_rate"],
+                       entries[-1].plan["steps"], "replace_one")
+    assert epsilon_for_sigma(entries[-1].noise_multiplier, 1e-5 - 0, plan) <= 1.0 + 1e-9
+    enc = whole.encoder_
+    assert enc.numeric_encoding == "quantile" and "violet" not in enc.schema.column("colour").categories
+    out = whole.sample()
+    assert list(out.columns) == list(df.columns) and len(out) == 6
+    # interrupt after 3 steps and resume: the same support set, nothing released twice
+    calls = {"n": 0}
+    real = kip_module.private_gradient
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(kip_module, "private_gradient", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k")
+    monkeypatch.setattr(kip_module, "private_gradient", real)
+    released = {"n": 0}
+    real_stats = kip_module.prepare_table
+    monkeypatch.setattr(kip_module, "prepare_table", lambda *a, **k: released.update(n=1) or real_stats(*a, **k))
+    resumed = DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k", resume=True)
+    assert released["n"] == 0 and torch.equal(resumed.support()[0], whole.support()[0])
+    assert [e.description for e in resumed.release_.ledger.entries] == [e.description for e in entries]

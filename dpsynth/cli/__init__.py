@@ -1,0 +1,84 @@
+"""The ``dpsynth`` command: one module per command (``dpsynth/cli/<command>.py``: ``add_parser`` and its
+``cmd_*``). Importing this package, and ``dpsynth --help``, load no torch: each command imports what it
+needs when it runs, and ``fit`` generates its method options from the registered methods only when it is
+the command given."""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import warnings
+
+from .. import __version__
+from ..errors import DpsynthError, TrainingInterrupted
+from . import audit, budget, datasets, demo, evaluate, fit, inspect, pretrain, report, sample
+from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exported for callers that parse first)
+
+#: the commands in the order `dpsynth --help` lists them
+COMMANDS = (datasets, budget, inspect, fit, sample, pretrain, evaluate, report, audit, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data "
+                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP).")
+    p.add_argument("--version", action="version", version=f"dpsynth {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        s = command.add_parser(sub)
+        if command is fit:
+            p.fit_parser = s
+    return p
+
+
+#: Python parameter -> command-line flag, for messages raised by the library
+CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "resume": "--resume", "schema_share": "--infer-schema",
+             "encoder": "--encoder", "iterations": "--iterations", "batch_size": "--batch-size", "lr": "--lr",
+             "n_features": "--n-features", "length_scale": "--length-scale", "numeric_share": "--numeric-share",
+             "numeric_encoding": "--numeric-encoding", "drop_unlisted": "--drop-unlisted", "out": "--out",
+             "proxy_encoder": "--proxy-encoder", "noise_seed": "--noise-seed", "n": "--n"}
+
+
+def cli_message(message: str) -> str:
+    """A library message in command-line words: ``epsilon=1.0`` -> ``--epsilon 1.0``, ``resume=True`` ->
+    ``--resume``, a leading ``epsilon must`` -> ``--epsilon must``."""
+    names = "|".join(sorted(map(re.escape, CLI_FLAGS), key=len, reverse=True))
+
+    def flag(m):
+        value = m.group(2)
+        return CLI_FLAGS[m.group(1)] + ("" if value == "True" else f" {value}")
+    message = re.sub(rf"(?<![\w.-])({names})=(True\b|[^\s,;)]+)", flag, message)
+    return re.sub(rf"^({names}) must", lambda m: f"{CLI_FLAGS[m.group(1)]} must", message)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings on the command line: one line, no source."""
+    print(f"dpsynth: warning: {cli_message(str(message))}", file=sys.stderr if file is None else file)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "fit" in argv[:3]:                        # fit's method options come from the registered methods
+        add_method_options(parser.fit_parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        return args.func(args)
+    except DpsynthError as exc:
+        print(f"dpsynth: error: {cli_message(str(exc))}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as exc:
+        where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: dpsynth fit --resume --out " \
+                f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
+        print(f"dpsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("dpsynth: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        warnings.showwarning = previous

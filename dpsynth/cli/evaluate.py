@@ -1,0 +1,152 @@
+"""`dpsynth evaluate`: classifiers trained on synthetic data, tested on the real test split."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .._io import atomic_write
+from ..errors import InvalidParameterError
+
+
+def cmd_evaluate(args) -> int:
+    from ..data import DATASETS, load_dataset
+    from ..evaluation import image_classifier_scores, save_image_grid
+    from ..methods import load
+
+    model = load(args.model)
+    if model.encoder_ is not None:
+        return _evaluate_table(args, model)
+    name = model.release_.dataset.get("name", "")
+    if not model.generative:                 # a fixed support set (DP-KIP), not a generator
+        return _evaluate_kip(args, model, name)
+    if name not in DATASETS:
+        raise InvalidParameterError(
+            f"the model was fitted on {name or 'user data'!r}, not a registered dataset, so there is no real "
+            f"test split to evaluate on; use dpsynth.evaluation.image_classifier_scores with your own test data."
+        )
+    data = load_dataset(name, data_dir=args.data_dir)
+    n = args.n or 6000
+    x, y = model.sample(n, seed=args.seed, checkpoint=args.checkpoint)
+    result = _result_header(model, n)
+    if getattr(model, "selection_", None):
+        result.update(checkpoint=args.checkpoint, selected_iteration=model.selection_["best_iteration"])
+    result.update(image_classifier_scores(x, y, data.x_test, data.y_test, seed=args.seed))
+    if args.frechet:
+        from ..evaluation.frechet import frechet_report
+
+        result.update(frechet_report(data, x, seed=args.seed))
+    if args.inception_weights:
+        from ..evaluation.inception import inception_report
+
+        result.update(inception_report(args.inception_weights, data.x_test.numpy(), x))
+    if args.cnn:
+        xc, yc = model.sample(args.cnn_samples, seed=args.seed + 1, checkpoint=args.checkpoint) \
+            if args.cnn_samples != n else (x, y)
+        result.update(_cnn(args, xc, yc, data))
+    grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
+    result["samples_png"] = str(grid)
+    print(json.dumps(result))
+    return 0
+
+
+def _evaluate_kip(args, model, name) -> int:
+    """DP-KIP: KRR accuracy with the support set (krr_acc) and LogReg/MLP trained on it."""
+    from ..data import DATASETS, load_dataset
+    from ..evaluation import image_classifier_scores, save_image_grid
+
+    if name not in DATASETS:
+        raise InvalidParameterError(f"the model was fitted on {name or 'user data'!r}, not a registered dataset: "
+                                    f"use DPKIP.krr_accuracy(x_test, y_test) with your own test data.")
+    data = load_dataset(name, data_dir=args.data_dir)
+    x, y = model.sample()
+    result = _result_header(model, len(y))
+    result["krr_acc"] = model.krr_accuracy(data.x_test, data.y_test.numpy())
+    result.update(image_classifier_scores(x.clip(0, 1), y, data.x_test, data.y_test, seed=args.seed))
+    if args.cnn:                         # the support set as learned (not clipped), as the papers train on it
+        result.update(_cnn(args, x, y, data))
+    result["samples_png"] = str(save_image_grid(x.clip(0, 1), y, Path(args.model) / "samples.png",
+                                                classes=data.classes))
+    print(json.dumps(result))
+    return 0
+
+
+def _evaluate_table(args, model) -> int:
+    from ..data import load_preset, read_table
+    from ..data.private_schema import declared_part
+    from ..evaluation.fidelity import table_fidelity
+    from ..evaluation.report import EVALUATION_FILE
+    from ..evaluation.tabular import table_classifier_scores
+
+    facts, encoder = model.release_.dataset, model.encoder_
+    if args.test:
+        declared = declared_part(encoder.schema)  # raw rows; inferred bounds/categories apply in encode
+        test = read_table(args.test, declared, label=encoder.schema.label, drop_unlisted=True)
+        train_real = (read_table(args.real_train, declared, label=encoder.schema.label, drop_unlisted=True)
+                      if args.real_train else None)
+    elif facts.get("preset"):
+        data = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=args.data_dir)
+        test, train_real = data.test, data.train
+    else:
+        raise InvalidParameterError("this model was fitted on a user table: pass --test FILE (same schema) to "
+                                    "evaluate on your real test split.")
+    if args.real and train_real is None:
+        raise InvalidParameterError("--real scores classifiers trained on the real training split, which this "
+                                    "model cannot find: pass --real-train FILE (same schema) with --test.")
+    n = args.n or int(facts["n_records"])
+    synth = model.sample(n, seed=args.seed)
+    result = _result_header(model, n)
+    keys = ("binary", "mean", "classifiers", "failures")
+    scores = table_classifier_scores(synth, test, encoder, seed=args.seed)
+    result.update({k: scores[k] for k in keys})
+    if args.real:          # the same layout as the synthetic block
+        real = table_classifier_scores(train_real, test, encoder, seed=args.seed)
+        result["real"] = {k: real[k] for k in keys}
+    result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
+    result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
+    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows
+        tmp.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+    return 0
+
+
+def _cnn(args, x, y, data) -> dict:
+    from ..evaluation.convnet import cnn_scores
+
+    if args.cnn_seeds < 1:
+        raise InvalidParameterError(f"--cnn-seeds must be >= 1; got {args.cnn_seeds}.")
+    return cnn_scores(x, y, data.x_test, data.y_test, n_classes=data.n_classes, seeds=tuple(range(args.cnn_seeds)),
+                      device=args.device)
+
+
+def _result_header(model, n: int) -> dict:
+    eps, delta = model.release_.ledger.total()
+    return {"dataset": model.release_.dataset.get("name"), "method": model.method, "epsilon": eps,
+            "delta": delta, "n_synthetic": n}
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
+    s.add_argument("model", help="model folder written by `dpsynth fit`")
+    s.add_argument("--n", type=int, default=None, help="synthetic training samples (default 6000 images with "
+                   "balanced labels; tables: as many as the private training rows)")
+    s.add_argument("--test", help="tables fitted with --csv: real test split (same schema)")
+    s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row")
+    s.add_argument("--real", action="store_true", help="tables: also score classifiers trained on the real "
+                   "training split (the 'real' row)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--inception-weights", metavar="FILE", help="images: also the FID on Inception-v3 with these "
+                   "weights (pytorch-fid's pt_inception-2015-12-05 .pth, or torchvision's; never downloaded)")
+    s.add_argument("--frechet", action="store_true", help="also a Frechet distance on features of a CNN "
+                   "classifier trained by dpsynth on the real training set (cached; not Inception FID)")
+    s.add_argument("--cnn", action="store_true", help="images: also the ConvNet protocol (cnn_acc: DP-KIP's "
+                   "downstream ConvNet trained on the synthetic data, 3 seeds, real test split; generators: on "
+                   "--cnn-samples samples). Needs a GPU for 60,000 samples")
+    s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
+                   "stopping: evaluate the checkpoint closest to the proxy (default) or the last one")
+    s.add_argument("--cnn-samples", type=int, default=60_000, help="generators: samples for --cnn (default 60000)")
+    s.add_argument("--cnn-seeds", type=int, default=3, help="training seeds for --cnn (default 3)")
+    s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")
+    s.add_argument("--data-dir", default=None)
+    s.set_defaults(func=cmd_evaluate)
+    return s

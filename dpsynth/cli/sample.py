@@ -1,0 +1,50 @@
+"""`dpsynth sample`: draw synthetic records from a fitted model."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .._io import atomic_write
+from ..errors import InvalidParameterError
+
+
+def cmd_sample(args) -> int:
+    import numpy as np
+
+    from ..methods import load
+
+    out = Path(args.out)
+    if out.suffix not in (".npz", ".csv", ".parquet"):
+        raise InvalidParameterError(f"--out must end in .npz (images) or .csv/.parquet (tables); got {out.name!r}.")
+    if out.exists() and not args.force:
+        raise InvalidParameterError(f"--out {out} exists; give a new file name, or --force to overwrite it.")
+    model = load(args.model)
+    if model.encoder_ is not None:
+        if out.suffix not in (".csv", ".parquet"):
+            raise InvalidParameterError(f"a table model writes .csv or .parquet; got --out {out.name!r}.")
+        df = model.sample(args.n, seed=args.seed)
+        with atomic_write(out) as tmp:
+            df.to_csv(tmp, index=False) if out.suffix == ".csv" else df.to_parquet(tmp, index=False)
+        print(f"wrote {len(df)} rows x {df.shape[1]} columns to {out}")
+        return 0
+    if out.suffix != ".npz":
+        raise InvalidParameterError(f"--out must end in .npz (arrays x and y); got {out.name!r}.")
+    x, y = model.sample(args.n, seed=args.seed, checkpoint=args.checkpoint)
+    with atomic_write(out) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, x=x, **({"y": y} if y is not None else {}))
+    print(f"wrote {args.n} samples to {out} (x {tuple(x.shape)}" + (", y)" if y is not None else ")"))
+    return 0
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
+    s.add_argument("model", help="model folder written by `dpsynth fit`")
+    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--out", required=True, help="FILE.npz with arrays x and y (images), FILE.csv or "
+                   "FILE.parquet (tables)")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
+                   "stopping: the checkpoint closest to the proxy (default) or the last one")
+    s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    s.set_defaults(func=cmd_sample)
+    return s
