@@ -108,8 +108,8 @@ class AuditResult:
             verdict = "ABOVE THE CLAIM: the mechanism leaks more than it says"
         else:
             verdict = "consistent with the claim"
-        detect = (f"{self.detectable_epsilon:.3f}" if math.isfinite(self.detectable_epsilon) else "none (too few "
-                  f"trials)")
+        detect = (f"{self.detectable_epsilon:.3f}" if math.isfinite(self.detectable_epsilon)
+                  else "none (too few trials)")
         return (f"audit of {self.description}\n"
                 f"  claimed epsilon {self.epsilon:g} (delta {self.delta:g}); {self.trials:,} runs on D and on D' "
                 f"({self.neighbouring}, canary at {self.canary_gap:.3f} x the sensitivity)\n"

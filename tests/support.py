@@ -95,3 +95,18 @@ EXPECTED_ROWS = {
 
 
 KIP_TINY = dict(n_classes=10, images_per_class=2, epochs=2, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
+
+
+def interrupt_on_call(monkeypatch, module, name: str, n: int):
+    """Make the ``n``-th call of ``module.name`` raise KeyboardInterrupt (Ctrl-C at that point);
+    returns the real function, to put back with monkeypatch.setattr."""
+    real = getattr(module, name)
+    calls = {"n": 0}
+
+    def interrupted(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(module, name, interrupted)
+    return real

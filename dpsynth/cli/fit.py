@@ -98,7 +98,6 @@ def cmd_fit(args) -> int:
 def _fit_inputs(args):
     """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
     from ..data import Schema, get_info, load_dataset, load_preset, read_table
-    from ..methods.presets import image_preset, method_preset
 
     if args.shards:
         return _shard_inputs(args)
@@ -120,11 +119,11 @@ def _fit_inputs(args):
         facts = {"preset": args.dataset, "split_seed": args.split_seed}
         return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset,
                                "privacy_unit": data.privacy_unit}, \
-            method_preset(args.method, args.dataset), facts
+            _method(args).dataset_defaults(args.dataset, "table"), facts
     defaults = _method(args).defaults_for("image")
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**defaults, **image_preset(args.method, args.dataset), "n_classes": data.n_classes}, {}
+        {**defaults, **_method(args).dataset_defaults(args.dataset, "image"), "n_classes": data.n_classes}, {}
 
 
 def _method(args):

@@ -95,6 +95,15 @@ class Method:
                                         f"choose another method (see `dpsynth fit --help`).")
         return dict(cls.kind_defaults.get(kind, {}))
 
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        """The method's settings for a registered dataset (the papers' per-dataset presets); {} for
+        images without one. A method with no preset for a tabular benchmark says so."""
+        if kind == "table":
+            raise InvalidParameterError(f"{cls.method} has no preset for the tabular benchmark {dataset!r}; fit it "
+                                        f"with --csv and a schema, or use dp-ntk, dp-merf, dp-hp or dp-kip.")
+        return {}
+
     def get_params(self) -> dict:
         """Every constructor parameter's current value, JSON-plain."""
         return {k: _plain(getattr(self, k)) for k in self.param_names()}

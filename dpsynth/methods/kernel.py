@@ -5,6 +5,7 @@ import logging
 
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
+from . import presets
 from .base import KernelGeneratorMethod, register
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ class DPNTK(KernelGeneratorMethod):
         super().__init__(epsilon, delta, **kwargs)
         self.arch, self.ntk_width, self.widths, self.ntk_seed = arch, ntk_width, widths, ntk_seed
 
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        return presets.dpntk_table(dataset) if kind == "table" else {}
+
     def feature_map(self, input_dim: int, n_classes: int) -> ENTKFeatures:
         widths = self.widths if self.widths is not None else (self.ntk_width,)
         return ENTKFeatures(input_dim, self.arch, widths, n_outputs=max(n_classes, 1), seed=self.ntk_seed)
@@ -48,6 +53,10 @@ class DPMERF(KernelGeneratorMethod):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
         self.rff_inputs, self.categorical_pairs = rff_inputs, categorical_pairs
+
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        return presets.dpmerf_table(dataset) if kind == "table" else {}
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
@@ -100,6 +109,10 @@ class DPHP(KernelGeneratorMethod):
         self.order, self.length_scale, self.n_product, self.product_dims = order, length_scale, n_product, product_dims
         self.product_order, self.product_length_scale = product_order, product_length_scale
         self.sum_share, self.sum_weight, self.product_weight, self.hp_seed = sum_share, sum_weight, product_weight, hp_seed
+
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        return presets.dphp_table(dataset) if kind == "table" else presets.dphp_image(dataset)
 
     def block_multipliers(self) -> dict[str, float]:
         return hermite_noise_multipliers(int(self.n_product), float(self.sum_share))

@@ -46,6 +46,7 @@ from ..privacy.ledger import PRIVACY_UNIT, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
+from . import presets
 from .contract import Method, register
 from .tables import encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
@@ -111,6 +112,10 @@ class DPKIP(Method):
         steps = self.release_.ledger.entries[-1].plan.get("steps")
         return [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.support()[0])} "
                 f"support points, {steps} DP-SGD steps; saved to {out}"]
+
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        return presets.dpkip_table(dataset) if kind == "table" else {}
 
     @property
     def kernel(self) -> FCReLUKernel:

@@ -1,82 +1,14 @@
 """TEST DOUBLE: the factored clipping as it was before issue 30 (kept to show that the audit and the
 tests catch it). Its norm formula cancels catastrophically on an ill-conditioned support set
-(coinciding points) and then adds the record unclipped. Never import this outside the tests.
-
-Per-record KIP gradients in closed, factored form: the fast path of the DP-SGD step.
-
-For one target record (x_t, y_t) the KIP loss is L = 0.5 mean_c (k alpha - y_t)^2 with
-k = K(x_t, X) (1 x m), alpha = (K_ss + lambda tr(K_ss)/m I)^-1 Y_s. Its cotangents are
-
-    r = (k alpha - y_t) / n_classes,   c = alpha r   (dL/dk, m),   b = K_reg^-1 k^T   (m),
-    dL/dK_ss = -b c^T - (lambda/m) (b . c) I.
-
-The FC ReLU NTK is an element-wise function F(S, s1, s2) of S = a' <x, x'> + b_std^2 and the
-rows' / columns' s = a' |x|^2 + b_std^2 (a' = W_std^2 / d), so with its element-wise partials
-P, Q1, Q2 (support x support) and P', Q2' (target x support) the record's gradient w.r.t. the
-support inputs X (m x d) is exactly
-
-    g = R X + v x_t^T,
-    R = -a' (D_b P D_c + D_c P^T D_b) + D_u,       v = a' c * P'_t,
-    u = -2a' (b * (Q1 c) + c * (Q2^T b)) - (lambda/m)(b . c) t + 2a' c * Q2'_t,
-    t = 2a' (diag P + diag Q1 + diag Q2)            (the gradient of tr K_ss is D_t X),
-
-an m x m matrix and an m vector per record instead of an m x d gradient. Its norm needs only
-G = X X^T and h = X x_t:  |g|^2 = tr(R G R^T) + |v|^2 |x_t|^2 + 2 v^T R h,  and the clipped
-sum is (sum_i w_i R_i) X + sum_i w_i v_i x_t,i^T with w_i = min(1, C / |g_i|). Cost per step
-O(B m^3 + B m d) instead of O(B m^2 d), in float64. Every rule is applied to each record on
-its own (clip; a record whose factors or norm are not finite contributes 0), so adding or
-removing one record moves the sum by at most C, as for the ``torch.func`` reference
-(:func:`dpsynth.kip.dpsgd.clipped_gradients`), which the tests compare it with.
+(coinciding points), returns <= 0, and the record is then added unclipped. The closed-form helpers
+are the library's; only the loop that trusted the formula is the old one. Never import this outside
+the tests and benchmarks/dpsgd_attacks.py.
 """
-from __future__ import annotations
-
 import torch
 
 from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.kip.krr import ridge_cholesky
-
-CHUNK_BYTES = 64 * 2 ** 20          # bound on the (records x m x m) float64 factors held at once
-
-
-def _support_terms(kernel: FCReLUKernel, x_s, y_s, reg: float) -> dict:
-    """Everything that depends on the support set only (public within a step)."""
-    m, d = x_s.shape
-    a = kernel.W_std ** 2 / d
-    k_ss, p, q1, q2 = kernel.ntk_partials(x_s)
-    chol = ridge_cholesky(k_ss, reg)
-    return {"a": a, "m": m, "reg": reg, "X": x_s, "P": p, "Q1": q1, "Q2": q2, "chol": chol,
-            "alpha": torch.cholesky_solve(y_s, chol), "G": x_s @ x_s.T,
-            "t": 2 * a * (p.diagonal() + q1.diagonal() + q2.diagonal())}
-
-
-def per_record_factors(kernel: FCReLUKernel, s: dict, x_t, y_t):
-    """(b, c, u, v) of each target record (B, m) each: its gradient is R X + v x_t^T with
-    R = -a' (D_b P D_c + D_c P^T D_b) + D_u."""
-    a, m = s["a"], s["m"]
-    k_ts, p_t, _, q2_t = kernel.ntk_partials(x_t, s["X"])
-    r = (k_ts @ s["alpha"] - y_t) / y_t.shape[1]
-    c = r @ s["alpha"].T
-    b = torch.cholesky_solve(k_ts.T, s["chol"]).T
-    trace_coef = -(s["reg"] / m) * (b * c).sum(1, keepdim=True)
-    u = -2 * a * (b * (c @ s["Q1"].T) + c * (b @ s["Q2"])) + trace_coef * s["t"] + 2 * a * c * q2_t
-    return b, c, u, a * c * p_t
-
-
-def gradient_matrices(s: dict, b, c, u) -> torch.Tensor:
-    """R (B, m, m) of each record (symmetric: D_c P^T D_b is the transpose of D_b P D_c)."""
-    R = b[:, :, None] * (s["P"] * (-s["a"] * c)[:, None, :])
-    R = R + R.transpose(1, 2)
-    R.diagonal(dim1=1, dim2=2).add_(u)
-    return R
-
-
-def squared_norms(s: dict, R, v, x_t) -> torch.Tensor:
-    """|R X + v x_t^T|^2 per record = tr(R G R^T) + |v|^2 |x_t|^2 + 2 v^T R (X x_t)."""
-    B, m = v.shape
-    RG = R @ s["G"]
-    quad = torch.bmm(RG.reshape(B, 1, m * m), R.reshape(B, m * m, 1)).reshape(B)
-    h = x_t @ s["X"].T
-    return quad + (v * v).sum(1) * (x_t * x_t).sum(1) + 2 * (v * (R @ h[:, :, None])[..., 0]).sum(1)
+from dpsynth.kip.per_record import (CHUNK_BYTES, _support_terms, gradient_matrices, per_record_factors,
+                                    squared_norms)
 
 
 def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, clip: float) -> torch.Tensor:

@@ -223,7 +223,7 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
 def test_cli_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path, dataset):
     """Every preset setting (tables; images: the authors' length scale, gamma and MNIST's FC generator)
     reaches the model, none silently replaced by a class default."""
-    import dpsynth.cli as cli
+    import dpsynth.cli.fit as cli
     from dpsynth.cli import build_parser
     from dpsynth.methods.presets import image_preset, method_preset
 

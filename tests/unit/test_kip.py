@@ -22,7 +22,7 @@ from dpsynth.privacy.engine import PrivacyEngine
 from dpsynth.privacy.sampling import PoissonSampler
 
 from conftest import Guarded
-from support import KIP_TINY, SCHEMA, toy_table
+from support import KIP_TINY, SCHEMA, interrupt_on_call, toy_table
 
 FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "ntk_reference.npz"
 
@@ -179,15 +179,7 @@ def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, t
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
     budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
-    calls = {"n": 0}
-    real = kip_module.private_gradient
-
-    def flaky(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 11:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-    monkeypatch.setattr(kip_module, "private_gradient", flaky)
+    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 11)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", budget=budget)
     assert json.loads((tmp_path / "c" / "kip_checkpoint.json").read_text())["step"] == 10
@@ -269,15 +261,7 @@ def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkey
     out = whole.sample()
     assert list(out.columns) == list(df.columns) and len(out) == 6
     # interrupt after 3 steps and resume: the same support set, nothing released twice
-    calls = {"n": 0}
-    real = kip_module.private_gradient
-
-    def flaky(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-    monkeypatch.setattr(kip_module, "private_gradient", flaky)
+    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 4)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k")
     monkeypatch.setattr(kip_module, "private_gradient", real)

@@ -10,7 +10,7 @@ import torch
 from dpsynth.privacy import engine as engine_module
 
 import dpsynth
-import dpsynth.methods.base as base_module
+import dpsynth.methods.tables as tables_module
 from dpsynth import DPMERF
 from dpsynth.data import Schema
 from dpsynth.data.numeric_sketch import (ColumnGrid, NumericSketch, QuantileMap, noisy_cdf,
@@ -69,7 +69,7 @@ def test_sketch_noise_std_is_multiplier_times_sensitivity():
 
 def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
     state = {"calibrated": False, "read": False}
-    real_cal, real_rel = engine_module.calibrate_sigma, base_module.release_numeric_sketch
+    real_cal, real_rel = engine_module.calibrate_sigma, tables_module.release_numeric_sketch
 
     def cal(*a, **k):
         state["calibrated"] = True
@@ -80,7 +80,7 @@ def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
         state["read"] = True
         return real_rel(df, *a, **k)
     monkeypatch.setattr(engine_module, "calibrate_sigma", cal)
-    monkeypatch.setattr(base_module, "release_numeric_sketch", rel)
+    monkeypatch.setattr(tables_module, "release_numeric_sketch", rel)
     DPMERF(epsilon=1, iterations=2, batch_size=50, n_features=50, noise_seed=0).fit(heavy_table(200), label="y",
                                                                                    schema=WIDE)
     assert state["read"]

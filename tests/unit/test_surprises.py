@@ -13,7 +13,7 @@ from dpsynth.data import read_table
 from dpsynth.errors import InvalidParameterError, SchemaError
 from dpsynth.training import describe_trend, loss_trend, progress_rate
 
-from support import WIDE, heavy_table
+from support import WIDE, heavy_table, interrupt_on_call
 
 
 def run(capsys, *argv):
@@ -89,15 +89,7 @@ def test_resume_needs_only_out_and_reads_no_data(csv_run, capsys):
 
 def test_ctrl_c_checkpoints_and_exits_130_with_one_line(csv_run, capsys, monkeypatch):
     root, fit = csv_run
-    real_loss = training.embedding_loss
-    calls = {"n": 0}
-
-    def interrupted(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 13:
-            raise KeyboardInterrupt
-        return real_loss(*a, **k)
-    monkeypatch.setattr(training, "embedding_loss", interrupted)
+    real_loss = interrupt_on_call(monkeypatch, training, "embedding_loss", 13)
     code, _, err = run(capsys, *fit, "--out", root / "m")
     assert code == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"Resume with: dpsynth fit --resume --out {root / 'm'}" in err and "iteration 12" in err
