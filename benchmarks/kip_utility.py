@@ -72,7 +72,8 @@ def run(args, data, eps: float, ipc: int, seed: int) -> dict:
     epochs, batch, lr, clip, reg = cell
     epochs, lr, clip = args.epochs or epochs, args.lr or lr, args.clip or clip
     model = DPKIP(eps, 1e-5, n_classes=data.n_classes, images_per_class=ipc, epochs=epochs, batch_size=batch,
-                  lr=lr, clip=clip, reg=reg, seed=seed, progress=args.progress, device=args.device)
+                  lr=lr, clip=clip, reg=reg, seed=seed, progress=args.progress, device=args.device,
+                  neighbouring=args.neighbouring)
     init = {"noise": lambda: None, "real": lambda: real_start(data, ipc, seed),
             "digits": lambda: digits_start(data, ipc, seed)}[args.init]()
     t = time.perf_counter()
@@ -110,6 +111,9 @@ def main():
     p.add_argument("--clip", type=float, default=None)
     p.add_argument("--init", choices=list(INIT_NAMES), default="noise")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol (cnn_acc, 3 training seeds)")
+    p.add_argument("--neighbouring", choices=["add_remove", "replace_one"], default="add_remove",
+                   help="add_remove (default here: the paper's accounting, which its tables use) or replace_one "
+                        "(dpsynth's default since 2026-11-24: more noise for the same epsilon)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--progress", action="store_true")

@@ -283,3 +283,16 @@ def test_encoders_are_found_by_name_in_the_encoder_folder(encoder, tmp_path):
     with pytest.raises(ArtifactError, match="nor a named encoder") as info:
         resolve_encoder("no-such-encoder")
     assert "pretrain-encoder --dataset" in str(info.value)
+
+
+@pytest.mark.parametrize("dataset", ["", "digits"])
+def test_the_ledger_says_what_the_encoder_check_establishes(encoder, digits, dataset):
+    """The check compares dataset NAMES only: the ledger says so, and that with no name nothing was compared."""
+    model = DPMEPF(1.0, encoder=encoder, n_classes=10, iterations=1, batch_size=10, select_every=1,
+                   select_samples=20, noise_seed=0).fit(digits.x_train[:60], digits.y_train[:60], dataset=dataset)
+    for entry in model.release_.ledger.entries:
+        note = " ".join(entry.notes)
+        assert "cannot show that the encoder never saw these records" in note
+        assert ("no dataset name was given, so nothing was compared" in note) == (dataset == "")
+        assert dataset == "" or "(random-init) differs from this dataset's name ('digits')" in note
+    assert "note: encoder check" in model.release_.ledger.format()
