@@ -52,6 +52,14 @@ def cmd_fit(args) -> int:
     from ..methods import METHODS
     from ..privacy import BudgetFile
 
+    if args.method is not None:            # the flags are checked before anything is read or written
+        if args.method not in METHODS:
+            from ..errors import unknown_name
+            raise unknown_name("method", args.method, METHODS)
+        _method_options(args, METHODS[args.method])
+    if args.out is None:
+        raise InvalidParameterError("--out is required: the model folder (release/ is written there before "
+                                    "training).")
     out = Path(args.out)
     _check_out_folder(out, args)
     from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
@@ -61,9 +69,6 @@ def cmd_fit(args) -> int:
         raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
                                     "`fit --resume --out DIR` reads it from the folder.")
     else:
-        if args.method not in METHODS:
-            from ..errors import unknown_name
-            raise unknown_name("method", args.method, METHODS)
         data, fit_kwargs, defaults, facts = _fit_inputs(args)
     cls = METHODS[args.method]
     given = _method_options(args, cls)
@@ -311,7 +316,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
     s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
     s.add_argument("--delta", type=float, default=None, help="default 1e-5")
-    s.add_argument("--out", required=True, help="model folder (release/ is written before training)")
+    s.add_argument("--out", help="model folder (required; release/ is written before training)")
     s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
     s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
     s.add_argument("--lr", type=float, help="default 0.01")

@@ -130,3 +130,9 @@ def test_the_methods_take_the_data_kinds_they_declare(tmp_path, capsys):
     rc = cli.main(["fit", "--method", "dp-mepf", "--csv", str(tmp_path / "t.csv"), "--schema", str(schema),
                    "--label", "y", "--out", str(tmp_path / "m")])
     assert rc == 2 and "dp-mepf takes image data, not tables" in capsys.readouterr().err
+
+
+def test_the_issues_command_refuses_the_foreign_flag_before_anything_else(capsys):
+    """`dpsynth fit --method dp-ntk --dataset digits --n-features 5`, exactly: exit 2 naming the flag."""
+    assert cli.main(["fit", "--method", "dp-ntk", "--dataset", "digits", "--n-features", "5"]) == 2
+    assert "--n-features: dp-merf options, not taken by --method dp-ntk" in capsys.readouterr().err

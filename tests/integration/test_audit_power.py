@@ -33,8 +33,8 @@ def test_fit_audit_catches_the_old_public_sampler(monkeypatch):
     slot and the bound exceeds the claim; the same audit of the secret sampler stays within it."""
     import dpsynth.audit as audit_module
 
-    honest = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=600, n_records=40)
+    honest = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=300, n_records=40)
     assert honest.passed
     monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
-    leaky = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=600, n_records=40)
+    leaky = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=300, n_records=40)
     assert leaky.epsilon_lower > 1.0 and not leaky.passed
