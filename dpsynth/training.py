@@ -72,16 +72,23 @@ class TrainConfig:
 def batch_weights(labels: torch.Tensor | None, n_classes: int | None, b: int, device, dtype=torch.float32,
                   proportions: torch.Tensor | None = None) -> torch.Tensor:
     """(B, K) weights w_i of the generated embedding sum_i phi(x_i) w_i^T: 1/B (unconditional),
-    the one-hot label / B, or with ``proportions`` (the labels' sampling distribution) divided by
-    p_{y_i}, so that column c estimates the class-c mean embedding (DP-MERF's imbalanced-data
-    weighting; the target must then hold class means too)."""
+    the one-hot label / B, or with ``proportions`` (the released class proportions p) p_c / n_c for
+    the n_c generated samples of class c in the batch, so that column c is p_c times the batch's
+    class-c mean and matches the released class-c sum / m as it is.
+
+    The loss is then sum_c ||mu_c - p_c mean_c||^2 = sum_c p_c^2 ||mu_c / p_c - mean_c||^2: every
+    class's mean weighted by the inverse of its target's noise variance (the noise of mu_c / p_c
+    grows as 1 / p_c). Dividing the noisy target by p_c instead (DP-MERF's weighting) multiplied a
+    class whose noisy count is within the noise by up to 1e6 and let it dominate the loss (issue 32:
+    5.2e4 against 82 without it)."""
     if labels is None:
         return torch.full((b, 1), 1.0 / b, device=device, dtype=dtype)
     labels = labels.to(device)
-    weights = torch.nn.functional.one_hot(labels, n_classes).to(dtype) / b
-    if proportions is not None:
-        weights = weights / proportions.to(device=device, dtype=dtype)[labels, None]
-    return weights
+    one_hot = torch.nn.functional.one_hot(labels, n_classes).to(dtype)
+    if proportions is None:
+        return one_hot / b
+    counts = one_hot.sum(0).clamp_min(1.0)
+    return one_hot * (proportions.to(device=device, dtype=dtype) / counts)[None, :]
 
 
 def embedding_loss(feature_map: FeatureMap, target: torch.Tensor, x: torch.Tensor,
@@ -216,9 +223,9 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     """Fit ``generator`` so its samples' mean embedding matches ``target`` (a release).
 
     ``label_proportions``: draw generated labels from these (noisy, released) class
-    proportions and match per-class means: ``target[:, c] / p_c`` against the weighted
-    generated embedding (see :func:`embedding_loss`). Default: uniform labels, matching
-    ``target`` as is (the papers' image setting).
+    proportions and match the released class sums with p_c times each class's generated mean
+    (:func:`batch_weights`: inverse-variance weighting of the classes). Default: uniform labels,
+    matching ``target`` as is (the papers' image setting).
 
     ``selection``: score checkpoints against a released proxy; afterwards
     ``selection.best_state`` holds the best weights (the generator keeps the final ones).
@@ -240,7 +247,6 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     if label_proportions is not None and conditional:
         props = label_proportions.to(torch.float64)
         props = (props / props.sum()).to(device=dev, dtype=torch.float32)
-        tgt = tgt / props[None, :]  # class sums / m  ->  class means
     state = _State(generator, config, tgt, selection)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:

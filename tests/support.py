@@ -110,3 +110,22 @@ def interrupt_on_call(monkeypatch, module, name: str, n: int):
         return real(*a, **k)
     monkeypatch.setattr(module, name, interrupted)
     return real
+
+
+FIVE_CLASSES = ["a", "b", "c", "d", "rare"]
+FIVE_SCHEMA = {"label": "y", "label_categories": FIVE_CLASSES, "columns": [
+    {"name": "x1", "type": "numeric", "bounds": [0, 1]}, {"name": "x2", "type": "numeric", "bounds": [0, 1]},
+    {"name": "k", "type": "categorical", "categories": ["u", "v", "w"]}]}
+
+
+def five_class_table(n, seed, rare=True):
+    """Four learnable classes and, with ``rare``, a fifth held by one row (row 0)."""
+    g = np.random.default_rng(seed)
+    y = g.integers(0, 4, n)
+    x1 = np.clip(0.2 * y + g.normal(0.1, 0.08, n), 0, 1)
+    x2 = np.clip(g.random(n) * 0.5 + 0.1 * (y % 2), 0, 1)
+    k = np.array(["u", "v", "w"])[(y + g.integers(0, 2, n)) % 3]
+    df = pd.DataFrame({"x1": x1, "x2": x2, "k": k, "y": np.array(FIVE_CLASSES)[y]})
+    if rare:
+        df.loc[0, "y"] = "rare"
+    return df

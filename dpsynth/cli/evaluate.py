@@ -95,13 +95,15 @@ def _evaluate_table(args, model) -> int:
                                     "model cannot find: pass --real-train FILE (same schema) with --test.")
     n = args.n or int(facts["n_records"])
     synth = model.sample(n, seed=args.seed)
+    n = len(synth)                    # a support set (DP-KIP) is what it is, whatever n was asked for
     result = _result_header(model, n)
     keys = ("binary", "mean", "classifiers", "failures")
-    scores = table_classifier_scores(synth, test, encoder, seed=args.seed)
-    result.update({k: scores[k] for k in keys})
+
+    def block(scores: dict) -> dict:          # `skipped` only when a classifier was not installed
+        return {**{k: scores[k] for k in keys}, **({"skipped": scores["skipped"]} if scores["skipped"] else {})}
+    result.update(block(table_classifier_scores(synth, test, encoder, seed=args.seed)))
     if args.real:          # the same layout as the synthetic block
-        real = table_classifier_scores(train_real, test, encoder, seed=args.seed)
-        result["real"] = {k: real[k] for k in keys}
+        result["real"] = block(table_classifier_scores(train_real, test, encoder, seed=args.seed))
     result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
     result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
     with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows

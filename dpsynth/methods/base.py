@@ -333,6 +333,11 @@ class KernelGeneratorMethod(Method):
         return {"image_shape": shape, "n_classes": n_classes, **self.generator}
 
     def _train(self, out: Path | None, resume: bool) -> None:
+        for c in self.noisy_classes():
+            logger.warning("class %r: released count %.4g is within the noise (std %.4g records); its share of the "
+                           "synthetic rows follows the noise. Training weights each class by its released "
+                           "proportion squared, so it cannot dominate.", c["class"], c["released_count"],
+                           c["noise_std"])
         spec = self._generator_spec()
         if resume and has_checkpoint(out):
             # continue the generator the checkpoint holds, even if this version's defaults differ;
@@ -357,6 +362,22 @@ class KernelGeneratorMethod(Method):
             self.generator_ = build_generator(self.final_generator_.spec())
             self.generator_.load_state_dict(selection.best_state)
             self.generator_.eval()
+
+    def noisy_classes(self) -> list[dict]:
+        """Classes whose released count is within two noise standard deviations of zero (post-processing
+        of the release: its class proportions and their ledger entry). Their synthetic share follows the
+        noise; training weights each class by its proportion squared, so they cannot dominate the loss."""
+        p = self.release_.tensors.get("class_proportions") if hasattr(self, "release_") else None
+        entry = next((e for e in self.release_.ledger.entries if e.description.startswith("class proportions")),
+                     None) if p is not None else None
+        if entry is None:
+            return []
+        m = int(self.release_.dataset["n_records"])
+        std = entry.noise_std * m
+        encoder = self.encoder_
+        names = encoder.schema.label_categories if encoder is not None else [str(c) for c in range(len(p))]
+        return [{"class": str(names[c]), "released_count": round(float(p[c]) * m, 2), "noise_std": round(std, 2)}
+                for c in range(len(p)) if float(p[c]) * m < 2 * std]
 
     def _selection(self) -> Selection | None:
         """Checkpoint selection against the release's early-stopping proxy, if it holds one."""

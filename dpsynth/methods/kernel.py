@@ -99,6 +99,9 @@ class DPHP(KernelGeneratorMethod):
     """
 
     method = "dp-hp"
+    #: user tables: the adult preset's kernel and schedule (the image defaults, length scale 0.07 and
+    #: sum weight 20, are the authors' MNIST setting); its code size is adult's, so it is left out
+    kind_defaults = {"table": {k: v for k, v in presets.dphp_table("adult").items() if k != "code_dim"}}
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, order: int = 100, length_scale=0.0707,
                  n_product: int = 10, product_dims: int = 2, product_order: int = 20, product_length_scale=None,

@@ -11,11 +11,14 @@ the encoder built from their noisy output (post-processing).
 """
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
-from ..data.private_schema import SchemaInference, complete_schema, release_schema_statistics, require_complete
+from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
+                                   release_schema_statistics, require_complete)
 from ..data.schema import Schema
 from ..errors import InvalidParameterError
 
@@ -53,6 +56,7 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
     if todo:
         std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
         tau = todo.category_threshold(std, engine.delta) if todo.categorical else None
+        warn_if_noise_swamps(source.n_records, std, tau, bool(todo.numeric))
         stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
                                           todo, engine, tau, todo.threshold_delta(engine.delta))
         schema = complete_schema(schema, stats, std, tau)
@@ -69,6 +73,20 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
     encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
     facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
     return encoder, {SKETCH_PREFIX + name: c for name, c in counts.items()}, facts
+
+
+def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -> None:
+    """Say, with the numbers, when schema inference's noise is too large for the table (public facts
+    only: m, the noise std and the threshold, before any row is read): a numeric bin must hold
+    NUMERIC_THRESHOLD_SIGMAS std, a category ``tau`` rows, to be told from the noise; when that is
+    more than a quarter of the rows, the inferred bounds and categories are mostly noise."""
+    need = max(NUMERIC_THRESHOLD_SIGMAS * std if numeric else 0.0, tau or 0.0)
+    if need > m / 4:
+        warnings.warn(
+            f"schema inference on {m} rows with noise std {std:.3g} per count: a numeric bin or a category needs "
+            f"about {need:.0f} rows to be told from the noise, more than a quarter of the table, so the inferred "
+            f"bounds and categories will mostly be noise. Declare them in the schema, give the inference a larger "
+            f"share (schema_share / --infer-schema), or use more rows.", UserWarning, stacklevel=3)
 
 
 def encoder_of(release) -> TableEncoder | None:
