@@ -23,7 +23,7 @@ FLAG_PARAMS = {
 
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
-NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "schema", "label", "drop_unlisted", "shards",
+NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label", "drop_unlisted", "shards",
               "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every"}
@@ -108,6 +108,16 @@ def _fit_inputs(args):
         return _shard_inputs(args)
     if args.engine or args.ray_address or args.ray_workers or args.n_records:
         raise InvalidParameterError("--engine, --ray-address, --ray-workers and --n-records apply to --shards.")
+    if args.db or args.query:
+        if not (args.db and args.query and args.schema and args.label) or args.csv or args.dataset:
+            raise InvalidParameterError("a database table needs --db URL, --query SQL, --schema FILE.json and --label "
+                                        "COLUMN (instead of --csv or --dataset).")
+        from ..data import read_sql
+
+        schema = Schema.from_json(args.schema)
+        df = read_sql(args.db, args.query, schema, label=args.label, drop_unlisted=args.drop_unlisted)
+        return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, \
+            _method(args).defaults_for("table"), {}
     if args.csv:
         if not (args.schema and args.label):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
@@ -291,7 +301,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--dataset", help="a registered dataset (see `dpsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
-    s.add_argument("--schema", help="JSON schema of --csv (see README: schema format)")
+    s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
+                   "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs dpsynth[sql])")
+    s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
+    s.add_argument("--schema", help="JSON schema of --csv or --db (see README: schema format)")
     s.add_argument("--label", help="label column of --csv")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
                    "(default: refuse, naming them)")

@@ -13,6 +13,10 @@ def cmd_sample(args) -> int:
 
     from ..methods import load
 
+    if args.db or args.table:
+        return _sample_to_db(args)
+    if args.out is None:
+        raise InvalidParameterError("give --out FILE (.npz, .csv, .parquet) or --db URL --table NAME.")
     out = Path(args.out)
     if out.suffix not in (".npz", ".csv", ".parquet"):
         raise InvalidParameterError(f"--out must end in .npz (images) or .csv/.parquet (tables); got {out.name!r}.")
@@ -36,12 +40,32 @@ def cmd_sample(args) -> int:
     return 0
 
 
+def _sample_to_db(args) -> int:
+    """Synthetic rows of a table model written to a database table, in one transaction."""
+    from ..data import write_sql
+    from ..methods import load
+
+    if not (args.db and args.table) or args.out:
+        raise InvalidParameterError("writing to a database needs --db URL and --table NAME (instead of --out).")
+    model = load(args.model)
+    if model.encoder_ is None:
+        raise InvalidParameterError("only table models write to a database; an image model writes --out FILE.npz.")
+    df = model.sample(args.n, seed=args.seed)
+    n = write_sql(df, args.db, args.table, replace=args.replace)
+    from ..data.sql import shown
+    print(f"wrote {n} rows x {df.shape[1]} columns to table {args.table} in {shown(args.db)}")
+    return 0
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
     s.add_argument("--n", type=int, required=True)
-    s.add_argument("--out", required=True, help="FILE.npz with arrays x and y (images), FILE.csv or "
-                   "FILE.parquet (tables)")
+    s.add_argument("--out", help="FILE.npz with arrays x and y (images), FILE.csv or FILE.parquet (tables)")
+    s.add_argument("--db", metavar="URL", help="tables: write the rows to a SQL database instead (SQLAlchemy URL; "
+                   "needs dpsynth[sql]), with --table")
+    s.add_argument("--table", help="--db: the table to create (refused if it exists, unless --replace)")
+    s.add_argument("--replace", action="store_true", help="--db: replace an existing --table")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
                    "stopping: the checkpoint closest to the proxy (default) or the last one")

@@ -5,8 +5,9 @@ from .registry import DATASETS, get_info, is_available, list_datasets, load_data
 from .schema import Column, Schema
 from .tabular import TableData
 from .shards import ShardedArrays, ShardedTable
+from .sql import read_sql, write_sql
 from .user import read_table
 
 __all__ = ["DATASETS", "PRESETS", "Column", "ImageData", "PresetData", "Schema", "ShardedArrays", "ShardedTable",
            "TableData",
-           "get_info", "is_available", "list_datasets", "load_dataset", "load_preset", "read_table"]
+           "get_info", "is_available", "list_datasets", "load_dataset", "load_preset", "read_sql", "read_table", "write_sql"]

@@ -1,0 +1,151 @@
+"""Tables in databases (issue 32): read the private table with a query, write synthetic rows to a
+table, through SQLite and a real PostgreSQL server that these tests start (Debian's package, which
+.ci/run installs)."""
+import glob
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dpsynth
+from dpsynth import DPMERF, Schema
+from dpsynth.cli import main
+from dpsynth.data import read_sql, write_sql
+from dpsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
+
+from support import SCHEMA, toy_table
+
+sa = pytest.importorskip("sqlalchemy")
+
+
+def _pg_bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """A throwaway PostgreSQL cluster on a Unix socket (as the postgres user when the tests run as root)."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
+    root = Path(tempfile.mkdtemp(prefix="dpsynth-pg-", dir="/tmp"))
+    run_as = []
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "dpsynth"], check=True,
+                   capture_output=True)
+    subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
+                             f"-p {port} -k {root} -c listen_addresses=''", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://dpsynth@/postgres?host={root}&port={port}"
+    finally:
+        subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'private.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def _load(url, table, df):
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        df.to_sql(table, conn, if_exists="replace", index=False)
+    engine.dispose()
+
+
+def test_read_a_query_validated_against_the_schema(db):
+    df = toy_table(300)
+    _load(db, "patients", df)
+    got = read_sql(db, "SELECT age, score, colour, smoker, y FROM patients WHERE age >= 17", SCHEMA_OBJ(), label="y")
+    assert len(got) == 300 and list(got.columns) == list(df.columns)
+    assert set(got["colour"]) <= {"red", "green", "blue"} and got["age"].between(17, 90).all()
+    with pytest.raises(SchemaError, match=r"\['extra'\].*drop_unlisted=True"):
+        read_sql(db, "SELECT *, 1 AS extra FROM patients", SCHEMA_OBJ())
+    with pytest.raises(DataValidationError, match="the query failed"):
+        read_sql(db, "SELECT * FROM no_such_table", SCHEMA_OBJ())
+    _load(db, "holes", df.assign(colour=[None] + list(df["colour"][1:])))
+    with pytest.raises((DataValidationError, SchemaError), match="colour"):
+        read_sql(db, "SELECT * FROM holes", SCHEMA_OBJ())
+
+
+def SCHEMA_OBJ():
+    return Schema.from_dict(SCHEMA)
+
+
+def test_fit_from_a_database_and_write_samples_back_in_one_transaction(db, tmp_path, capsys):
+    _load(db, "patients", toy_table(400))
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    out = tmp_path / "m"
+    assert main(["fit", "--method", "dp-merf", "--db", db, "--query", "SELECT * FROM patients", "--schema",
+                 str(tmp_path / "s.json"), "--label", "y", "--iterations", "5", "--n-features", "50",
+                 "--out", str(out), "-q"]) == 0
+    assert dpsynth.load(out).release_.dataset["name"] == "user:sql"
+    assert main(["sample", str(out), "--n", "120", "--db", db, "--table", "synthetic"]) == 0
+    assert "wrote 120 rows" in capsys.readouterr().out
+    engine = sa.create_engine(db)
+    with engine.connect() as conn:
+        back = pd.read_sql(sa.text("SELECT * FROM synthetic"), conn)
+    engine.dispose()
+    assert len(back) == 120 and set(back["y"]) <= {"neg", "pos"}
+    assert main(["sample", str(out), "--n", "10", "--db", db, "--table", "synthetic"]) == 2       # exists: refused
+    assert "already exists" in capsys.readouterr().err
+    assert main(["sample", str(out), "--n", "10", "--db", db, "--table", "synthetic", "--replace"]) == 0
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    df = toy_table(50)
+    real = pd.DataFrame.to_sql
+
+    def half_then_fail(self, name, con, **kw):
+        real(self.iloc[:10], name, con, **kw)                     # ten rows in ...
+        raise sa.exc.OperationalError("INSERT", {}, Exception("disk full"))
+    monkeypatch.setattr(pd.DataFrame, "to_sql", half_then_fail)
+    with pytest.raises(ArtifactError, match="nothing was written"):
+        write_sql(df, url, "synthetic")
+    monkeypatch.setattr(pd.DataFrame, "to_sql", real)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        assert not sa.inspect(conn).has_table("synthetic")       # ... rolled back
+    engine.dispose()
+
+
+def test_bad_urls_and_names_are_refused_without_showing_the_password():
+    with pytest.raises(InvalidParameterError, match="cannot connect with database URL") as info:
+        read_sql("nosuchdb+driver://me:s3cret@host/db", "SELECT 1", SCHEMA_OBJ())
+    assert "s3cret" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match="table name"):
+        write_sql(toy_table(5), "sqlite://", "bad name; drop")
+    with pytest.raises(InvalidParameterError, match="query is empty"):
+        read_sql("sqlite://", "  ", SCHEMA_OBJ())
+
+
+def test_the_cli_names_what_a_database_fit_needs(tmp_path, capsys):
+    assert main(["fit", "--method", "dp-merf", "--db", "sqlite://", "--out", str(tmp_path / "m")]) == 2
+    assert "--db URL, --query SQL, --schema FILE.json and --label" in capsys.readouterr().err
+
+
+def test_the_model_api_reads_a_database_too(tmp_path):
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _load(url, "patients", toy_table(300))
+    df = read_sql(url, "SELECT * FROM patients", SCHEMA_OBJ(), label="y")
+    m = DPMERF(1.0, n_features=50, iterations=3, batch_size=50).fit(df, label="y", schema=SCHEMA_OBJ())
+    assert len(m.sample(20)) == 20
