@@ -216,6 +216,14 @@ def checkpoint_generator_spec(directory) -> dict | None:
         return None
 
 
+def checkpoint_iteration(directory) -> int | None:
+    """The iteration a checkpoint was saved at (None: no readable checkpoint)."""
+    try:
+        return int(json.loads((Path(directory) / CKPT_META).read_text())["iteration"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target: torch.Tensor,
                     config: TrainConfig, *, conditional: bool = True, label_proportions: torch.Tensor | None = None,
                     checkpoint_dir=None, resume: bool = False, device: str | None = None,

@@ -50,8 +50,8 @@ def cmd_budget(args) -> int:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("budget", help="calibrate the noise multiplier sigma (or epsilon from --sigma)")
-    s.add_argument("--epsilon", type=float)
-    s.add_argument("--delta", type=float, required=True)
+    s.add_argument("--epsilon", type=float, help="the privacy budget of the whole plan (or give --sigma)")
+    s.add_argument("--delta", type=float, required=True, help="the plan's delta, always given (e.g. 1e-5)")
     s.add_argument("--releases", type=int, help="number of one-shot Gaussian releases (default 1)")
     s.add_argument("--multipliers", type=_floats, help="noise multiple of each release, e.g. 1,1,10")
     s.add_argument("--sample-rate", type=float, help="DP-SGD Poisson sampling rate q = batch / n")
@@ -59,7 +59,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
                    help="neighbouring relation for DP-SGD (default replace_one, like every release: N public; "
                         "add_remove reproduces the DP-SGD papers' accounting)")
-    s.add_argument("--accountant", default="pld", choices=["pld", "rdp", "exact"])
+    s.add_argument("--accountant", default="pld", choices=["pld", "rdp", "exact"],
+                   help="pld (tight, default), rdp (looser), exact (closed form; no subsampling)")
     s.add_argument("--sigma", type=float, help="compute epsilon for this sigma instead")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_budget)

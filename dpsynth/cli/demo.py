@@ -29,8 +29,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="private release on scikit-learn digits (works offline)")
     s.add_argument("--out", default="runs/demo-release", help="new folder for the release and its budget file "
                    "(default runs/demo-release; refused if it already holds a release or a model)")
-    s.add_argument("--epsilon", type=float, default=1.0)
-    s.add_argument("--delta", type=float, default=1e-5)
+    s.add_argument("--epsilon", type=float, default=1.0, help="privacy budget of the release (default 1)")
+    s.add_argument("--delta", type=float, default=1e-5, help="its delta (default 1e-5)")
     s.add_argument("--seed", type=int, default=None, help="fix the privacy noise (testing only)")
     s.set_defaults(func=cmd_demo)
     return s

@@ -136,7 +136,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row")
     s.add_argument("--real", action="store_true", help="tables: also score classifiers trained on the real "
                    "training split (the 'real' row)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows drawn and of the classifiers "
+                   "(public randomness)")
     s.add_argument("--inception-weights", metavar="FILE", help="images: also the FID on Inception-v3 with these "
                    "weights (pytorch-fid's pt_inception-2015-12-05 .pth, or torchvision's; never downloaded)")
     s.add_argument("--frechet", action="store_true", help="also a Frechet distance on features of a CNN "
@@ -149,6 +150,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--cnn-samples", type=int, default=60_000, help="generators: samples for --cnn (default 60000)")
     s.add_argument("--cnn-seeds", type=int, default=3, help="training seeds for --cnn (default 3)")
     s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")
-    s.add_argument("--data-dir", default=None)
+    s.add_argument("--data-dir", default=None, help="extra folder holding the real test split's files")
     s.set_defaults(func=cmd_evaluate)
     return s

@@ -375,13 +375,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "records a DP-SGD step reads (both drawn from the OS CSPRNG)")
     s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    s.add_argument("--checkpoint-every", type=int, default=200)
+    s.add_argument("--checkpoint-every", type=int, default=200, help="save the training state every N "
+                   "iterations (default 200)")
     s.add_argument("--resume", action="store_true", help="continue from the folder's release and checkpoint "
                    "(spends no privacy budget, reads no data: `fit --resume --out DIR` is enough; a larger "
                    "--iterations trains longer)")
     s.add_argument("--budget", default=None, help="budget file to charge (created with --budget-epsilon)")
     s.add_argument("--budget-epsilon", type=float, default=None, help="total epsilon of a new budget file")
-    s.add_argument("--data-dir", default=None)
+    s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "
+                   "DPSYNTH_DATA_DIR)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_fit)
     return s

@@ -41,6 +41,7 @@ def cmd_inspect(args) -> int:
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("inspect", help="print a release's privacy ledger")
     s.add_argument("path", help="a release folder (or a folder holding release/)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the dataset facts, feature spec, ledger and tensor "
+                   "shapes as one JSON object")
     s.set_defaults(func=cmd_inspect)
     return s

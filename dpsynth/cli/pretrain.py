@@ -62,10 +62,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=int, default=None, help="with --dataset (default 5)")
     s.add_argument("--batch-size", type=int, default=None, help="with --dataset (default 128)")
     s.add_argument("--lr", type=float, default=None, help="with --dataset (default 1e-3)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="initialisation and batch order (public: the data are public)")
     s.add_argument("--resume", action="store_true", help="continue an interrupted run (checkpoint beside --out)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    s.add_argument("--data-dir", default=None)
+    s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "
+                   "DPSYNTH_DATA_DIR)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_pretrain_encoder)
     return s

@@ -32,6 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--test", help="tables fitted with --csv: real rows to compare against (same schema)")
     s.add_argument("--out", default=None, help="HTML file (default MODEL/report.html)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows drawn for the plots")
-    s.add_argument("--data-dir", default=None)
+    s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "
+                   "DPSYNTH_DATA_DIR)")
     s.set_defaults(func=cmd_report)
     return s

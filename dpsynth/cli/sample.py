@@ -36,7 +36,8 @@ def cmd_sample(args) -> int:
     x, y = model.sample(args.n, seed=args.seed, checkpoint=args.checkpoint)
     with atomic_write(out) as tmp, open(tmp, "wb") as fh:
         np.savez_compressed(fh, x=x, **({"y": y} if y is not None else {}))
-    print(f"wrote {args.n} samples to {out} (x {tuple(x.shape)}" + (", y)" if y is not None else ")"))
+    print(f"wrote {len(x)} samples to {out} (x {tuple(x.shape)}" + (", y)" if y is not None else ")")
+          + (f"; the model holds a fixed set of {len(x)}, not {args.n}" if len(x) != args.n else ""))
     return 0
 
 
@@ -60,13 +61,15 @@ def _sample_to_db(args) -> int:
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
-    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--n", type=int, required=True, help="how many records (a DP-KIP support set has a fixed size "
+                   "and writes all of its points)")
     s.add_argument("--out", help="FILE.npz with arrays x and y (images), FILE.csv or FILE.parquet (tables)")
     s.add_argument("--db", metavar="URL", help="tables: write the rows to a SQL database instead (SQLAlchemy URL; "
                    "needs dpsynth[sql]), with --table")
     s.add_argument("--table", help="--db: the table to create (refused if it exists, unless --replace)")
     s.add_argument("--replace", action="store_true", help="--db: replace an existing --table")
-    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--seed", type=int, default=None, help="fix the generator's codes and labels (public randomness; "
+                   "the release is already private)")
     s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
                    "stopping: the checkpoint closest to the proxy (default) or the last one")
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")

@@ -42,7 +42,8 @@ from ..privacy.budget import BudgetFile
 from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT
 from ..release import META_FILE, Release, check_release_pin, release_pin
-from ..training import (Selection, TrainConfig, checkpoint_generator_spec, default_device, has_checkpoint,
+from ..training import (Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
+                        has_checkpoint,
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
@@ -339,6 +340,12 @@ class KernelGeneratorMethod(Method):
                            "proportion squared, so it cannot dominate.", c["class"], c["released_count"],
                            c["noise_std"])
         spec = self._generator_spec()
+        done = checkpoint_iteration(out) if resume and has_checkpoint(out) else None
+        if done is not None and done > self.iterations:
+            raise InvalidParameterError(
+                f"iterations={self.iterations} is fewer than the {done} the checkpoint in {out} already trained; "
+                f"resuming would do nothing. Give iterations > {done} to train longer (no privacy is spent), or "
+                f"use the model as it is.")
         if resume and has_checkpoint(out):
             # continue the generator the checkpoint holds, even if this version's defaults differ;
             # a checkpoint without a spec predates the options in the class's LEGACY_SPEC

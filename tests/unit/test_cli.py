@@ -105,3 +105,36 @@ def test_fit_sample_bad_input(capsys, tmp_path):
     assert code == 2 and "--epsilon is required" in err and not (tmp_path / "m").exists()
     code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", "x.csv", "--out", str(tmp_path / "m"))
     assert code == 2 and "--schema" in err
+
+
+def test_every_option_of_every_command_has_help():
+    """`--help` explains each option (issue 35's list: budget --epsilon/--delta, sample --n/--seed,
+    inspect --json, demo's options)."""
+    from dpsynth.cli import add_method_options, build_parser
+
+    parser = build_parser()
+    add_method_options(parser.fit_parser)
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    missing = [f"{name} {a.option_strings[0]}" for name, p in sub.choices.items() for a in p._actions
+               if a.option_strings and a.help in (None, "") and a.dest != "help"]
+    assert not missing, missing
+
+
+def test_a_resume_to_fewer_iterations_than_done_is_refused(tmp_path, capsys):
+    out = tmp_path / "m"
+    base = ["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "1", "--batch-size", "50",
+            "--n-features", "40", "--checkpoint-every", "2", "--out", str(out), "-q"]
+    assert main(base + ["--iterations", "4"]) == 0
+    assert main(["fit", "--resume", "--out", str(out), "--iterations", "2", "-q"]) == 2
+    assert "fewer than the 4 the checkpoint" in capsys.readouterr().err
+    assert main(["fit", "--resume", "--out", str(out), "--iterations", "6", "-q"]) == 0
+
+
+def test_sample_says_how_many_points_a_support_set_holds(tmp_path, capsys):
+    out = tmp_path / "k"
+    assert main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "1",
+                 "--epochs", "1", "--batch-size", "100", "--out", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(out), "--n", "5000", "--out", str(tmp_path / "s.npz")]) == 0
+    text = capsys.readouterr().out
+    assert "wrote 10 samples" in text and "a fixed set of 10, not 5000" in text
