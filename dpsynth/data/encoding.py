@@ -17,7 +17,7 @@ import pandas as pd
 
 from .numeric_sketch import QuantileMap
 from .private_schema import conform, inferred_columns, require_complete
-from .schema import Schema
+from .schema import Schema, enforce_constraints
 
 
 def schema_dtype(kind: str, integer: bool = False, categories=None) -> str:
@@ -135,6 +135,8 @@ class TableEncoder:
         df = pd.DataFrame(out)
         order = [c for c in self.columns if c in df.columns]
         df = df[order + [c for c in df.columns if c not in order]]
+        if self.schema.constraints:         # declared fixed combinations hold in every row (post-processing)
+            df = enforce_constraints(df, self.schema, rng if rng is not None else np.random.default_rng())
         return df.astype({c: t for c, t in self.dtypes.items() if c in df.columns})
 
     def to_dict(self) -> dict:

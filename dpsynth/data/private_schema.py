@@ -155,7 +155,14 @@ def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
             columns.append(Column(col.name, "categorical", categories=[v for v in kept if v != OTHER] + [OTHER]))
     inferred = sorted(stats)
     notes = {**schema.notes, "dp_inferred_columns": inferred}
-    return Schema(columns, schema.label, schema.label_categories, f"{schema.source}+dp-inferred", notes)
+    kinds = {c.name: c for c in columns}
+    constraints = []                    # declared combinations whose values survived the released categories
+    for k in schema.constraints:
+        values = [v for v in k["values"] if all(kinds[c].kind != "categorical" or str(x) in map(str, kinds[c].categories)
+                                                for c, x in zip(k["columns"], v))]
+        if values:
+            constraints.append({**k, "values": values})
+    return Schema(columns, schema.label, schema.label_categories, f"{schema.source}+dp-inferred", notes, constraints)
 
 
 def inferred_columns(schema: Schema) -> list[str]:
@@ -186,7 +193,7 @@ def declared_part(schema: Schema) -> Schema:
         return schema
     cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
             else replace(c, categories=None) if c.name in names else c for c in schema.columns]
-    return Schema(cols, schema.label, schema.label_categories, schema.source, schema.notes)
+    return Schema(cols, schema.label, schema.label_categories, schema.source, schema.notes, schema.constraints)
 
 
 def schema_release_description(inference: SchemaInference, threshold: float | None,

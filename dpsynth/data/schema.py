@@ -80,9 +80,13 @@ class Schema:
     label_categories: list | None = None
     source: str = "user"
     notes: dict = field(default_factory=dict)
+    #: declared fixed combinations (public: the user's, never learned from data):
+    #: [{"type": "fixed_combinations", "columns": [a, b, ...], "values": [[va, vb, ...], ...]}]
+    constraints: list = field(default_factory=list)
 
     def __post_init__(self):
         names = [c.name for c in self.columns]
+        self.constraints = [_checked_constraint(k, {c.name: c for c in self.columns}) for k in self.constraints]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SchemaError(f"column name(s) {dupes} appear more than once in the schema.")
@@ -122,6 +126,8 @@ class Schema:
             d["label_categories"] = list(self.label_categories)
         if self.notes:
             d["notes"] = self.notes
+        if self.constraints:
+            d["constraints"] = [dict(k, values=[list(v) for v in k["values"]]) for k in self.constraints]
         return d
 
     @classmethod
@@ -129,7 +135,14 @@ class Schema:
         if not isinstance(d, dict) or "columns" not in d:
             raise SchemaError("a schema is a JSON object with a 'columns' list (see the README).")
         return cls([Column.from_dict(c) for c in d["columns"]], d.get("label"),
-                   d.get("label_categories"), d.get("source", "user"), d.get("notes", {}))
+                   d.get("label_categories"), d.get("source", "user"), d.get("notes", {}), d.get("constraints", []))
+
+    def allowed_rows(self, df: pd.DataFrame, constraint: dict) -> np.ndarray:
+        """Boolean mask of the rows of ``df`` whose values in the constraint's columns form one of its
+        declared combinations (numbers compared as numbers)."""
+        keys = {_combination_key(v, self, constraint["columns"]) for v in constraint["values"]}
+        rows = zip(*(df[c].tolist() for c in constraint["columns"]))
+        return np.fromiter((_combination_key(r, self, constraint["columns"]) in keys for r in rows), bool, len(df))
 
     @classmethod
     def from_json(cls, path) -> "Schema":
@@ -196,12 +209,71 @@ class Schema:
                             f"bounds [{lo:g}, {hi:g}]; widen the bounds or clip the data."
                         )
                 out[col.name] = values
+        for k in self.constraints:
+            bad = int((~self.allowed_rows(out, k)).sum())
+            if bad:
+                raise DataValidationError(
+                    f"{bad} row(s) break the declared fixed combinations of {k['columns']}; fix the rows, or add "
+                    f"the combinations to the schema's constraint.")
         return out
 
     def label_codes(self, df: pd.DataFrame) -> np.ndarray:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {str(c): i for i, c in enumerate(self.label_categories)}
         return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
+
+
+def _combination_key(values, schema: "Schema", columns: list) -> tuple:
+    """A combination as comparable values: numbers as floats, categories as strings."""
+    out = []
+    for v, name in zip(values, columns):
+        numeric = schema.column(name).kind == "numeric"
+        out.append(float(v) if numeric else str(v))
+    return tuple(out)
+
+
+def _checked_constraint(k, columns: dict) -> dict:
+    """A declared constraint, checked against the columns: only fixed combinations, of declared feature
+    columns, each combination within the columns' bounds and categories."""
+    if not isinstance(k, dict) or k.get("type") != "fixed_combinations":
+        raise SchemaError(f"a constraint is {{\"type\": \"fixed_combinations\", \"columns\": [...], \"values\": "
+                          f"[[...], ...]}}; got {k!r}.")
+    cols, values = list(k.get("columns") or []), [list(v) for v in k.get("values") or []]
+    unknown = [c for c in cols if c not in columns]
+    if len(cols) < 2 or unknown:
+        raise SchemaError(f"fixed_combinations needs two or more declared feature columns; got {cols} "
+                          f"(not in the schema: {unknown}).")
+    if not values or any(len(v) != len(cols) for v in values):
+        raise SchemaError(f"fixed_combinations of {cols}: 'values' must list combinations of {len(cols)} values each.")
+    for v in values:
+        for value, name in zip(v, cols):
+            col = columns[name]
+            if col.kind == "categorical" and col.categories is not None and str(value) not in map(str, col.categories):
+                raise SchemaError(f"fixed_combinations of {cols}: {value!r} is not a category of {name!r}.")
+            if col.kind == "numeric" and col.bounds is not None and not col.bounds[0] <= float(value) <= col.bounds[1]:
+                raise SchemaError(f"fixed_combinations of {cols}: {value!r} is outside the bounds of {name!r}.")
+    return {"type": "fixed_combinations", "columns": cols, "values": values}
+
+
+def enforce_constraints(df: pd.DataFrame, schema: "Schema", rng: np.random.Generator) -> pd.DataFrame:
+    """Post-processing of synthetic rows: every row keeps the declared combinations. A row whose values
+    in a constraint's columns are not a declared combination takes the declared combination that agrees
+    with it in the most columns, the first column first (so a generated education keeps its education
+    number); ties are broken by ``rng``."""
+    for k in schema.constraints:
+        ok = schema.allowed_rows(df, k)
+        if ok.all():
+            continue
+        cols = k["columns"]
+        combos = [_combination_key(v, schema, cols) for v in k["values"]]
+        for i in np.nonzero(~ok)[0]:
+            row = _combination_key([df.iloc[i][c] for c in cols], schema, cols)
+            score = [sum((a == b) * (len(cols) - j) for j, (a, b) in enumerate(zip(row, combo))) for combo in combos]
+            best = np.flatnonzero(np.asarray(score) == max(score))
+            combo = k["values"][int(rng.choice(best))]
+            for c, v in zip(cols, combo):
+                df.iat[i, df.columns.get_loc(c)] = v if schema.column(c).kind == "categorical" else float(v)
+    return df
 
 
 def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: list[str],
