@@ -28,6 +28,8 @@ def schema_dtype(kind: str, integer: bool = False, categories=None) -> str:
     if kind == "numeric":
         return "int64" if integer else "float64"
     values = list(categories or [])
+    if values and all(isinstance(v, bool) for v in values):
+        return "bool"
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return "int64"
     if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):

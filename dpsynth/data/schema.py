@@ -26,8 +26,15 @@ class Column:
     bounds: tuple[float, float] | None = None
     categories: list | None = None
     integer: bool = False
+    #: a boolean column: categorical over [False, True], generated as bool; accepts True/False,
+    #: "true"/"false" (any case) and 1/0
+    boolean: bool = False
 
     def __post_init__(self):
+        if self.boolean:
+            if self.kind != "categorical" or self.bounds is not None:
+                raise SchemaError(f"boolean column {self.name!r} takes no bounds or categories.")
+            self.categories = [False, True]
         if self.kind not in ("numeric", "categorical"):
             raise SchemaError(
                 f"column {self.name!r}: type must be 'numeric' or 'categorical'; got {self.kind!r}."
@@ -50,6 +57,8 @@ class Column:
             self.bounds = (lo, hi)
 
     def to_dict(self) -> dict:
+        if self.boolean:
+            return {"name": self.name, "type": "boolean"}
         d = {"name": self.name, "type": self.kind}
         if self.kind == "numeric":
             if self.bounds is not None:
@@ -67,6 +76,10 @@ class Column:
         unknown = set(d) - {"name", "type", "bounds", "categories", "integer"}
         if unknown:
             raise SchemaError(f"column {d['name']!r}: unknown key(s) {sorted(unknown)}.")
+        if d["type"] == "boolean":
+            if set(d) - {"name", "type"}:
+                raise SchemaError(f"boolean column {d['name']!r} takes no bounds, categories or integer.")
+            return cls(d["name"], "categorical", boolean=True)
         return cls(d["name"], d["type"], tuple(d["bounds"]) if d.get("bounds") is not None else None,
                    d.get("categories"), bool(d.get("integer", False)))
 
@@ -178,6 +191,9 @@ class Schema:
                     f"column {col.name!r} has {int(s.isna().sum())} missing value(s); impute or drop "
                     f"them first, or declare a category for missing values."
                 )
+            if col.boolean:              # True / "true" / 1 -> "True", False / "false" / 0 -> "False"
+                s = s.map(lambda v: {"true": "True", "1": "True", "1.0": "True", "false": "False", "0": "False",
+                                     "0.0": "False"}.get(str(v).strip().lower(), v))
             if col.kind == "categorical":
                 # checks on distinct values, not per row (big shards), of an object column of str
                 text = s if s.dtype == object else s.astype(str).astype(object)
