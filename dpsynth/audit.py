@@ -335,7 +335,8 @@ class _DPSGDFitTarget:
         self.X2, self.y2 = self.X.copy(), self.y.copy()
         self.y2[0] = 1                                                                  # x*, label 1
         self._to_kernel, self._one_hot = to_kernel_space, centred_one_hot
-        fitted = self._model().fit(self.X, self.y, public_init=self.start)
+        # one run on D' gives the calibrated entry, and the iterates that prepare() measures
+        self._iterates, fitted = self._run(self.X2, self.y2)
         entry = fitted.release_.ledger.entries[0]
         self.sigma, self.sensitivity = entry.noise_multiplier, clip
         self.plan_dict = entry.plan
@@ -351,6 +352,14 @@ class _DPSGDFitTarget:
         return DPKIP(self.epsilon, self.delta, n_classes=self.CLASSES, images_per_class=self.PER_CLASS,
                      epochs=self.epochs, batch_size=1, lr=self.lr, clip=self.clip, reg=self.reg, optimizer="sgd",
                      dtype="float64", seed=0)
+
+    def _run(self, X, y) -> tuple[list[torch.Tensor], object]:
+        """One fit on (X, y) from the public start: every iterate (the attacker's view) and the model."""
+        iterates: list[torch.Tensor] = []
+        model = self._model()
+        model._observer = iterates.append
+        model.fit(X, y, public_init=self.start)
+        return iterates, model
 
     def _contribution(self, x_s, X, y) -> torch.Tensor:
         """The fit's own clipped sum (the function its private_gradient calls) over records X, y."""
@@ -368,10 +377,7 @@ class _DPSGDFitTarget:
         from .kip.kernels import FCReLUKernel
 
         self._kernel = FCReLUKernel(1)
-        iterates: list[torch.Tensor] = []
-        model = self._model()
-        model._observer = iterates.append
-        model.fit(self.X2, self.y2, public_init=self.start)
+        iterates = self._iterates
         gap = 0.0
         others = (self.X[1:], self.y[1:])
         for x_s in iterates:
@@ -388,11 +394,7 @@ class _DPSGDFitTarget:
 
     def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
         """Every step's noisy sum (from consecutive iterates) projected on the canary's direction."""
-        X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
-        iterates: list[torch.Tensor] = []
-        model = self._model()
-        model._observer = iterates.append
-        model.fit(X, y, public_init=self.start)
+        iterates, model = self._run(*((self.X2, self.y2) if neighbour else (self.X, self.y)))
         xs = torch.stack(iterates)
         sums = (xs[:-1] - xs[1:]) / self.lr          # SGD: x_{t+1} = x_t - lr * noisy sum / (q N), q N = 1
         proj = ((sums - self._others) * self._dir).sum((1, 2))

@@ -153,9 +153,10 @@ class Schema:
     def allowed_rows(self, df: pd.DataFrame, constraint: dict) -> np.ndarray:
         """Boolean mask of the rows of ``df`` whose values in the constraint's columns form one of its
         declared combinations (numbers compared as numbers)."""
-        keys = {_combination_key(v, self, constraint["columns"]) for v in constraint["values"]}
+        key = _combination_key(self, constraint["columns"])
+        keys = {key(v) for v in constraint["values"]}
         rows = zip(*(df[c].tolist() for c in constraint["columns"]))
-        return np.fromiter((_combination_key(r, self, constraint["columns"]) in keys for r in rows), bool, len(df))
+        return np.fromiter((key(r) in keys for r in rows), bool, len(df))
 
     @classmethod
     def from_json(cls, path) -> "Schema":
@@ -239,13 +240,11 @@ class Schema:
         return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
 
 
-def _combination_key(values, schema: "Schema", columns: list) -> tuple:
-    """A combination as comparable values: numbers as floats, categories as strings."""
-    out = []
-    for v, name in zip(values, columns):
-        numeric = schema.column(name).kind == "numeric"
-        out.append(float(v) if numeric else str(v))
-    return tuple(out)
+def _combination_key(schema: "Schema", columns: list):
+    """A function turning a combination of ``columns`` into comparable values: numbers as floats,
+    categories as strings (the columns' kinds looked up once)."""
+    casts = [float if schema.column(name).kind == "numeric" else str for name in columns]
+    return lambda values: tuple(cast(v) for cast, v in zip(casts, values))
 
 
 def _checked_constraint(k, columns: dict) -> dict:
@@ -281,9 +280,10 @@ def enforce_constraints(df: pd.DataFrame, schema: "Schema", rng: np.random.Gener
         if ok.all():
             continue
         cols = k["columns"]
-        combos = [_combination_key(v, schema, cols) for v in k["values"]]
+        key = _combination_key(schema, cols)
+        combos = [key(v) for v in k["values"]]
         for i in np.nonzero(~ok)[0]:
-            row = _combination_key([df.iloc[i][c] for c in cols], schema, cols)
+            row = key([df.iloc[i][c] for c in cols])
             score = [sum((a == b) * (len(cols) - j) for j, (a, b) in enumerate(zip(row, combo))) for combo in combos]
             best = np.flatnonzero(np.asarray(score) == max(score))
             combo = k["values"][int(rng.choice(best))]

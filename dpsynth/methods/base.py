@@ -47,7 +47,7 @@ from ..training import (Selection, TrainConfig, checkpoint_generator_spec, check
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
-from .tables import NUMERIC_ENCODINGS, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import NUMERIC_ENCODINGS, check_shares, encoder_of, prepare_table, reserved_delta, table_shares
 
 logger = logging.getLogger(__name__)
 
@@ -161,10 +161,7 @@ class KernelGeneratorMethod(Method):
                                         f"{self.numeric_encoding!r}.")
         shares = {"proportions_share": self.proportions_share, "schema_share": self.schema_share,
                   "numeric_share": self.numeric_share if self.numeric_encoding == "quantile" else None}
-        for name, v in shares.items():
-            if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
-                raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
-                                            f"got {v!r} (try 0.1).")
+        check_shares(**shares)
         if sum(float(v or 0) for v in shares.values()) >= 1:
             raise InvalidParameterError(
                 f"the shares {', '.join(f'{k}={v}' for k, v in shares.items() if v)} add up to 1 or more, leaving "

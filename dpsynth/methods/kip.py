@@ -48,7 +48,7 @@ from ..validation import check_delta, check_epsilon, check_features, check_label
 from .base import _as_schema, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, register
-from .tables import encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
@@ -139,11 +139,7 @@ class DPKIP(Method):
         if self.neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
                                         f"(the paper's accounting); got {self.neighbouring!r}.")
-        for name in ("schema_share", "numeric_share"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
-                raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
-                                            f"got {v!r} (try 0.1).")
+        check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share)
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
         try:
@@ -413,7 +409,7 @@ class _KIPState:
         if "table_facts" in meta:           # the table's releases were made before the first step: reuse them
             prior = {k[len("table/"):]: v for k, v in t.items() if k.startswith("table/")}
             facts = meta["table_facts"]
-            table = (encoder_of(Release(prior, {}, facts, engine.ledger)), prior, facts)
+            table = (encoder_from(facts, prior), prior, facts)
         state = cls(t["x"].clone(), t["labels"], model, engine, table)
         state.model_params = meta["params"]
         engine.sampler.set_state(t.get("sampler"))

@@ -43,6 +43,14 @@ def table_shares(schema: Schema, *, schema_share: float | None, numeric_encoding
     return shares
 
 
+def check_shares(**shares) -> None:
+    """Each named share of the privacy is a number in (0, 1) or None (not released)."""
+    for name, v in shares.items():
+        if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
+            raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
+                                        f"got {v!r} (try 0.1).")
+
+
 def reserved_delta(schema: Schema, delta: float) -> float:
     """The part of delta that private schema inference's category thresholds use (0 without them)."""
     return SchemaInference.of(schema).threshold_delta(delta)
@@ -51,7 +59,8 @@ def reserved_delta(schema: Schema, delta: float) -> float:
 def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, dict, dict]:
     """Release what the plan of ``engine`` declared for this table (``"schema"``, ``"numeric_sketch"``)
     and build the encoder from it: (encoder, tensors to save in the release, public facts).
-    ``data``: the DataFrame (or None for shards); ``source``: its :class:`~dpsynth.engines.Source`."""
+    ``data``: the DataFrame or :class:`~dpsynth.data.ShardedTable` (its column names are public);
+    ``source``: its :class:`~dpsynth.engines.Source`."""
     todo = SchemaInference.of(schema)
     if todo:
         std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
@@ -90,15 +99,21 @@ def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -
 
 
 def encoder_of(release) -> TableEncoder | None:
-    """The table encoder of a release: its schema and column order (public facts), and with quantile
-    encoding the numeric columns' CDFs, rebuilt from the released noisy counts (post-processing)."""
-    table = release.dataset.get("table")
+    """The table encoder of a release (see :func:`encoder_from`)."""
+    return encoder_from(release.dataset, release.tensors)
+
+
+def encoder_from(facts: dict, tensors: dict) -> TableEncoder | None:
+    """The table encoder from a release's public facts and tensors: its schema and column order, and
+    with quantile encoding the numeric columns' CDFs, rebuilt from the released noisy counts
+    (post-processing). None for images."""
+    table = facts.get("table")
     if not table:
         return None
     encoder = TableEncoder.from_dict(table)
-    sketch = release.dataset.get("numeric_sketch")
+    sketch = facts.get("numeric_sketch")
     if sketch is None:
         return encoder
-    counts = {k[len(SKETCH_PREFIX):]: v for k, v in release.tensors.items() if k.startswith(SKETCH_PREFIX)}
+    counts = {k[len(SKETCH_PREFIX):]: v for k, v in tensors.items() if k.startswith(SKETCH_PREFIX)}
     return TableEncoder(encoder.schema, encoder.columns,
                         NumericSketch.of(encoder.schema).limited(sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
