@@ -129,3 +129,27 @@ def five_class_table(n, seed, rare=True):
     if rare:
         df.loc[0, "y"] = "rare"
     return df
+
+
+# -- issue 32: nullable, datetime and id columns -------------------------------------------------
+MIXED_SCHEMA = {"label": "y", "label_categories": ["lo", "hi"], "columns": [
+    {"name": "pid", "type": "id", "integer": True, "bounds": [1, 99999]},
+    {"name": "age", "type": "numeric", "bounds": [18, 90], "integer": True},
+    {"name": "income", "type": "numeric", "bounds": [0, 200000], "nullable": True},
+    {"name": "colour", "type": "categorical", "categories": ["red", "green", "blue"], "nullable": True},
+    {"name": "visit", "type": "datetime", "bounds": ["2020-01-01", "2022-12-31"], "resolution": "D"},
+]}
+
+
+def mixed_table(n=2000, seed=0):
+    """IDs, ages, an income missing at random in 20 % of rows, a colour missing in about half the rows
+    over 60 (never below), a visit date, and a label that follows age."""
+    g = np.random.default_rng(seed)
+    age = g.integers(18, 91, n)
+    income = np.where(g.random(n) < 0.2, np.nan, (age * 1000 + g.normal(0, 5000, n)).clip(0, 200000))
+    colour = g.choice(["red", "green", "blue"], n).astype(object)
+    colour[(age > 60) & (g.random(n) < 0.5)] = None
+    visit = pd.Timestamp("2020-01-01") + pd.to_timedelta(g.integers(0, 1096, n), unit="D")
+    y = np.where(age + g.normal(0, 10, n) > 50, "hi", "lo")
+    return pd.DataFrame({"pid": g.permutation(np.arange(1, 100000))[:n], "age": age, "income": income,
+                         "colour": colour, "visit": visit, "y": y})

@@ -1,12 +1,21 @@
-"""Score peers' synthetic CSVs with dpsynth's 12-classifier protocol (main venv).
+"""Score synthetic CSVs (peers' and dpsynth's) with dpsynth's 12-classifier protocol (main venv).
+
+Reads ``synth_{method}_eps{epsilon:g}.csv`` from each split folder (``synth_{method}.csv`` without
+``--epsilon``, the files of earlier sessions), so every method is scored from its file by the same code:
+:func:`table_classifier_scores` and :func:`table_fidelity` against the real test split, and the 1-way /
+2-way marginal TVD of ``marginal_tvd.py`` (deciles of the real test split, and the 32-bin public grid).
+``--method real`` scores the folder's ``train.csv`` (the floor: real rows against the real test split).
 
     .venv/bin/python benchmarks/peers/evaluate_peers.py benchmarks/out/splits/adult_s0 --method mst aim
+    .venv/bin/python benchmarks/peers/evaluate_peers.py benchmarks/out/splits/adult_s0 --method mst dp-merf \
+        --epsilon 1 --out benchmarks/out/fidelity_issue32.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,13 +26,16 @@ from dpsynth.evaluation.fidelity import table_fidelity
 from dpsynth.evaluation.tabular import table_classifier_scores
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from table_utility import summary  # noqa: E402
+from marginal_tvd import marginal_tvd  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("folders", nargs="+")
     p.add_argument("--method", nargs="+", default=["mst", "aim"])
+    p.add_argument("--epsilon", type=float, default=None, help="read synth_{method}_eps{epsilon:g}.csv")
     p.add_argument("--out", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
     for folder in map(Path, args.folders):
@@ -33,18 +45,30 @@ def main():
         for col in schema.numeric:
             test[col] = pd.to_numeric(test[col])
         for method in args.method:
-            path = folder / f"synth_{method}.csv"
+            if method == "real":
+                path = folder / "train.csv"
+            elif args.epsilon is None:
+                path = folder / f"synth_{method}.csv"
+            else:
+                path = folder / f"synth_{method}_eps{args.epsilon:g}.csv"
             if not path.exists():
+                print(json.dumps({"folder": folder.name, "method": method, "missing": str(path)}), flush=True)
                 continue
+            t = time.perf_counter()
             synth = pd.read_csv(path, dtype=str, keep_default_na=False)
             for col in schema.numeric:
                 c = schema.column(col)
                 synth[col] = pd.to_numeric(synth[col]).clip(*c.bounds)
             r = table_classifier_scores(synth, test, enc, seed=0)
             fid = summary(table_fidelity(test, synth, schema))
-            row = {"folder": folder.name, "method": method, **r, "fidelity": fid}
-            print(json.dumps({"folder": folder.name, "method": method, "mean": r["mean"],
-                              "num_tv": fid["mean_numeric_tv"], "cat_tv": fid["mean_categorical_tv"],
+            tvd = {s: marginal_tvd(test, synth, schema, s) for s in ("deciles", "grid32")}
+            row = {"folder": folder.name, "method": method, "epsilon": None if method == "real" else args.epsilon,
+                   "synth_csv": path.name, "n_synth": len(synth), **r, "fidelity": fid, "marginal_tvd": tvd,
+                   "eval_s": round(time.perf_counter() - t, 1)}
+            print(json.dumps({"folder": folder.name, "method": method, "epsilon": row["epsilon"], "mean": r["mean"],
+                              "skipped": list(r["skipped"]), "failures": list(r["failures"]),
+                              "tvd1": round(tvd["deciles"]["tvd_1way"], 4), "tvd2": round(tvd["deciles"]["tvd_2way"], 4),
+                              "tvd2_grid": round(tvd["grid32"]["tvd_2way"], 4),
                               "pair": fid["pairwise"]["mean_abs_error"]}), flush=True)
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(row) + "\n")

@@ -3,15 +3,19 @@
 Numeric columns are discretised into 32 equal-width bins over the schema's declared
 (public) bounds, categorical columns label-encoded, so no budget is spent on
 preprocessing (preprocessor_eps=0) and the whole (epsilon, delta) goes to the synthesizer.
-Writes synth_{method}.csv next to train.csv and a JSON line with the fit time.
+Writes synth_{method}_eps{epsilon:g}.csv next to train.csv (so runs at different epsilons do not
+overwrite each other) and prints a JSON line with the fit time (the fit only: not the sampling, not
+reading the CSV), appended to ``--out`` when given.
 
     .venv-peers/bin/python benchmarks/peers/run_smartnoise.py benchmarks/out/splits/adult_s0 \
-        --method mst aim --epsilon 1 --delta 1e-5
+        --method mst aim --epsilon 1 --delta 1e-5 --out benchmarks/out/peers_issue32_fit.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import time
 from pathlib import Path
 
@@ -27,6 +31,7 @@ def main():
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--bins", type=int, default=32)
+    p.add_argument("--out", default=None, help="append the JSON line of each fit to this file")
     p.add_argument("--verbose", action="store_true", help="AIM: print every round (progress of long fits)")
     args = p.parse_args()
     for folder in map(Path, args.folders):
@@ -48,9 +53,18 @@ def main():
             synth = Synthesizer.create(method, epsilon=args.epsilon, delta=args.delta, **extra)
             synth.fit(train, transformer=constraints, preprocessor_eps=0.0)
             fit_s = time.perf_counter() - t
-            synth.sample(len(train)).to_csv(folder / f"synth_{method}.csv", index=False)
-            print(json.dumps({"folder": str(folder), "method": method, "fit_s": round(fit_s, 1),
-                              "epsilon": args.epsilon, "delta": args.delta}), flush=True)
+            t = time.perf_counter()
+            name = f"synth_{method}_eps{args.epsilon:g}.csv"
+            synth.sample(len(train)).to_csv(folder / name, index=False)
+            row = {"folder": str(folder), "method": method, "fit_s": round(fit_s, 1),
+                   "sample_s": round(time.perf_counter() - t, 1), "epsilon": args.epsilon, "delta": args.delta,
+                   "bins": args.bins, "preprocessor_eps": 0.0, "synth_csv": name, "n_rows": len(train),
+                   "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+                   "host_cpus": os.cpu_count(), "python": platform.python_version()}
+            print(json.dumps(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

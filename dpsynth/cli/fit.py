@@ -23,7 +23,8 @@ FLAG_PARAMS = {
 
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
-NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label", "drop_unlisted", "shards",
+NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
+              "label_categories", "nullable", "drop_unlisted", "shards",
               "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every"}
@@ -100,6 +101,22 @@ def cmd_fit(args) -> int:
     return 0
 
 
+def _schema(args):
+    """The --schema file (a dpsynth schema or SDV metadata) with --nullable columns and, when it names no
+    label (SDV metadata), --label and --label-categories applied."""
+    from ..data import Schema
+
+    schema = Schema.from_json(args.schema)
+    if args.nullable:
+        schema = schema.with_nullable("all" if args.nullable == "all" else args.nullable.split(","))
+    if schema.label is None and args.label:
+        schema = schema.with_label(args.label, args.label_categories.split(",") if args.label_categories else None)
+    elif args.label_categories:
+        raise InvalidParameterError("--label-categories is for schemas that declare no label (SDV metadata); this "
+                                    "schema declares its label's classes.")
+    return schema
+
+
 def _fit_inputs(args):
     """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
     from ..data import Schema, get_info, load_dataset, load_preset, read_table
@@ -114,7 +131,7 @@ def _fit_inputs(args):
                                         "COLUMN (instead of --csv or --dataset).")
         from ..data import read_sql
 
-        schema = Schema.from_json(args.schema)
+        schema = _schema(args)
         df = read_sql(args.db, args.query, schema, label=args.label, drop_unlisted=args.drop_unlisted)
         return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, \
             _method(args).defaults_for("table"), {}
@@ -122,7 +139,7 @@ def _fit_inputs(args):
         if not (args.schema and args.label):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
-        schema = Schema.from_json(args.schema)
+        schema = _schema(args)
         df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
             _method(args).defaults_for("table"), {}
@@ -165,7 +182,7 @@ def _shard_inputs(args):
     engine = get_engine(args.engine or "stream", address=args.ray_address, workers=args.ray_workers)
     if bool(args.schema) != bool(args.label):
         raise InvalidParameterError("table shards need both --schema FILE.json and --label COLUMN.")
-    schema = Schema.from_json(args.schema) if args.schema else None
+    schema = _schema(args) if args.schema else None
     if schema is not None and args.label != schema.label:
         raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
     src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
@@ -306,6 +323,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
     s.add_argument("--schema", help="JSON schema of --csv or --db (see README: schema format)")
     s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "
+                   "declares no label (SDV metadata)")
+    s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "
+                   "(SDV metadata does not say which)")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
                    "(default: refuse, naming them)")
     s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "

@@ -3,7 +3,11 @@
 Layout: the numeric columns first, each mapped to [0, 1]: through its privately
 released CDF when the release holds one (quantile encoding,
 :mod:`dpsynth.data.numeric_sketch`), else scaled with its *declared* bounds
-(min-max); then one one-hot block per categorical column (schema order). Nothing
+(min-max); then one one-hot block per categorical column (schema order), a nullable one with one
+more slot for "missing"; then a [present, missing] block per nullable numeric column (whose
+missing values are encoded at the middle of [0, 1], a public placeholder the decoder discards).
+Datetime columns are numeric columns in seconds; ID columns are never encoded (they are not
+learned) and are generated fresh: unique, and never equal to a real ID. Nothing
 is estimated from the data: bounds and categories come from the schema, so
 encoding reads no statistic of the private table. Decoding clips numbers to
 their bounds (rounding integer columns), draws each categorical value from the
@@ -20,22 +24,34 @@ from .private_schema import conform, inferred_columns, require_complete
 from .schema import Schema, enforce_constraints
 
 
-def schema_dtype(kind: str, integer: bool = False, categories=None) -> str:
+#: where a missing numeric value sits in [0, 1] (public; the decoder discards it)
+MISSING_PLACEHOLDER = 0.5
+#: pandas 2's ``str`` turns missing values into the text "nan"; its nullable text columns stay object
+_NULLABLE_TEXT = "str" if int(pd.__version__.split(".")[0]) >= 3 else "object"
+
+
+def schema_dtype(kind: str, integer: bool = False, categories=None, nullable: bool = False,
+                 datetime: str | None = None, fmt: str | None = None) -> str:
     """The pandas dtype of a generated column, from its declaration only: integer numeric
-    columns int64, other numeric columns float64, categorical columns int64 / float64 when every
-    declared category is such a number, pandas' text type ``str`` when every one is text, else
-    object (the declared values)."""
+    columns int64 (Int64 when nullable), other numeric columns float64, datetime columns
+    datetime64[ns] (text in their ``format`` when declared), categorical columns int64 / float64
+    when every declared category is such a number, pandas' text type ``str`` when every one is
+    text, else object (the declared values); ID columns int64 or text."""
+    if datetime:
+        return "str" if fmt and not nullable else _NULLABLE_TEXT if fmt else "datetime64[ns]"
+    if kind == "id":
+        return "int64" if integer else "str"
     if kind == "numeric":
-        return "int64" if integer else "float64"
+        return ("Int64" if nullable else "int64") if integer else "float64"
     values = list(categories or [])
     if values and all(isinstance(v, bool) for v in values):
-        return "bool"
+        return "boolean" if nullable else "bool"
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return "int64"
+        return "Int64" if nullable else "int64"
     if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return "float64"
     if values and all(isinstance(v, str) for v in values):
-        return "str"
+        return _NULLABLE_TEXT if nullable else "str"
     return "object"
 
 
@@ -45,6 +61,9 @@ class TableEncoder:
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
+        #: numeric columns with a [present, missing] block after the categorical blocks
+        self.missing_blocks = [c for c in self.numeric if c.nullable]
+        self.ids = [c for c in schema.columns if c.kind == "id"]
         self.columns = list(columns or [])
         #: column -> released CDF knots {"x", "u"} (quantile encoding); other numeric columns: min-max
         self.numeric_maps = dict(numeric_maps or {})
@@ -74,7 +93,8 @@ class TableEncoder:
     @property
     def dtypes(self) -> dict[str, str]:
         """Output dtype of every column, from the schema (see :func:`schema_dtype`)."""
-        out = {c.name: schema_dtype(c.kind, c.integer, c.categories) for c in self.schema.columns}
+        out = {c.name: schema_dtype(c.kind, c.integer, c.categories, c.nullable, c.datetime, c.format)
+               for c in self.schema.columns}
         if self.schema.label:
             out[self.schema.label] = schema_dtype("categorical", categories=self.schema.label_categories)
         return out
@@ -85,7 +105,9 @@ class TableEncoder:
 
     @property
     def category_sizes(self) -> list[int]:
-        return [len(c.categories) for c in self.categorical]
+        """The one-hot blocks: every categorical column's (one more slot, the last, for "missing" when it
+        is nullable), then a [present, missing] block per nullable numeric column."""
+        return [len(c.categories) + c.nullable for c in self.categorical] + [2] * len(self.missing_blocks)
 
     @property
     def dim(self) -> int:
@@ -100,14 +122,17 @@ class TableEncoder:
         for c in self.numeric:
             values = clean[c.name].to_numpy(dtype=np.float64)
             if c.name in self._maps:
-                parts.append(self._maps[c.name].encode(values)[:, None])
+                u = self._maps[c.name].encode(values)
             else:
                 lo, hi = c.bounds
-                parts.append(((values - lo) / (hi - lo))[:, None])
+                u = (values - lo) / (hi - lo)
+            parts.append(np.where(np.isnan(values), MISSING_PLACEHOLDER, u)[:, None])
         for c in self.categorical:
             lookup = {str(v): i for i, v in enumerate(c.categories)}
-            codes = clean[c.name].map(lookup).to_numpy(dtype=np.int64)
-            parts.append(np.eye(len(c.categories))[codes])
+            codes = clean[c.name].map(lookup).fillna(len(c.categories)).to_numpy(dtype=np.int64)  # missing: last
+            parts.append(np.eye(len(c.categories) + c.nullable)[codes])
+        for c in self.missing_blocks:
+            parts.append(np.eye(2)[clean[c.name].isna().to_numpy(dtype=np.int64)])
         X = np.concatenate(parts, 1).astype(np.float32) if parts else np.zeros((len(clean), 0), np.float32)
         y = self.schema.label_codes(clean) if with_label and self.schema.label else None
         return X, y
@@ -117,21 +142,23 @@ class TableEncoder:
         X = np.asarray(X, dtype=np.float64)
         rng = rng or np.random.default_rng()
         out = {}
+        blocks = np.split(X[:, self.n_numeric:], np.cumsum(self.category_sizes)[:-1], axis=1) if self.category_sizes else []
+        choose = lambda p: _choose(p, categorical, rng)      # noqa: E731
         for j, c in enumerate(self.numeric):
             lo, hi = c.bounds
             v = self._maps[c.name].decode(X[:, j]) if c.name in self._maps else lo + np.clip(X[:, j], 0.0, 1.0) * (hi - lo)
             out[c.name] = np.clip(np.round(v), lo, hi) if c.integer else v
-        start = self.n_numeric
-        for c in self.categorical:
-            k = len(c.categories)
-            p = np.clip(X[:, start:start + k], 0, None)
-            start += k
-            if categorical == "argmax":
-                idx = p.argmax(1)
-            else:
-                p = p / np.maximum(p.sum(1, keepdims=True), 1e-12)
-                idx = (p.cumsum(1) < rng.random((len(p), 1))).sum(1).clip(0, k - 1)
-            out[c.name] = np.asarray(c.categories, dtype=object)[idx]
+        for c, p in zip(self.categorical, blocks):
+            idx = choose(p)
+            values = np.asarray(list(c.categories) + [None], dtype=object)[idx]
+            out[c.name] = values
+        for c, p in zip(self.missing_blocks, blocks[len(self.categorical):]):
+            out[c.name] = np.where(choose(p) == 1, np.nan, out[c.name])
+        for c in self.numeric:
+            if c.datetime:
+                out[c.name] = _dates(out[c.name], c)
+        for c in self.ids:
+            out[c.name] = fresh_ids(c, len(X), rng)
         if y is not None and self.schema.label:
             out[self.schema.label] = np.asarray(self.schema.label_categories, dtype=object)[np.asarray(y)]
         df = pd.DataFrame(out)
@@ -152,3 +179,35 @@ class TableEncoder:
         only their column order is used; the types come from the schema."""
         columns = d.get("columns") or [c for c, _ in d.get("dtypes") or []]
         return cls(Schema.from_dict(d["schema"]), columns)
+
+
+def _choose(p: np.ndarray, how: str, rng: np.random.Generator) -> np.ndarray:
+    """The slot of each row of a one-hot block of generator probabilities: drawn ('sample') or the most
+    likely one ('argmax')."""
+    p = np.clip(p, 0, None)
+    if how == "argmax":
+        return p.argmax(1)
+    p = p / np.maximum(p.sum(1, keepdims=True), 1e-12)
+    return (p.cumsum(1) < rng.random((len(p), 1))).sum(1).clip(0, p.shape[1] - 1)
+
+
+def _dates(seconds: np.ndarray, col) -> pd.Series:
+    """Generated seconds since 1970-01-01 as datetimes rounded to the column's resolution (text in its
+    format when it declares one); missing values stay missing."""
+    t = pd.Series(pd.to_datetime(np.round(np.asarray(seconds, dtype=np.float64) * 1e6), unit="us"))
+    t = t.dt.round(col.datetime).clip(*(pd.Timestamp(0) + pd.Timedelta(seconds=b) for b in col.bounds))
+    t = t.dt.floor(col.datetime).astype("datetime64[ns]")
+    return t.dt.strftime(col.format).where(t.notna(), None) if col.format else t
+
+
+def fresh_ids(col, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` unique IDs that no real ID can equal, from public facts only: integers drawn above the declared
+    range of the real ones, or the column's prefix and 32 random hex digits (real IDs are checked not to start
+    with the prefix)."""
+    while True:
+        if col.integer:
+            ids = int(col.bounds[1]) + 1 + rng.integers(0, 2 ** 53 - int(col.bounds[1]) - 1, n)
+        else:
+            ids = np.asarray([col.prefix + rng.bytes(16).hex() for _ in range(n)], dtype=object)
+        if len(pd.unique(ids)) == n:
+            return ids

@@ -163,8 +163,11 @@ class SketchCounts:
     def __call__(self, df: pd.DataFrame) -> dict:
         if self.encoder is not None:
             df = self.encoder.clean(df)
-        return {name: np.bincount(grid.cells(df[name].to_numpy(dtype=np.float64)), minlength=grid.n_cells)
-                .astype(np.float64) for name, grid in self.sketch.grids.items()}
+        out = {}
+        for name, grid in self.sketch.grids.items():     # missing values (nullable columns) count nowhere
+            values = df[name].to_numpy(dtype=np.float64)
+            out[name] = np.bincount(grid.cells(values[~np.isnan(values)]), minlength=grid.n_cells).astype(np.float64)
+        return out
 
 
 def release_numeric_sketch(data, sketch: NumericSketch, engine, encoder=None) -> dict[str, torch.Tensor]:

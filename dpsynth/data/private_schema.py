@@ -36,7 +36,7 @@ from scipy.stats import norm
 
 from ..engines import as_source
 from ..errors import SchemaError
-from .schema import Column, Schema
+from .schema import RESOLUTION_SECONDS, Schema
 
 #: catch-all category for values whose noisy count did not clear the threshold
 OTHER = "(other)"
@@ -84,7 +84,8 @@ class SchemaInference:
 
 class SchemaCounts:
     """The statistic schema inference sums, for :meth:`~dpsynth.engines.Source.total`: of one batch
-    of a table checked by :meth:`Schema.validate` (numbers finite, no missing values), the per-bin
+    of a table checked by :meth:`Schema.validate` (numbers finite, missing values only in nullable
+    columns, where they are not counted), the per-bin
     counts of each numeric column to infer and the count of every value of each categorical one."""
 
     def __init__(self, inference: "SchemaInference"):
@@ -93,11 +94,12 @@ class SchemaCounts:
     def __call__(self, df: pd.DataFrame) -> dict:
         edges = bin_edges()
         out: dict = {}
-        for name in self.inference.numeric:
-            idx = np.clip(np.searchsorted(edges, df[name].to_numpy(dtype=float), side="right") - 1, 0, len(edges) - 2)
+        for name in self.inference.numeric:                 # missing values (nullable columns) count nowhere
+            values = df[name].to_numpy(dtype=float)
+            idx = np.clip(np.searchsorted(edges, values[~np.isnan(values)], side="right") - 1, 0, len(edges) - 2)
             out[name] = np.bincount(idx, minlength=len(edges) - 1).astype(np.float64)
         for name in self.inference.categorical:
-            out[name] = {str(k): float(v) for k, v in df[name].astype(str).value_counts(sort=False).items()}
+            out[name] = {str(k): float(v) for k, v in df[name].dropna().astype(str).value_counts(sort=False).items()}
         return out
 
 
@@ -135,7 +137,7 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
 def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
                     category_threshold: float | None) -> Schema:
     """Post-processing: the schema with the noisy statistics turned into bounds and categories
-    (bounds of columns declared ``integer`` rounded outwards)."""
+    (bounds of integer columns rounded outwards to integers, of datetime columns to their resolution)."""
     columns = []
     for col in schema.columns:
         s = stats.get(col.name)
@@ -146,13 +148,14 @@ def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
             kept = np.nonzero(counts > NUMERIC_THRESHOLD_SIGMAS * noise_std)[0]
             lo_bin, hi_bin = (kept[0], kept[-1]) if len(kept) else (int(np.argmax(counts)),) * 2
             lo, hi = float(edges[lo_bin]), float(edges[hi_bin + 1])
-            if col.integer:
-                lo, hi = float(math.floor(lo)), float(math.ceil(hi))
-                hi = hi if hi > lo else lo + 1.0
+            unit = RESOLUTION_SECONDS[col.datetime] if col.datetime else 1.0 if col.integer else None
+            if unit is not None:         # integer and datetime bounds: outwards to whole units
+                lo, hi = math.floor(lo / unit) * unit, math.ceil(hi / unit) * unit
+                hi = hi if hi > lo else lo + unit
             columns.append(replace(col, bounds=(lo, hi)))
         else:
             kept = sorted(v for v, c in zip(s["values"], s["counts"].tolist()) if c > category_threshold)
-            columns.append(Column(col.name, "categorical", categories=[v for v in kept if v != OTHER] + [OTHER]))
+            columns.append(replace(col, categories=[v for v in kept if v != OTHER] + [OTHER]))
     inferred = sorted(stats)
     notes = {**schema.notes, "dp_inferred_columns": inferred}
     kinds = {c.name: c for c in columns}
@@ -182,7 +185,7 @@ def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
             df[name] = pd.to_numeric(df[name]).clip(*col.bounds)
         else:
             values = df[name].astype(str)
-            df[name] = values.where(values.isin(set(col.categories)), OTHER)
+            df[name] = values.where(values.isin(set(col.categories)) | df[name].isna(), OTHER).where(df[name].notna(), None)
     return df
 
 

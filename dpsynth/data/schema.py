@@ -19,26 +19,88 @@ import pandas as pd
 from ..errors import DataValidationError, SchemaError
 
 
+#: the resolutions a datetime column may declare (pandas frequency aliases)
+RESOLUTIONS = ("D", "h", "min", "s", "ms", "us")
+#: the length of each resolution in seconds
+RESOLUTION_SECONDS = {"D": 86400.0, "h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: keys a column declaration may hold
+COLUMN_KEYS = {"name", "type", "bounds", "categories", "integer", "nullable", "resolution", "format", "prefix"}
+
+
+def _seconds(value, name: str, fmt: str | None = None) -> float:
+    """A declared date (ISO text, or text in ``fmt``) as seconds since 1970-01-01 UTC."""
+    try:
+        try:
+            t = pd.to_datetime(value, format=fmt or "ISO8601")
+        except (ValueError, TypeError):
+            if fmt is None:
+                raise
+            t = pd.to_datetime(value, format="ISO8601")  # as to_dict writes bounds back
+    except (ValueError, TypeError) as exc:
+        raise SchemaError(f"datetime column {name!r}: bound {value!r} is not a date ({exc}); write it as "
+                          f"ISO text, e.g. \"2020-01-31\" or \"2020-01-31T12:00:00\".") from None
+    if t.tzinfo is not None:
+        t = t.tz_convert("UTC").tz_localize(None)
+    return (t - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+
+
+def _date_text(seconds: float) -> str:
+    return (pd.Timestamp(0) + pd.Timedelta(seconds=float(seconds))).isoformat()
+
+
 @dataclass
 class Column:
+    """One declared column. ``kind`` is "numeric", "categorical" or "id"; a boolean column is a
+    categorical one over [False, True], a datetime column a numeric one in seconds since 1970-01-01
+    (its ``bounds`` too; declared and written as dates)."""
+
     name: str
-    kind: str  # "numeric" | "categorical"
+    kind: str  # "numeric" | "categorical" | "id"
     bounds: tuple[float, float] | None = None
     categories: list | None = None
     integer: bool = False
     #: a boolean column: categorical over [False, True], generated as bool; accepts True/False,
     #: "true"/"false" (any case) and 1/0
     boolean: bool = False
+    #: missing values (NaN, None, empty CSV cells) are allowed, modelled and generated at the released rate
+    nullable: bool = False
+    #: a datetime column: its resolution ("D", "h", "min", "s", "ms", "us"); None for other columns
+    datetime: str | None = None
+    #: datetime: the text format of its values (strftime); generated values are written in it. None: ISO
+    #: text and pandas datetimes are read, pandas datetimes are generated
+    format: str | None = None
+    #: id (text): the prefix every generated ID starts with, which no real ID may start with
+    prefix: str | None = None
 
     def __post_init__(self):
         if self.boolean:
             if self.kind != "categorical" or self.bounds is not None:
                 raise SchemaError(f"boolean column {self.name!r} takes no bounds or categories.")
             self.categories = [False, True]
-        if self.kind not in ("numeric", "categorical"):
+        if self.kind not in ("numeric", "categorical", "id"):
             raise SchemaError(
-                f"column {self.name!r}: type must be 'numeric' or 'categorical'; got {self.kind!r}."
+                f"column {self.name!r}: type must be 'numeric', 'categorical', 'boolean', 'datetime' or 'id'; "
+                f"got {self.kind!r}."
             )
+        if self.datetime is not None and (self.kind != "numeric" or self.datetime not in RESOLUTIONS):
+            raise SchemaError(f"datetime column {self.name!r}: 'resolution' must be one of {list(RESOLUTIONS)}; "
+                              f"got {self.datetime!r}.")
+        if self.kind == "id":
+            if self.nullable or self.categories is not None:
+                raise SchemaError(f"id column {self.name!r} takes no categories and cannot be nullable "
+                                  f"(an ID identifies its row).")
+            if self.integer and self.bounds is None:
+                raise SchemaError(f"integer id column {self.name!r} needs 'bounds': the public range of the real "
+                                  f"IDs (e.g. [1, 99999]); generated IDs are drawn above it, so none equals a real one.")
+            if not self.integer:
+                if self.bounds is not None:
+                    raise SchemaError(f"text id column {self.name!r} takes no bounds (only integer IDs do).")
+                self.prefix = "syn-" if self.prefix is None else str(self.prefix)
+                if not self.prefix:
+                    raise SchemaError(f"id column {self.name!r}: 'prefix' must not be empty; generated IDs start "
+                                      f"with it and real ones must not.")
+        elif self.prefix is not None:
+            raise SchemaError(f"column {self.name!r}: 'prefix' is for id columns only.")
         if self.kind == "categorical" and self.categories is not None:
             if not self.categories:
                 raise SchemaError(
@@ -47,6 +109,9 @@ class Column:
                 )
             if len(set(map(str, self.categories))) != len(self.categories):
                 raise SchemaError(f"categorical column {self.name!r} lists a category twice.")
+            if any(c is None or (isinstance(c, float) and math.isnan(c)) for c in self.categories):
+                raise SchemaError(f"categorical column {self.name!r} lists a missing value as a category; declare "
+                                  f"\"nullable\": true instead.")
         if self.bounds is not None:
             lo, hi = (float(b) for b in self.bounds)
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
@@ -54,34 +119,61 @@ class Column:
                     f"numeric column {self.name!r}: bounds must be two finite numbers lo < hi; "
                     f"got {list(self.bounds)}."
                 )
+            if self.datetime:           # whole microseconds: the ISO text to_dict writes reads back exactly
+                lo, hi = round(lo, 6), round(hi, 6)
             self.bounds = (lo, hi)
 
+    @property
+    def type(self) -> str:
+        """The declared type: numeric, categorical, boolean, datetime or id."""
+        return "boolean" if self.boolean else "datetime" if self.datetime else self.kind
+
     def to_dict(self) -> dict:
-        if self.boolean:
-            return {"name": self.name, "type": "boolean"}
-        d = {"name": self.name, "type": self.kind}
-        if self.kind == "numeric":
+        d = {"name": self.name, "type": self.type}
+        if self.datetime:
+            if self.bounds is not None:
+                d["bounds"] = [_date_text(b) for b in self.bounds]
+            d["resolution"] = self.datetime
+            if self.format:
+                d["format"] = self.format
+        elif self.kind in ("numeric", "id"):
             if self.bounds is not None:
                 d["bounds"] = list(self.bounds)
             if self.integer:
                 d["integer"] = True
-        elif self.categories is not None:
+            if self.prefix is not None:
+                d["prefix"] = self.prefix
+        elif self.categories is not None and not self.boolean:
             d["categories"] = list(self.categories)
+        if self.nullable:
+            d["nullable"] = True
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Column":
         if not isinstance(d, dict) or "name" not in d or "type" not in d:
             raise SchemaError(f"each column needs 'name' and 'type'; got {d!r}.")
-        unknown = set(d) - {"name", "type", "bounds", "categories", "integer"}
+        unknown = set(d) - COLUMN_KEYS
         if unknown:
             raise SchemaError(f"column {d['name']!r}: unknown key(s) {sorted(unknown)}.")
-        if d["type"] == "boolean":
-            if set(d) - {"name", "type"}:
-                raise SchemaError(f"boolean column {d['name']!r} takes no bounds, categories or integer.")
-            return cls(d["name"], "categorical", boolean=True)
-        return cls(d["name"], d["type"], tuple(d["bounds"]) if d.get("bounds") is not None else None,
-                   d.get("categories"), bool(d.get("integer", False)))
+        kind, nullable = d["type"], bool(d.get("nullable", False))
+        allowed = {"boolean": {"nullable"}, "datetime": {"bounds", "resolution", "format", "nullable"},
+                   "id": {"bounds", "integer", "prefix"}, "numeric": {"bounds", "integer", "nullable"},
+                   "categorical": {"categories", "nullable"}}.get(kind)
+        if allowed is None:
+            raise SchemaError(f"column {d['name']!r}: type must be 'numeric', 'categorical', 'boolean', 'datetime' "
+                              f"or 'id'; got {kind!r}.")
+        extra = set(d) - {"name", "type"} - allowed
+        if extra:
+            raise SchemaError(f"{kind} column {d['name']!r} takes no {sorted(extra)} (it takes {sorted(allowed)}).")
+        if kind == "boolean":
+            return cls(d["name"], "categorical", boolean=True, nullable=nullable)
+        if kind == "datetime":
+            fmt = d.get("format")
+            bounds = tuple(_seconds(b, d["name"], fmt) for b in d["bounds"]) if d.get("bounds") is not None else None
+            return cls(d["name"], "numeric", bounds, nullable=nullable, datetime=d.get("resolution", "s"), format=fmt)
+        return cls(d["name"], kind, tuple(d["bounds"]) if d.get("bounds") is not None else None,
+                   d.get("categories"), bool(d.get("integer", False)), nullable=nullable, prefix=d.get("prefix"))
 
 
 @dataclass
@@ -122,6 +214,10 @@ class Schema:
         return {c.name: list(c.categories) for c in self.columns if c.kind == "categorical"}
 
     @property
+    def ids(self) -> list[str]:
+        return [c.name for c in self.columns if c.kind == "id"]
+
+    @property
     def n_classes(self) -> int | None:
         return len(self.label_categories) if self.label_categories else None
 
@@ -143,8 +239,37 @@ class Schema:
             d["constraints"] = [dict(k, values=[list(v) for v in k["values"]]) for k in self.constraints]
         return d
 
+    def with_label(self, label: str, label_categories: list | None = None) -> "Schema":
+        """The schema with feature column ``label`` made the label, its classes ``label_categories`` (public;
+        a boolean column's are False and True). For schemas that name no label (SDV metadata)."""
+        col = self.column(label)
+        if col.kind != "categorical":
+            raise SchemaError(f"the label {label!r} must be a categorical or boolean column; it is {col.type}.")
+        classes = label_categories or (["False", "True"] if col.boolean else col.categories)
+        if not classes:
+            raise SchemaError(f"the classes of label {label!r} are not declared (SDV metadata lists none): give them "
+                              f"(label_categories=[...], CLI --label-categories A,B); they are public.")
+        return Schema([c for c in self.columns if c.name != label], label, list(classes), self.source, self.notes,
+                      self.constraints)
+
+    def with_nullable(self, names) -> "Schema":
+        """The schema with the columns ``names`` (or every non-id column for ``"all"``) declared nullable."""
+        from dataclasses import replace
+
+        names = [c.name for c in self.columns if c.kind != "id"] if names == "all" else list(names)
+        for name in names:
+            if self.column(name).kind == "id":
+                raise SchemaError(f"id column {name!r} cannot be nullable (an ID identifies its row).")
+        return Schema([replace(c, nullable=True) if c.name in names else c for c in self.columns], self.label,
+                      self.label_categories, self.source, self.notes, self.constraints)
+
     @classmethod
     def from_dict(cls, d: dict) -> "Schema":
+        """A dpsynth schema, or SDV metadata (see :mod:`dpsynth.data.sdv`; no label: :meth:`with_label`)."""
+        from .sdv import is_sdv_metadata, schema_from_sdv
+
+        if is_sdv_metadata(d):
+            return schema_from_sdv(d)
         if not isinstance(d, dict) or "columns" not in d:
             raise SchemaError("a schema is a JSON object with a 'columns' list (see the README).")
         return cls([Column.from_dict(c) for c in d["columns"]], d.get("label"),
@@ -187,45 +312,20 @@ class Schema:
         for col in self.columns + ([Column(self.label, "categorical", categories=self.label_categories)]
                                    if self.label and require_label else []):
             s = out[col.name]
-            if s.isna().any():
-                raise DataValidationError(
-                    f"column {col.name!r} has {int(s.isna().sum())} missing value(s); impute or drop "
-                    f"them first, or declare a category for missing values."
-                )
-            if col.boolean:              # True / "true" / 1 -> "True", False / "false" / 0 -> "False"
-                s = s.map(lambda v: {"true": "True", "1": "True", "1.0": "True", "false": "False", "0": "False",
-                                     "0.0": "False"}.get(str(v).strip().lower(), v))
-            if col.kind == "categorical":
-                # checks on distinct values, not per row (big shards), of an object column of str
-                text = s if s.dtype == object else s.astype(str).astype(object)
-                distinct = pd.unique(text)
-                if not all(isinstance(v, str) for v in distinct):
-                    text = text.astype(str).astype(object)
-                    distinct = pd.unique(text)
-                if col.categories is not None:          # (None: categories to be inferred privately)
-                    bad = sorted(set(distinct) - {str(c) for c in col.categories})
-                    if bad:
-                        raise DataValidationError(
-                            f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
-                            f"{list(col.categories)[:10]}; add them to the schema or clean the data."
-                        )
-                out[col.name] = text
+            missing = s.isna()
+            if missing.any():
+                if not col.nullable:
+                    raise DataValidationError(
+                        f"column {col.name!r} has {int(missing.sum())} missing value(s); declare it "
+                        f"\"nullable\": true to model them (missingness is learned and generated), or impute "
+                        f"or drop them first.")
+                present = _checked_values(col, s[~missing])
+                full = pd.Series(np.nan if col.kind == "numeric" else None, index=s.index,
+                                 dtype="float64" if col.kind == "numeric" else object)
+                full[~missing] = present
+                out[col.name] = full
             else:
-                try:
-                    values = pd.to_numeric(s)
-                except (ValueError, TypeError) as exc:
-                    raise DataValidationError(f"numeric column {col.name!r} holds non-numbers: {exc}") from exc
-                if not np.all(np.isfinite(values.to_numpy(dtype=float))):
-                    raise DataValidationError(f"numeric column {col.name!r} holds infinite values.")
-                if col.bounds is not None:
-                    lo, hi = col.bounds
-                    n_out = int(((values < lo) | (values > hi)).sum())
-                    if n_out:
-                        raise DataValidationError(
-                            f"numeric column {col.name!r} has {n_out} value(s) outside its declared "
-                            f"bounds [{lo:g}, {hi:g}]; widen the bounds or clip the data."
-                        )
-                out[col.name] = values
+                out[col.name] = _checked_values(col, s)
         for k in self.constraints:
             bad = int((~self.allowed_rows(out, k)).sum())
             if bad:
@@ -238,6 +338,88 @@ class Schema:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {str(c): i for i, c in enumerate(self.label_categories)}
         return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
+
+
+def _checked_values(col: Column, s: pd.Series) -> pd.Series:
+    """The non-missing values of one column checked against its declaration: categories as text (checked
+    on distinct values, not per row: big shards), numbers and dates (as seconds) as floats in bounds,
+    IDs in their range or without the synthetic prefix."""
+    if col.kind == "id":
+        return _checked_ids(col, s)
+    if col.boolean:              # True / "true" / 1 -> "True", False / "false" / 0 -> "False"
+        s = s.map(lambda v: {"true": "True", "1": "True", "1.0": "True", "false": "False", "0": "False",
+                             "0.0": "False"}.get(str(v).strip().lower(), v))
+    if col.kind == "categorical":
+        text = s if s.dtype == object else s.astype(str).astype(object)
+        distinct = pd.unique(text)
+        if not all(isinstance(v, str) for v in distinct):
+            text = text.astype(str).astype(object)
+            distinct = pd.unique(text)
+        if col.categories is not None:          # (None: categories to be inferred privately)
+            bad = sorted(set(distinct) - {str(c) for c in col.categories})
+            if bad:
+                raise DataValidationError(
+                    f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
+                    f"{list(col.categories)[:10]}; add them to the schema or clean the data."
+                )
+        return text
+    if col.datetime:
+        values = _datetime_seconds(col, s)
+    else:
+        try:
+            values = pd.to_numeric(s)
+        except (ValueError, TypeError) as exc:
+            raise DataValidationError(f"numeric column {col.name!r} holds non-numbers: {exc}") from exc
+        if not np.all(np.isfinite(values.to_numpy(dtype=float))):
+            raise DataValidationError(f"numeric column {col.name!r} holds infinite values.")
+    if col.bounds is not None:
+        lo, hi = col.bounds
+        n_out = int(((values < lo) | (values > hi)).sum())
+        if n_out:
+            shown = f"[{_date_text(lo)}, {_date_text(hi)}]" if col.datetime else f"[{lo:g}, {hi:g}]"
+            raise DataValidationError(
+                f"{col.type} column {col.name!r} has {n_out} value(s) outside its declared "
+                f"bounds {shown}; widen the bounds or clip the data."
+            )
+    return values
+
+
+def _datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
+    """Dates (pandas datetimes, or text in the column's format / ISO) as seconds since 1970-01-01 UTC.
+    Numbers are taken as such seconds already (Unix time; a validated table holds them)."""
+    if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+        return s.astype("float64")
+    try:
+        t = pd.to_datetime(s, format=col.format) if not pd.api.types.is_datetime64_any_dtype(s) else s
+    except (ValueError, TypeError) as exc:
+        raise DataValidationError(
+            f"datetime column {col.name!r} holds values that are not dates"
+            f"{' in format ' + repr(col.format) if col.format else ''}: {exc}") from None
+    if getattr(t.dt, "tz", None) is not None:
+        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
+    return (t - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+
+
+def _checked_ids(col: Column, s: pd.Series) -> pd.Series:
+    """Real IDs are never learned; they are checked so that no generated ID can equal one: integer IDs
+    lie in the declared range (generated ones are drawn above it), text IDs do not start with the
+    prefix every generated one starts with."""
+    if col.integer:
+        values = pd.to_numeric(s, errors="coerce")
+        if values.isna().any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
+            raise DataValidationError(f"integer id column {col.name!r} holds values that are not integers.")
+        lo, hi = col.bounds
+        n_out = int(((values < lo) | (values > hi)).sum())
+        if n_out:
+            raise DataValidationError(f"id column {col.name!r} has {n_out} ID(s) outside its declared range "
+                                      f"[{lo:g}, {hi:g}]; widen the range (generated IDs are drawn above it).")
+        return values.astype("int64")
+    text = s.astype(str)
+    clash = int(text.str.startswith(col.prefix).sum())
+    if clash:
+        raise DataValidationError(f"id column {col.name!r} has {clash} real ID(s) starting with {col.prefix!r}, the "
+                                  f"prefix of generated IDs; declare another \"prefix\" for the column.")
+    return text.astype(object)
 
 
 def _combination_key(schema: "Schema", columns: list):
@@ -255,6 +437,8 @@ def _checked_constraint(k, columns: dict) -> dict:
                           f"[[...], ...]}}; got {k!r}.")
     cols, values = list(k.get("columns") or []), [list(v) for v in k.get("values") or []]
     unknown = [c for c in cols if c not in columns]
+    if any(columns[c].nullable or columns[c].kind == "id" for c in cols if c in columns):
+        raise SchemaError(f"fixed_combinations of {cols}: nullable and id columns cannot be in a fixed combination.")
     if len(cols) < 2 or unknown:
         raise SchemaError(f"fixed_combinations needs two or more declared feature columns; got {cols} "
                           f"(not in the schema: {unknown}).")

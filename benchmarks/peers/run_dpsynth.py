@@ -1,0 +1,80 @@
+"""dpsynth's table methods on the exported preset splits, written as CSVs the peers' evaluation reads.
+
+The same fit as ``benchmarks/table_utility.py`` (the method's tabular preset, ``--epsilon`` overriding
+the preset's 1, the preset's seeded split), timed around ``fit`` only; ``len(train)`` rows are then
+sampled and written as ``synth_{method}_eps{epsilon:g}.csv`` in the split folder, beside the peers'
+``synth_mst_eps1.csv`` etc., so that ``evaluate_peers.py`` scores every method from the same files with
+the same functions. The training split is checked against the folder's ``train.csv`` / ``test.csv``
+(a different split would make the comparison meaningless).
+
+    DPSYNTH_DATA_DIR=... .venv/bin/python benchmarks/peers/run_dpsynth.py benchmarks/out/splits/adult_s0 \\
+        --method dp-merf dp-hp --epsilon 1 --out benchmarks/out/dpsynth_issue32_fit.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from dpsynth import DPHP, DPMERF, DPNTK
+from dpsynth.data import load_preset
+from dpsynth.methods.presets import method_preset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _rows import add_set_option, set_overrides  # noqa: E402
+
+METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK}
+
+
+def _same(a: pd.DataFrame, path: Path) -> bool:
+    b = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return a.shape == b.shape and bool((a.astype(str).reset_index(drop=True)[b.columns].values == b.values).all())
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("folders", nargs="+", help="split folders NAME_sSEED written by export_splits.py (preset bounds)")
+    p.add_argument("--method", nargs="+", default=["dp-merf"], choices=list(METHODS))
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--out", default=None)
+    p.add_argument("--tag", default="", help="appended to the CSV name (runs with --set overrides)")
+    add_set_option(p)
+    args = p.parse_args()
+    overrides = set_overrides(p, args.set)
+    for folder in map(Path, args.folders):
+        name, _, seed = folder.name.rpartition("_s")
+        seed = int(seed)
+        data = load_preset(name, seed=seed)
+        same = _same(data.train, folder / "train.csv") and _same(data.test, folder / "test.csv")
+        if not same:
+            raise SystemExit(f"{folder}: the preset's split differs from train.csv / test.csv")
+        for method in args.method:
+            params = {**method_preset(method, name), "epsilon": args.epsilon, "delta": args.delta, **overrides}
+            t = time.perf_counter()
+            model = METHODS[method](seed=seed, **params).fit(data.train, label=data.schema.label, schema=data.schema,
+                                                             dataset=data.name, privacy_unit=data.privacy_unit)
+            fit_s = time.perf_counter() - t
+            t = time.perf_counter()
+            synth = model.sample(len(data.train), seed=seed)
+            csv = f"synth_{method}_eps{args.epsilon:g}{args.tag}.csv"
+            synth.to_csv(folder / csv, index=False)
+            row = {"folder": str(folder), "method": method, "fit_s": round(fit_s, 1),
+                   "sample_s": round(time.perf_counter() - t, 1), "epsilon": args.epsilon, "delta": args.delta,
+                   "params": params, "overrides": overrides, "model_params": model.get_params(), "synth_csv": csv, "n_rows": len(synth),
+                   "torch_threads": torch.get_num_threads(), "host_cpus": os.cpu_count()}
+            print(json.dumps({k: row[k] for k in ("folder", "method", "epsilon", "fit_s", "sample_s", "torch_threads")}),
+                  flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(row, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
