@@ -36,6 +36,8 @@ def main():
     p.add_argument("folders", nargs="+")
     p.add_argument("--method", nargs="+", default=["mst", "aim"])
     p.add_argument("--epsilon", type=float, default=None, help="read synth_{method}_eps{epsilon:g}.csv")
+    p.add_argument("--tag", default="", help="read synth_{method}_eps{epsilon:g}{tag}.csv (run_dpsynth.py --tag)")
+    p.add_argument("--tvd-only", action="store_true", help="only the marginal TVDs (no classifiers, no table_fidelity)")
     p.add_argument("--out", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
     for folder in map(Path, args.folders):
@@ -50,7 +52,7 @@ def main():
             elif args.epsilon is None:
                 path = folder / f"synth_{method}.csv"
             else:
-                path = folder / f"synth_{method}_eps{args.epsilon:g}.csv"
+                path = folder / f"synth_{method}_eps{args.epsilon:g}{args.tag}.csv"
             if not path.exists():
                 print(json.dumps({"folder": folder.name, "method": method, "missing": str(path)}), flush=True)
                 continue
@@ -59,11 +61,20 @@ def main():
             for col in schema.numeric:
                 c = schema.column(col)
                 synth[col] = pd.to_numeric(synth[col]).clip(*c.bounds)
+            tvd = {s: marginal_tvd(test, synth, schema, s) for s in ("deciles", "grid32")}
+            if args.tvd_only:
+                row = {"folder": folder.name, "method": method, "epsilon": None if method == "real" else args.epsilon,
+                       "tag": args.tag, "synth_csv": path.name, "marginal_tvd": tvd}
+                print(json.dumps({k: row[k] for k in ("folder", "method", "epsilon")} |
+                                 {s: {k: round(v, 4) for k, v in tvd[s].items() if k.startswith("tvd")} for s in tvd}),
+                      flush=True)
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                continue
             r = table_classifier_scores(synth, test, enc, seed=0)
             fid = summary(table_fidelity(test, synth, schema))
-            tvd = {s: marginal_tvd(test, synth, schema, s) for s in ("deciles", "grid32")}
             row = {"folder": folder.name, "method": method, "epsilon": None if method == "real" else args.epsilon,
-                   "synth_csv": path.name, "n_synth": len(synth), **r, "fidelity": fid, "marginal_tvd": tvd,
+                   "tag": args.tag, "synth_csv": path.name, "n_synth": len(synth), **r, "fidelity": fid, "marginal_tvd": tvd,
                    "eval_s": round(time.perf_counter() - t, 1)}
             print(json.dumps({"folder": folder.name, "method": method, "epsilon": row["epsilon"], "mean": r["mean"],
                               "skipped": list(r["skipped"]), "failures": list(r["failures"]),

@@ -85,10 +85,16 @@ class TableEncoder:
         return TableEncoder(self.schema, self.columns)
 
     def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
-        """``df`` checked against the schema (after :func:`conform` for privately inferred columns)."""
+        """``df`` checked against the schema (after :func:`conform` for privately inferred columns), without
+        its ID columns: they are never encoded, and generated IDs lie outside the real ones' range."""
         if inferred_columns(self.schema):
             df = conform(df, self.schema)
-        return self.schema.validate(df, require_label=with_label and self.schema.label is not None)
+        learned = self.schema
+        if self.ids:
+            learned = Schema([c for c in self.schema.columns if c.kind != "id"], self.schema.label,
+                             self.schema.label_categories, self.schema.source, self.schema.notes,
+                             self.schema.constraints)
+        return learned.validate(df, require_label=with_label and self.schema.label is not None)
 
     @property
     def dtypes(self) -> dict[str, str]:

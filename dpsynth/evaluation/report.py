@@ -18,7 +18,7 @@ import numpy as np
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
-from .fidelity import table_fidelity
+from .fidelity import MISSING, _as_numbers, table_fidelity
 
 EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.html"
@@ -48,6 +48,8 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
     fig, ax = plt.subplots(figsize=(3.6, 2.4))
     if kind == "numeric":
         r, s = np.asarray(real, float), np.asarray(synth, float)
+        r, s = r[~np.isnan(r)], s[~np.isnan(s)]             # present values (missing rates: the table)
+        r, s = (r, s) if len(r) else (np.zeros(1), s)
         lo, hi = np.quantile(r, [0.01, 0.99])
         hi = hi if hi > lo else lo + 1
         bins = np.linspace(lo, hi, 31)
@@ -55,7 +57,8 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
         ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=6)
     else:
-        cats = [str(c) for c in categories]
+        cats = [str(c) for c in categories] + ([MISSING] if real.isna().any() or synth.isna().any() else [])
+        real, synth = real.astype(object).fillna(MISSING), synth.astype(object).fillna(MISSING)
         p = real.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
         q = synth.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
         top = (p + q).sort_values(ascending=False).index[:12]
@@ -137,25 +140,27 @@ def _table_sections(model, test, seed: int, n: int) -> str:
     synth = model.sample(n, seed=seed)          # as `dpsynth evaluate` draws them: the same numbers
     fid = table_fidelity(real, synth, encoder.schema, seed=seed)
     marg = fid["marginals"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    real, synth = _as_numbers(real, encoder.schema), _as_numbers(synth, encoder.schema)   # dates as seconds
+    missing = lambda v: ("-" if "missing_rate" not in v else      # noqa: E731
+                         f"{v['missing_rate']['real']:.3f} / {v['missing_rate']['synthetic']:.3f}")
     rows = "".join(
         f"<tr><td>{html.escape(c)}</td><td>{v['kind']}</td><td>{v['tv']:.3f}</td>"
-        f"<td>{v['wasserstein']:.3f}</td></tr>" if v["kind"] == "numeric" else
-        f"<tr><td>{html.escape(c)}</td><td>{v['kind']}</td><td>{v['tv']:.3f}</td><td>-</td></tr>"
-        for c, v in marg.items())
+        f"<td>{fmt(v.get('wasserstein'))}</td><td>{missing(v)}</td></tr>" for c, v in marg.items())
     kinds = {c.name: c for c in encoder.schema.columns}
     plots = []
     for name in list(marg)[:MAX_MARGINALS]:
         col = kinds.get(name)
         cats = col.categories if col is not None else encoder.schema.label_categories
         plots.append(_marginal_plot(name, marg[name]["kind"], real[name], synth[name], cats))
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     return (
         f"<h2>Fidelity</h2><p>Against {len(real)} real rows ({html.escape(fid['reference'])}). Mean numeric "
         f"TV {fmt(fid['mean_numeric_tv'])}, mean numeric W1 {fmt(fid['mean_numeric_wasserstein'])}, mean categorical TV "
         f"{fmt(fid['mean_categorical_tv'])}, pairwise dependence error {fid['pairwise']['mean_abs_error']:.3f} "
         f"(max {fid['pairwise']['max_abs_error']:.3f}).</p>"
         f"<h3>Marginals, real vs synthetic</h3><div class='grid'>{''.join(plots)}</div>"
-        f"<table><tr><th>column</th><th>kind</th><th>TV</th><th>W1 / std</th></tr>{rows}</table>"
+        f"<table><tr><th>column</th><th>kind</th><th>TV</th><th>W1 / std</th><th>missing rate, real / synthetic</th>"
+        f"</tr>{rows}</table>"
         f"<h3>Pairwise dependence ({html.escape(fid['pairwise']['measure'])})</h3>{_heatmaps(fid['pairwise'])}")
 
 

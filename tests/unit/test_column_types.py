@@ -174,7 +174,7 @@ SDV = {"METADATA_SPEC_VERSION": "SINGLE_TABLE_V1", "primary_key": "pid", "column
 
 
 def test_sdv_metadata_reads_as_a_schema_with_its_types():
-    from dpsynth.data.sdv import schema_from_sdv
+    from dpsynth.data import schema_from_sdv
 
     schema = Schema.from_dict(SDV)
     assert schema.label is None and schema.source == "sdv-metadata"
@@ -216,3 +216,27 @@ def test_cli_fits_a_csv_described_by_sdv_metadata(tmp_path, capsys):
     assert list(s.columns) == list(df.columns) and s["pid"].astype(str).str.startswith("syn-").all()
     assert pd.to_datetime(s["visit"], format="%Y-%m-%d").notna().all()       # written in the declared format
 
+
+
+def test_evaluate_and_report_score_nullable_date_and_id_columns(tmp_path, capsys):
+    """A new user's run: fit a CSV with holes, dates and IDs, then `evaluate` and `report` on real rows."""
+    import json
+
+    from dpsynth.cli import main
+
+    mixed_table(1200).to_csv(tmp_path / "train.csv", index=False)
+    mixed_table(400, seed=9).to_csv(tmp_path / "test.csv", index=False)
+    (tmp_path / "schema.json").write_text(json.dumps(MIXED_SCHEMA))
+    assert main(["fit", "--method", "dp-merf", "--csv", str(tmp_path / "train.csv"), "--schema",
+                 str(tmp_path / "schema.json"), "--label", "y", "--iterations", "30", "--n-features", "60", "-q",
+                 "--out", str(tmp_path / "m")]) == 0
+    assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv"), "--n", "600"]) == 0
+    result = json.loads((tmp_path / "m" / "evaluation.json").read_text())
+    marg = result["fidelity"]["marginals"]
+    assert "pid" not in marg and set(marg["income"]["missing_rate"]) == {"real", "synthetic"}
+    assert marg["visit"]["kind"] == "numeric" and result["fidelity"]["max_missing_rate_gap"] is not None
+    assert main(["report", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv")]) == 0
+    page = (tmp_path / "m" / "report.html").read_text()
+    assert "visit" in page and "missing rate, real / synthetic" in page
+    rate = marg["income"]["missing_rate"]
+    assert f"{rate['real']:.3f} / {rate['synthetic']:.3f}" in page
