@@ -76,7 +76,7 @@ class MixedRFF(FeatureMap):
 
     def __init__(self, n_numeric: int, n_categorical_columns: int, onehot_dim: int, n_features: int = 1000,
                  length_scale: float | None = None, seed: int = 0, rff_inputs: str = "numeric",
-                 category_sizes=None, captures: str | None = None):
+                 category_sizes=None, captures: str | None = None, cross_sizes=None, cross_bins: int = 0):
         del captures    # in the spec for readers; derived from the other arguments
         self.n_numeric, self.n_cat, self.onehot_dim = int(n_numeric), int(n_categorical_columns), int(onehot_dim)
         if self.n_numeric + self.onehot_dim < 1 or (self.n_cat == 0) != (self.onehot_dim == 0):
@@ -93,6 +93,16 @@ class MixedRFF(FeatureMap):
                                                 or sum(self.category_sizes) != self.onehot_dim):
             raise InvalidParameterError(f"category_sizes {self.category_sizes} must list the {self.n_cat} one-hot "
                                         f"blocks, {self.onehot_dim} wide in all.")
+        # numeric x categorical: per numeric column, B hat functions on [0, 1] (a linear-interpolation
+        # histogram, differentiable for the generator) times every one-hot block
+        self.cross_bins = int(cross_bins or 0)
+        self.cross_sizes = [int(k) for k in cross_sizes] if cross_sizes and self.cross_bins and self.n_numeric else None
+        if self.cross_sizes is not None and (len(self.cross_sizes) != self.n_cat or sum(self.cross_sizes) != self.onehot_dim
+                                             or self.cross_bins < 2):
+            raise InvalidParameterError(f"cross_sizes {self.cross_sizes} must list the {self.n_cat} one-hot blocks, "
+                                        f"{self.onehot_dim} wide in all, and cross_bins be >= 2; got {self.cross_bins}.")
+        self.n_cross = self.n_numeric * self.n_cat if self.cross_sizes else 0
+        self.cross_dim = self.n_numeric * self.cross_bins * self.onehot_dim if self.cross_sizes else 0
         self.n_pairs = self.n_cat * (self.n_cat - 1) // 2 if self.category_sizes else 0
         self.pair_dim = sum(a * b for i, a in enumerate(self.category_sizes or [])
                             for b in (self.category_sizes or [])[i + 1:])
@@ -105,17 +115,22 @@ class MixedRFF(FeatureMap):
             parts.append("per-class category frequencies of every categorical column")
         if self.n_pairs:
             parts.append("per-class pairwise marginals of every two categorical columns")
+        if self.n_cross:
+            parts.append(f"per-class joint histograms ({self.cross_bins} bins) of every numeric column with every "
+                         f"categorical column")
         if self.rff is not None and self.rff_inputs == "all":
             parts.append("a Gaussian kernel over all columns: the dependence between columns (pairwise and higher)")
         elif self.rff is not None:
             parts.append("a Gaussian kernel over the numeric columns (their joint distribution)")
         if self.n_cat > 1 and not self.n_pairs and self.rff_inputs != "all":
             parts.append("no dependence between categorical columns beyond the label")
+        if self.n_cat and self.n_numeric and not self.n_cross and self.rff_inputs != "all":
+            parts.append("no dependence between numeric and categorical columns beyond the label")
         return "; ".join(parts)
 
     @property
     def out_dim(self) -> int:
-        return (self.rff.out_dim if self.rff is not None else 0) + self.onehot_dim + self.pair_dim
+        return (self.rff.out_dim if self.rff is not None else 0) + self.onehot_dim + self.pair_dim + self.cross_dim
 
     def to(self, device) -> "MixedRFF":
         if self.rff is not None:
@@ -130,7 +145,7 @@ class MixedRFF(FeatureMap):
         if self.n_cat:
             cat = x[:, self.n_numeric:]
             denom = torch.clamp(cat.norm(dim=1, keepdim=True), min=math.sqrt(self.n_cat))
-            share = (1.0 - self.a) / (2 if self.n_pairs else 1)        # first and second order split the rest
+            share = (1.0 - self.a) / (1 + bool(self.n_pairs) + bool(self.n_cross))   # the parts split the rest
             parts.append(math.sqrt(share) * cat / denom)
             if self.n_pairs:
                 blocks = torch.split(cat, self.category_sizes, dim=1)
@@ -138,11 +153,22 @@ class MixedRFF(FeatureMap):
                                    for i, a in enumerate(blocks) for b in blocks[i + 1:]], 1)
                 denom = torch.clamp(pairs.norm(dim=1, keepdim=True), min=math.sqrt(self.n_pairs))
                 parts.append(math.sqrt(share) * pairs / denom)
+            if self.n_cross:
+                parts.append(math.sqrt(share) * self._cross(x[:, :self.n_numeric], cat))
         return torch.cat(parts, 1)
+
+    def _cross(self, num: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
+        """Every numeric column's hat-function histogram times every one-hot block, scaled to norm <= 1
+        (each product has norm <= 1; divided by max(norm, sqrt(numeric x categorical columns)))."""
+        steps = torch.arange(self.cross_bins, dtype=num.dtype, device=num.device)
+        hat = torch.clamp(1.0 - (num[:, :, None] * (self.cross_bins - 1) - steps).abs(), min=0.0)   # (n, J, B)
+        cross = torch.einsum("njb,nk->njbk", hat, cat).reshape(len(num), -1)     # one product for all blocks
+        return cross / torch.clamp(cross.norm(dim=1, keepdim=True), min=math.sqrt(self.n_cross))
 
     def spec(self) -> dict:
         return {"name": self.name, "n_numeric": self.n_numeric, "n_categorical_columns": self.n_cat,
                 "onehot_dim": self.onehot_dim, "n_features": self.rff.n_features if self.rff else 0,
                 "length_scale": self.rff.length_scale if self.rff else None,
                 "seed": self.rff.seed if self.rff else 0, "rff_inputs": self.rff_inputs,
-                "category_sizes": self.category_sizes, "captures": self.captures}
+                "category_sizes": self.category_sizes, "captures": self.captures, "cross_sizes": self.cross_sizes,
+                "cross_bins": self.cross_bins}

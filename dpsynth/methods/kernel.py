@@ -11,6 +11,10 @@ from .base import KernelGeneratorMethod, register
 logger = logging.getLogger(__name__)
 #: categorical_pairs="auto" adds the pairwise marginals when they are at most this many features
 MAX_AUTO_PAIR_FEATURES = 20000
+#: numeric_categorical: hat-function bins per numeric column in its joint histograms with the categorical columns,
+#: fewer (down to MIN_AUTO_CROSS_BINS) when "auto" would otherwise exceed MAX_AUTO_PAIR_FEATURES
+CROSS_BINS = 8
+MIN_AUTO_CROSS_BINS = 4
 
 
 @register
@@ -49,10 +53,11 @@ class DPMERF(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
-                 categorical_pairs: bool | str = "auto", **kwargs):
+                 categorical_pairs: bool | str = "auto", numeric_categorical: bool | str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_features, self.length_scale, self.rff_seed = n_features, length_scale, rff_seed
         self.rff_inputs, self.categorical_pairs = rff_inputs, categorical_pairs
+        self.numeric_categorical = numeric_categorical
 
     @classmethod
     def dataset_defaults(cls, dataset: str, kind: str) -> dict:
@@ -68,7 +73,11 @@ class DPMERF(KernelGeneratorMethod):
         Defaults, measured on adult (benchmarks/RESULTS.md): ``rff_inputs`` numeric (random features of the whole
         row lost the numeric marginals and utility), ``categorical_pairs="auto"``: on when the pair block has at
         most ``MAX_AUTO_PAIR_FEATURES`` features (census's 117,792 would dominate the cost), off otherwise with a
-        warning; the release's spec says what it captures either way."""
+        warning; the release's spec says what it captures either way. ``numeric_categorical`` (issue 32) adds per-class
+        joint histograms of every numeric column (``CROSS_BINS`` hat functions on [0, 1]) with every categorical
+        column, so numeric-categorical dependence is released, not only through the label: "auto" on when they fit in
+        ``MAX_AUTO_PAIR_FEATURES`` with at least ``MIN_AUTO_CROSS_BINS`` bins (adult 8 bins, census 5). Measured on adult
+        at eps 1 (2 seeds): pairwise dependence error 0.061 vs 0.085 without, ROC 0.854 vs 0.844."""
         sizes = encoder.category_sizes
         pair_dim = sum(a * b for i, a in enumerate(sizes) for b in sizes[i + 1:])
         pairs = pair_dim <= MAX_AUTO_PAIR_FEATURES if self.categorical_pairs == "auto" else bool(self.categorical_pairs)
@@ -76,9 +85,19 @@ class DPMERF(KernelGeneratorMethod):
             logger.warning("pairwise marginals of the categorical columns would add %d features (> %d): left out, so "
                            "the release holds no dependence between categorical columns beyond the label; "
                            "categorical_pairs=True forces them.", pair_dim, MAX_AUTO_PAIR_FEATURES)
+        width = encoder.n_numeric * sum(sizes)          # features per histogram bin
+        bins = min(CROSS_BINS, MAX_AUTO_PAIR_FEATURES // width) if width else 0
+        cross = (bins >= MIN_AUTO_CROSS_BINS if self.numeric_categorical == "auto" else bool(self.numeric_categorical))
+        bins = max(bins, MIN_AUTO_CROSS_BINS) if cross else 0
+        if width and not cross and self.numeric_categorical == "auto":
+            logger.warning("joint histograms of numeric and categorical columns would add %d features even with %d "
+                           "bins (> %d): left out, so the release holds no numeric-categorical dependence beyond the "
+                           "label; numeric_categorical=True forces them.", width * MIN_AUTO_CROSS_BINS,
+                           MIN_AUTO_CROSS_BINS, MAX_AUTO_PAIR_FEATURES)
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
                         self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=self.rff_inputs,
-                        category_sizes=sizes if pairs and len(sizes) > 1 else None)
+                        category_sizes=sizes if pairs and len(sizes) > 1 else None,
+                        cross_sizes=sizes if cross and width else None, cross_bins=bins)
 
 
 @register

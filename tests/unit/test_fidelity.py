@@ -54,3 +54,23 @@ def test_dependence_is_one_for_a_copy_and_near_zero_for_independent_columns():
     assert ind[0, 1] < 0.06 and ind[0, 2] < 0.06                           # correlation ratios
     f = table_fidelity(table(dependent=True), table(dependent=False, seed=1), SCHEMA)
     assert f["pairwise"]["max_abs_error"] > 0.9
+    by_kind = f["pairwise"]["mean_abs_error_by_kind"]
+    assert set(by_kind) == {"categorical-categorical", "categorical-numeric"}    # x-c, x-y mixed; c-y categorical
+    assert by_kind["categorical-categorical"] > 0.9 and by_kind["categorical-numeric"] < 0.1
+
+
+def test_missing_values_are_scored_as_rates_and_left_out_of_numeric_statistics():
+    schema = Schema.from_dict({"columns": [{"name": "x", "type": "numeric", "bounds": [-1e6, 1e6], "nullable": True},
+                                           {"name": "c", "type": "categorical", "categories": ["a", "b", "z"],
+                                            "nullable": True}],
+                               "label": "y", "label_categories": ["0", "1"]})
+    real = table()
+    synth = real.copy()
+    synth.loc[:199, "x"] = np.nan                            # 10 % missing where the real table has none
+    synth.loc[:99, "c"] = None
+    f = table_fidelity(real, synth, schema)
+    assert f["marginals"]["x"]["missing_rate"] == {"real": 0.0, "synthetic": 0.1}
+    assert f["marginals"]["c"]["missing_rate"]["synthetic"] == pytest.approx(0.05)
+    assert f["max_missing_rate_gap"] == pytest.approx(0.1)
+    assert f["marginals"]["c"]["tv"] == pytest.approx(0.05)   # "missing" is one more category
+    assert np.isfinite(f["pairwise"]["mean_abs_error"])

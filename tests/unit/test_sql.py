@@ -172,3 +172,26 @@ def test_nullable_date_and_id_columns_from_a_database_fit_and_sample_with_their_
         back = pd.read_sql(sa.text("SELECT * FROM synthetic_visits"), conn)
     engine.dispose()
     assert back["income"].isna().sum() == s["income"].isna().sum() and back["pid"].is_unique
+
+
+def test_duckdb_reads_parquet_files_and_takes_samples(tmp_path):
+    """DuckDB through SQLAlchemy (duckdb-engine): the private table is a Parquet file queried in place, and
+    synthetic rows go into a DuckDB database file, all or nothing."""
+    pytest.importorskip("duckdb_engine")
+    df = mixed_table(1500)
+    df.to_parquet(tmp_path / "visits.parquet")
+    url = f"duckdb:///{tmp_path / 'local.duckdb'}"
+    got = read_sql(url, f"SELECT * FROM read_parquet('{tmp_path / 'visits.parquet'}') WHERE age >= 18",
+                   Schema.from_dict(MIXED_SCHEMA), label="y")
+    assert len(got) == 1500 and got["income"].isna().sum() == df["income"].isna().sum()
+    m = DPMERF(**{**DPMERF.defaults_for("table"), "iterations": 20, "n_features": 50}).fit(
+        got, label="y", schema=MIXED_SCHEMA)
+    s = m.sample(300, seed=0)
+    assert write_sql(s, url, "synthetic") == 300
+    with pytest.raises(ArtifactError, match="already exists"):
+        write_sql(s, url, "synthetic")
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        back = pd.read_sql(sa.text("SELECT count(*) AS n, count(income) AS present FROM synthetic"), conn)
+    engine.dispose()
+    assert int(back["n"][0]) == 300 and int(back["present"][0]) == int(s["income"].notna().sum())
