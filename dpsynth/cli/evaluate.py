@@ -46,8 +46,7 @@ def cmd_evaluate(args) -> int:
         result.update(_cnn(args, xc, yc, data))
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
-    print(json.dumps(result))
-    return 0
+    return _finish(args, result)
 
 
 def _evaluate_kip(args, model, name) -> int:
@@ -67,15 +66,13 @@ def _evaluate_kip(args, model, name) -> int:
         result.update(_cnn(args, x, y, data))
     result["samples_png"] = str(save_image_grid(x.clip(0, 1), y, Path(args.model) / "samples.png",
                                                 classes=data.classes))
-    print(json.dumps(result))
-    return 0
+    return _finish(args, result)
 
 
 def _evaluate_table(args, model) -> int:
     from ..data import load_preset, read_table
     from ..data.private_schema import declared_part
     from ..evaluation.fidelity import table_fidelity
-    from ..evaluation.report import EVALUATION_FILE
     from ..evaluation.tabular import table_classifier_scores
 
     facts, encoder = model.release_.dataset, model.encoder_
@@ -106,9 +103,19 @@ def _evaluate_table(args, model) -> int:
         result["real"] = block(table_classifier_scores(train_real, test, encoder, seed=args.seed))
     result["fidelity"] = table_fidelity(encoder.clean(test), synth, encoder.schema, seed=args.seed)
     result["fidelity"]["reference"] = "the real test split: " + result["fidelity"]["reference"]
-    with atomic_write(Path(args.model) / EVALUATION_FILE) as tmp:     # what `dpsynth report` shows
+    return _finish(args, result)
+
+
+def _finish(args, result: dict) -> int:
+    """Save the result as MODEL/evaluation.json (what `dpsynth report` shows) and print it: a short summary for
+    people, or with --json the whole object on one line."""
+    from ..evaluation.report import EVALUATION_FILE
+    from ..evaluation.summary import evaluation_summary
+
+    path = Path(args.model) / EVALUATION_FILE
+    with atomic_write(path) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
+    print(json.dumps(result) if args.json else evaluation_summary(result, saved_to=path))
     return 0
 
 
@@ -130,6 +137,8 @@ def _result_header(model, n: int) -> dict:
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
     s.add_argument("model", help="model folder written by `dpsynth fit`")
+    s.add_argument("--json", action="store_true", help="print the whole result as one JSON object (for scripts) "
+                   "instead of the summary; MODEL/evaluation.json holds it either way")
     s.add_argument("--n", type=int, default=None, help="synthetic training samples (default 6000 images with "
                    "balanced labels; tables: as many as the private training rows)")
     s.add_argument("--test", help="tables fitted with --csv: real test split (same schema)")

@@ -80,7 +80,9 @@ def test_fit_sample_evaluate_resume_on_digits(capsys, tmp_path):
     with np.load(tmp_path / "s.npz") as f:
         assert f["x"].shape == (50, 1, 8, 8) and f["y"].shape == (50,)
     code, text, _ = run(capsys, "evaluate", str(out), "--n", "1000")
-    result = json.loads(text)
+    result = json.loads((out / "evaluation.json").read_text())       # images write it too (`report` reads it)
+    assert f"LogisticRegression accuracy {result['logreg_acc']:.3f}" in text and "samples.png" in text
+    assert len(text.splitlines()) <= 5 and json.loads(run(capsys, "evaluate", str(out), "--n", "1000", "--json")[1]) == result
     assert code == 0 and 0.3 < result["logreg_acc"] < 0.99 and 0.3 < result["mlp_acc"] < 0.99
     assert {"logreg_f1", "mlp_f1"} <= set(result) and result["epsilon"] == 10
     assert (out / "samples.png").stat().st_size > 1000

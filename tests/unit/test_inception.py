@@ -69,6 +69,6 @@ def test_cli_evaluate_adds_the_inception_fid(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(InceptionV3, "features", lambda self, x: np.asarray(x).reshape(len(x), -1)[:, :20]
                         .astype(np.float64))
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "m"), "--n", "200", "--inception-weights", str(path)]) == 0
+    assert main(["evaluate", str(tmp_path / "m"), "--n", "200", "--inception-weights", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fid_network"] == "inception-v3/fid" and out["fid"] > 0

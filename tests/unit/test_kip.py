@@ -200,7 +200,7 @@ def test_save_load_sample_and_cli(digits, tmp_path, capsys):
     model = dpsynth.load(out)
     x, y = model.sample()
     assert x.shape == (20, 1, 8, 8) and sorted(np.bincount(y)) == [2] * 10
-    assert main(["evaluate", str(out), "--cnn", "--cnn-seeds", "1", "--device", "cpu"]) == 0
+    assert main(["evaluate", str(out), "--cnn", "--cnn-seeds", "1", "--device", "cpu", "--json"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= res["krr_acc"] <= 1 and res["method"] == "dp-kip" and (out / "samples.png").exists()
     assert 0 <= res["cnn_acc"] <= 1 and res["cnn_protocol"]["n_train"] == 20 and res["cnn_protocol"]["epochs"] == 300

@@ -137,6 +137,6 @@ def test_cli_infer_schema_fit_sample_evaluate(tmp_path, capsys):
     assert set(s["colour"]) <= {"red", "green", "blue", OTHER}
     capsys.readouterr()
     # the real test rows are clipped / mapped to the inferred schema before scoring
-    assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv")]) == 0
+    assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0.55 < result["mean"]["roc_auc"] < 1.0

@@ -29,7 +29,7 @@ def table_run(tmp_path_factory):
 
 def _report(capsys, root):
     assert main(["evaluate", str(root / "m"), "--test", str(root / "test.csv"), "--real", "--real-train",
-                 str(root / "train.csv")]) == 0
+                 str(root / "train.csv"), "--json"]) == 0
     evaluation = json.loads(capsys.readouterr().out)
     assert main(["report", str(root / "m"), "--test", str(root / "test.csv")]) == 0
     assert "report.html" in capsys.readouterr().out

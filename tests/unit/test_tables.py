@@ -120,8 +120,13 @@ def test_cli_fit_sample_evaluate_user_csv(tmp_path, capsys):
     assert list(pd.read_csv(tmp_path / "s.csv").columns) == ["age", "score", "colour", "smoker", "y"]
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv")]) == 0
-    result = json.loads(capsys.readouterr().out)
+    text = capsys.readouterr().out                         # for people: a summary, the numbers in evaluation.json
+    result = json.loads((tmp_path / "m" / "evaluation.json").read_text())
     assert result["binary"] and len(result["classifiers"]) == 12
+    assert len(text.splitlines()) <= 20 and "mean" in text and f"{result['mean']['roc_auc']:.3f}" in text
+    assert "pairwise dependence error" in text and "evaluation.json" in text
+    assert main(["evaluate", str(tmp_path / "m"), "--test", str(tmp_path / "test.csv"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == result
     assert 0.55 < result["mean"]["roc_auc"] < 1.0  # learned the age/colour signal (chance 0.5)
     code = main(["evaluate", str(tmp_path / "m")])
     assert code == 2 and "--test" in capsys.readouterr().err
