@@ -56,8 +56,12 @@ def schema_dtype(kind: str, integer: bool = False, categories=None, nullable: bo
 
 
 class TableEncoder:
-    def __init__(self, schema: Schema, columns: list[str] | None = None, numeric_maps: dict | None = None):
+    def __init__(self, schema: Schema, columns: list[str] | None = None, numeric_maps: dict | None = None, *,
+                 check_ids: bool = True):
         require_complete(schema)
+        #: check ID columns when rows are cleaned (real rows: in the declared range / without the prefix); the
+        #: evaluation encoder (:meth:`minmax`) does not, as it also reads generated rows
+        self.check_ids = check_ids
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
@@ -82,15 +86,16 @@ class TableEncoder:
     def minmax(self) -> "TableEncoder":
         """The same schema and column order with every numeric column min-max scaled (the fixed
         feature encoding of the downstream classifiers, the same for every method and peer)."""
-        return TableEncoder(self.schema, self.columns)
+        return TableEncoder(self.schema, self.columns, check_ids=False)
 
     def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
-        """``df`` checked against the schema (after :func:`conform` for privately inferred columns), without
-        its ID columns: they are never encoded, and generated IDs lie outside the real ones' range."""
+        """``df`` checked against the schema (after :func:`conform` for privately inferred columns); its ID
+        columns (never encoded) are checked too unless ``check_ids`` is off (generated IDs lie outside the real
+        ones' range), and are not returned then."""
         if inferred_columns(self.schema):
             df = conform(df, self.schema)
         learned = self.schema
-        if self.ids:
+        if self.ids and not self.check_ids:
             learned = Schema([c for c in self.schema.columns if c.kind != "id"], self.schema.label,
                              self.schema.label_categories, self.schema.source, self.schema.notes,
                              self.schema.constraints)

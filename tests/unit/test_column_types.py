@@ -162,6 +162,8 @@ def test_a_fit_reproduces_missing_rates_dates_and_fresh_ids():
     assert s["visit"].between(pd.Timestamp("2020-01-01"), pd.Timestamp("2022-12-31")).all()
     assert s["pid"].is_unique and s["pid"].min() > 99999 and not set(s["pid"]) & set(df["pid"])
     assert s["age"].dtype == np.int64 and str(s["visit"].dtype) == "datetime64[ns]"
+    with pytest.raises(DataValidationError, match="outside its declared range"):    # a DataFrame's IDs are checked
+        DPMERF(epsilon=1, iterations=1, n_features=20).fit(df.assign(pid=100000), label="y", schema=schema)
 
 
 SDV = {"METADATA_SPEC_VERSION": "SINGLE_TABLE_V1", "primary_key": "pid", "columns": {
