@@ -27,6 +27,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fits", nargs="+", required=True)
     ap.add_argument("--scores", nargs="+", required=True)
+    ap.add_argument("--tvd", nargs="*", default=[], help="evaluate_peers.py --tvd-only lines: their marginal_tvd "
+                    "replaces the one in --scores (adds the categorical-pairs column)")
     ap.add_argument("--reference", default="dp-merf", help="the dpsynth method the speed ratio divides by")
     args = ap.parse_args()
     fits = {}
@@ -37,15 +39,21 @@ def main():
     for r in _load(args.scores):
         eps = None if r.get("epsilon") is None else float(r["epsilon"])
         scores[(r["folder"], r["method"], eps)] = r       # the last line for a key wins
+    for r in _load(args.tvd):
+        eps = None if r.get("epsilon") is None else float(r["epsilon"])
+        if (r["folder"], r["method"], eps) in scores and not r.get("tag"):
+            scores[(r["folder"], r["method"], eps)]["marginal_tvd"] = r["marginal_tvd"]
     keys = set(fits) | set(scores)
     print("| dataset | eps | method | 1-way TVD (deciles / grid32) | 2-way TVD (deciles / grid32) | "
-          "ML efficacy ROC / PR (12 clf.) | fit s | peer / dpsynth time |")
-    print("|---|---|---|---|---|---|---|---|")
+          "2-way TVD, categorical pairs only | ML efficacy ROC / PR (12 clf.) | fit s | peer / dpsynth time |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for folder, method, eps in sorted(keys, key=lambda k: (k[0], k[2] if k[2] is not None else 1e9, ORDER.get(k[1], 9))):
         fit = fits.get((folder, method, eps), [])
         done = [f for f in fit if "fit_s" in f]
         if done:
             fit_txt = " / ".join(f"{f['fit_s']:.1f}" for f in done)
+        elif fit and fit[-1]["status"] == "not started":
+            fit_txt = "not started"
         elif fit:
             fit_txt = f"did not finish within {fit[-1]['wall_s'] // 60} min ({fit[-1]['status']})"
         else:
@@ -54,7 +62,7 @@ def main():
         ratio = "-"
         if done and ref and method in ("mst", "aim"):
             ratio = f"{done[-1]['fit_s'] / ref[-1]:.1f}x"
-        elif fit and not done and ref and method in ("mst", "aim"):
+        elif fit and not done and fit[-1]["wall_s"] and ref and method in ("mst", "aim"):
             ratio = f"> {fit[-1]['wall_s'] / ref[-1]:.0f}x"
         s = scores.get((folder, method, eps))
         if s:
@@ -64,10 +72,11 @@ def main():
             if s["skipped"] or s["failures"]:
                 util += f" (skipped {list(s['skipped'])}, failed {list(s['failures'])})"
             one, two = f"{d['tvd_1way']:.3f} / {g['tvd_1way']:.3f}", f"{d['tvd_2way']:.3f} / {g['tvd_2way']:.3f}"
+            cat = "-" if d.get("tvd_2way_categorical") is None else f"{d['tvd_2way_categorical']:.3f}"
         else:
-            one = two = util = "-"
+            one = two = util = cat = "-"
         dataset = folder.rpartition("_s")[0]
-        print(f"| {dataset} | {'-' if eps is None else f'{eps:g}'} | {NAMES.get(method, method)} | {one} | {two} | "
+        print(f"| {dataset} | {'-' if eps is None else f'{eps:g}'} | {NAMES.get(method, method)} | {one} | {two} | {cat} | "
               f"{util} | {fit_txt} | {ratio} |")
 
 
