@@ -62,6 +62,7 @@ class TableEncoder:
         #: check ID columns when rows are cleaned (real rows: in the declared range / without the prefix); the
         #: evaluation encoder (:meth:`minmax`) does not, as it also reads generated rows
         self.check_ids = check_ids
+        self._learned = schema.without_ids()
         self.schema = schema
         self.numeric = [c for c in schema.columns if c.kind == "numeric"]
         self.categorical = [c for c in schema.columns if c.kind == "categorical"]
@@ -94,12 +95,8 @@ class TableEncoder:
         ones' range), and are not returned then."""
         if inferred_columns(self.schema):
             df = conform(df, self.schema)
-        learned = self.schema
-        if self.ids and not self.check_ids:
-            learned = Schema([c for c in self.schema.columns if c.kind != "id"], self.schema.label,
-                             self.schema.label_categories, self.schema.source, self.schema.notes,
-                             self.schema.constraints)
-        return learned.validate(df, require_label=with_label and self.schema.label is not None)
+        checked = self.schema if self.check_ids else self._learned
+        return checked.validate(df, require_label=with_label and self.schema.label is not None)
 
     @property
     def dtypes(self) -> dict[str, str]:

@@ -196,7 +196,7 @@ def declared_part(schema: Schema) -> Schema:
         return schema
     cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
             else replace(c, categories=None) if c.name in names else c for c in schema.columns]
-    return Schema(cols, schema.label, schema.label_categories, schema.source, schema.notes, schema.constraints)
+    return replace(schema, columns=cols)
 
 
 def schema_release_description(inference: SchemaInference, threshold: float | None,

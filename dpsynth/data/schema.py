@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -249,19 +249,20 @@ class Schema:
         if not classes:
             raise SchemaError(f"the classes of label {label!r} are not declared (SDV metadata lists none): give them "
                               f"(label_categories=[...], CLI --label-categories A,B); they are public.")
-        return Schema([c for c in self.columns if c.name != label], label, list(classes), self.source, self.notes,
-                      self.constraints)
+        return replace(self, columns=[c for c in self.columns if c.name != label], label=label,
+                       label_categories=list(classes))
 
     def with_nullable(self, names) -> "Schema":
         """The schema with the columns ``names`` (or every non-id column for ``"all"``) declared nullable."""
-        from dataclasses import replace
-
         names = [c.name for c in self.columns if c.kind != "id"] if names == "all" else list(names)
         for name in names:
             if self.column(name).kind == "id":
                 raise SchemaError(f"id column {name!r} cannot be nullable (an ID identifies its row).")
-        return Schema([replace(c, nullable=True) if c.name in names else c for c in self.columns], self.label,
-                      self.label_categories, self.source, self.notes, self.constraints)
+        return replace(self, columns=[replace(c, nullable=True) if c.name in names else c for c in self.columns])
+
+    def without_ids(self) -> "Schema":
+        """The schema of the learned columns: without its ID columns."""
+        return replace(self, columns=[c for c in self.columns if c.kind != "id"]) if self.ids else self
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schema":
@@ -362,7 +363,7 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
                 )
         return text
     if col.datetime:
-        values = _datetime_seconds(col, s)
+        values = datetime_seconds(col, s)
     else:
         try:
             values = pd.to_numeric(s)
@@ -382,7 +383,7 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
     return values
 
 
-def _datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
+def datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
     """Dates (pandas datetimes, or text in the column's format / ISO) as seconds since 1970-01-01 UTC.
     Numbers are taken as such seconds already (Unix time; a validated table holds them)."""
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import wasserstein_distance
 
-from ..data.schema import Schema, _datetime_seconds
+from ..data.schema import Schema, datetime_seconds
 
 MISSING = "(missing)"
 
@@ -108,7 +108,7 @@ def table_fidelity(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, *, m
     two association matrices (for the report's heatmaps). ``real`` is the reference (say which
     split when you report it; ``dpsynth evaluate`` uses the real test split)."""
     per = {}
-    real, synth = _as_numbers(real, schema), _as_numbers(synth, schema)
+    real, synth = dates_as_seconds(real, schema), dates_as_seconds(synth, schema)
     for col in schema.columns:
         if col.kind == "id":
             continue
@@ -150,12 +150,12 @@ def table_fidelity(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, *, m
     }
 
 
-def _as_numbers(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+def dates_as_seconds(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     """``df`` with its datetime columns as seconds (real rows are, generated ones are datetimes)."""
     dates = [c for c in schema.columns if c.datetime and c.name in df.columns]
     if not dates:
         return df
     df = df.copy()
     for col in dates:
-        df[col.name] = _datetime_seconds(col, df[col.name])
+        df[col.name] = datetime_seconds(col, df[col.name])
     return df

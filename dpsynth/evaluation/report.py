@@ -18,7 +18,7 @@ import numpy as np
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
-from .fidelity import MISSING, _as_numbers, table_fidelity
+from .fidelity import MISSING, dates_as_seconds, table_fidelity
 
 EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.html"
@@ -141,7 +141,7 @@ def _table_sections(model, test, seed: int, n: int) -> str:
     fid = table_fidelity(real, synth, encoder.schema, seed=seed)
     marg = fid["marginals"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    real, synth = _as_numbers(real, encoder.schema), _as_numbers(synth, encoder.schema)   # dates as seconds
+    real, synth = dates_as_seconds(real, encoder.schema), dates_as_seconds(synth, encoder.schema)   # dates as seconds
     missing = lambda v: ("-" if "missing_rate" not in v else      # noqa: E731
                          f"{v['missing_rate']['real']:.3f} / {v['missing_rate']['synthetic']:.3f}")
     rows = "".join(
