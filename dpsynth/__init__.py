@@ -27,6 +27,7 @@ _LAZY = {
     **dict.fromkeys(["BudgetFile", "PrivacyPlan", "calibrate_sigma", "dpsgd_sigma", "epsilon_for_sigma",
                      "gaussian_sigma", "plan_sigma"], ".privacy"),
     "Release": ".release",
+    **dict.fromkeys(["DistilledSet", "distill_release"], ".methods.distill"),
 }
 
 __all__ = sorted([*_LAZY, "ArtifactError", "DataValidationError", "DatasetNotFoundError", "InvalidParameterError",

@@ -12,11 +12,11 @@ import warnings
 
 from .. import __version__
 from ..errors import DpsynthError, TrainingInterrupted
-from . import audit, budget, datasets, demo, evaluate, fit, inspect, pretrain, report, sample
+from . import audit, budget, datasets, demo, distill, evaluate, fit, inspect, pretrain, report, sample
 from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exported for callers that parse first)
 
 #: the commands in the order `dpsynth --help` lists them
-COMMANDS = (datasets, budget, inspect, fit, sample, pretrain, evaluate, report, audit, demo)
+COMMANDS = (datasets, budget, inspect, fit, sample, distill, pretrain, evaluate, report, audit, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,8 @@ def cmd_evaluate(args) -> int:
     from ..evaluation import image_classifier_scores, save_image_grid
     from ..methods import load
 
+    if Path(args.model).suffix == ".npz":
+        return _evaluate_set(args)
     model = load(args.model)
     if model.encoder_ is not None:
         return _evaluate_table(args, model)
@@ -69,6 +71,32 @@ def _evaluate_kip(args, model, name) -> int:
     return _finish(args, result)
 
 
+def _evaluate_set(args) -> int:
+    """A distilled image set (`dpsynth distill`): LogReg/MLP and, with --cnn, the ConvNet trained on it; the result
+    is saved beside it as SET.evaluation.json."""
+    from ..data import DATASETS, load_dataset
+    from ..evaluation import image_classifier_scores, save_image_grid
+    from ..methods.distill import DistilledSet
+
+    dset = DistilledSet.load(args.model)
+    name = dset.info.get("dataset", "")
+    if name not in DATASETS:
+        raise InvalidParameterError(f"the set was distilled from a release of {name or 'user data'!r}, not a "
+                                    f"registered dataset, so there is no real test split to score it on; use "
+                                    f"dpsynth.evaluation.cnn_scores with your own test data.")
+    data = load_dataset(name, data_dir=args.data_dir)
+    eps, delta = dset.ledger.total()
+    result = {"dataset": name, "method": f"distilled from {dset.info.get('method') or 'a release'}",
+              "epsilon": eps, "delta": delta, "n_synthetic": int(len(dset.y)), "per_class": dset.info.get("per_class")}
+    result.update(image_classifier_scores(dset.x, dset.y, data.x_test, data.y_test, seed=args.seed))
+    if args.cnn:
+        result.update(_cnn(args, dset.x, dset.y, data))
+    path = Path(args.model)
+    result["samples_png"] = str(save_image_grid(dset.x, dset.y, path.with_name(path.stem + ".png"),
+                                                classes=data.classes))
+    return _finish(args, result, path.with_name(path.stem + ".evaluation.json"))
+
+
 def _evaluate_table(args, model) -> int:
     from ..data import load_preset, read_table
     from ..data.private_schema import declared_part
@@ -106,13 +134,13 @@ def _evaluate_table(args, model) -> int:
     return _finish(args, result)
 
 
-def _finish(args, result: dict) -> int:
-    """Save the result as MODEL/evaluation.json (what `dpsynth report` shows) and print it: a short summary for
-    people, or with --json the whole object on one line."""
+def _finish(args, result: dict, path: Path | None = None) -> int:
+    """Save the result as MODEL/evaluation.json (what `dpsynth report` shows; ``path`` elsewhere) and print it: a
+    short summary for people, or with --json the whole object on one line."""
     from ..evaluation.report import EVALUATION_FILE
     from ..evaluation.summary import evaluation_summary
 
-    path = Path(args.model) / EVALUATION_FILE
+    path = path or Path(args.model) / EVALUATION_FILE
     with atomic_write(path) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
     print(json.dumps(result) if args.json else evaluation_summary(result, saved_to=path))
@@ -125,7 +153,7 @@ def _cnn(args, x, y, data) -> dict:
     if args.cnn_seeds < 1:
         raise InvalidParameterError(f"--cnn-seeds must be >= 1; got {args.cnn_seeds}.")
     return cnn_scores(x, y, data.x_test, data.y_test, n_classes=data.n_classes, seeds=tuple(range(args.cnn_seeds)),
-                      device=args.device)
+                      device=args.device, protocol=args.cnn_protocol, dataset=data.name)
 
 
 def _result_header(model, n: int) -> dict:
@@ -136,7 +164,7 @@ def _result_header(model, n: int) -> dict:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
-    s.add_argument("model", help="model folder written by `dpsynth fit`")
+    s.add_argument("model", help="model folder written by `dpsynth fit`, or a set.npz written by `dpsynth distill`")
     s.add_argument("--json", action="store_true", help="print the whole result as one JSON object (for scripts) "
                    "instead of the summary; MODEL/evaluation.json holds it either way")
     s.add_argument("--n", type=int, default=None, help="synthetic training samples (default 6000 images with "
@@ -158,6 +186,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "stopping: evaluate the checkpoint closest to the proxy (default) or the last one")
     s.add_argument("--cnn-samples", type=int, default=60_000, help="generators: samples for --cnn (default 60000)")
     s.add_argument("--cnn-seeds", type=int, default=3, help="training seeds for --cnn (default 3)")
+    s.add_argument("--cnn-protocol", default="fixed", choices=["fixed", "dc"], help="--cnn: dpsynth's fixed settings "
+                   "(default) or 'dc', the dataset-condensation evaluation NDPDC and Dosser report (1,000 epochs, DSA "
+                   "augmentation)")
     s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")
     s.add_argument("--data-dir", default=None, help="extra folder holding the real test split's files")
     s.set_defaults(func=cmd_evaluate)

@@ -10,6 +10,13 @@ sets: the dataset-condensation evaluation), 50 for larger ones (60,000 generated
 DPImageBench trains). Inputs use the fixed public map (x - 0.5) / 0.5 and are not clipped (a DP-KIP
 support set lives outside [0, 1]); no statistics of any data are used.
 Three training seeds by default; the result is their mean, spread and list.
+
+``protocol="dc"``: the dataset-condensation evaluation that NDPDC and Dosser report (VICO-UoE/DatasetCondensation
+``utils.py`` ``evaluate_synset`` lines 337-361 with ``main_DM.py`` lines 21-28): the same ConvNet and optimiser,
+1,000 epochs, lr x 0.1 at half, DSA augmentation (:mod:`dpsynth.evaluation.augment`;
+``color_crop_cutout_scale_rotate`` for grey images as NDPDC's README runs MNIST and Fashion-MNIST,
+``color_crop_cutout_flip_scale_rotate`` for colour), inputs normalised with the published per-dataset constants
+of that code (``get_dataset``, lines 13-51). No validation split, the last model tested.
 """
 from __future__ import annotations
 
@@ -26,6 +33,11 @@ from ..runtime import default_device
 logger = logging.getLogger(__name__)
 
 SMALL_SET, EPOCHS_SMALL, EPOCHS_LARGE = 10_000, 300, 50
+PROTOCOLS = ("fixed", "dc")
+DC_EPOCHS = 1000
+#: the dataset-condensation code's normalisation constants (mean, std per channel), by dpsynth dataset name
+DC_NORMALISE = {"mnist": ((0.1307,), (0.3081,)), "fashion-mnist": ((0.2861,), (0.3530,)),
+                "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))}
 
 
 class ConvNet(nn.Module):
@@ -48,8 +60,9 @@ def protocol_epochs(n: int) -> int:
     return EPOCHS_SMALL if n <= SMALL_SET else EPOCHS_LARGE
 
 
-def _images(x) -> torch.Tensor:
-    """(n, C, H, W) float32 in the network's scale; accepts (n, H, W), (n, C, H, W) or (n, H*W)."""
+def _images(x, normalise=None) -> torch.Tensor:
+    """(n, C, H, W) float32 in the network's scale; accepts (n, H, W), (n, C, H, W) or (n, H*W).
+    ``normalise``: (means, stds) per channel instead of the fixed (x - 0.5) / 0.5."""
     x = torch.as_tensor(np.asarray(x, dtype=np.float32))
     if x.ndim == 2:
         side = math.isqrt(x.shape[1])
@@ -58,14 +71,23 @@ def _images(x) -> torch.Tensor:
         x = x.reshape(-1, 1, side, side)
     elif x.ndim == 3:
         x = x[:, None]
+    if normalise is not None:
+        mean, std = (torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1) for v in normalise)
+        return (x - mean) / std
     return (x - 0.5) / 0.5          # as given: a distilled set may leave [0, 1] (not clipped)
 
 
 def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None, width: int = 128,
-                  batch_size: int = 256, device: str | torch.device = "cpu") -> ConvNet:
-    """The protocol's training run on (x, y) (images in [0, 1]); returns the last model."""
+                  batch_size: int = 256, device: str | torch.device = "cpu", augment: str | None = None,
+                  normalise=None) -> ConvNet:
+    """The protocol's training run on (x, y) (images in [0, 1]); returns the last model. ``augment``: a DSA
+    strategy applied to every training batch (:func:`~dpsynth.evaluation.augment.dsa_augment`)."""
+    from .augment import check_strategy, dsa_augment
+
+    if augment is not None:
+        check_strategy(augment)
     device = torch.device(device)
-    xs, ys = _images(x).to(device), torch.as_tensor(np.asarray(y)).long().to(device)
+    xs, ys = _images(x, normalise).to(device), torch.as_tensor(np.asarray(y)).long().to(device)
     epochs = protocol_epochs(len(ys)) if epochs is None else epochs
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -76,7 +98,8 @@ def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None,
     for _ in range(epochs):
         for idx in torch.randperm(len(ys), generator=g).split(batch_size):
             idx = idx.to(device)
-            loss = nn.functional.cross_entropy(net(xs[idx]), ys[idx])
+            batch = xs[idx] if augment is None else dsa_augment(xs[idx], augment, g)
+            loss = nn.functional.cross_entropy(net(batch), ys[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -85,10 +108,10 @@ def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None,
 
 
 @torch.no_grad()
-def convnet_accuracy(net: nn.Module, x_test, y_test, batch: int = 2000) -> float:
+def convnet_accuracy(net: nn.Module, x_test, y_test, batch: int = 2000, normalise=None) -> float:
     """Test accuracy of an image classifier (inputs in [0, 1], mapped as in training)."""
     device = next(net.parameters()).device
-    xt, yt = _images(x_test), torch.as_tensor(np.asarray(y_test)).long()
+    xt, yt = _images(x_test, normalise), torch.as_tensor(np.asarray(y_test)).long()
     correct = 0
     for start in range(0, len(yt), batch):
         pred = net(xt[start:start + batch].to(device)).argmax(1).cpu()
@@ -96,17 +119,38 @@ def convnet_accuracy(net: nn.Module, x_test, y_test, batch: int = 2000) -> float
     return correct / len(yt)
 
 
+def dc_settings(dataset: str, channels: int) -> dict:
+    """The dataset-condensation protocol's settings for ``dataset`` (see the module docstring)."""
+    from ..errors import InvalidParameterError
+
+    if dataset not in DC_NORMALISE:
+        raise InvalidParameterError(f"protocol 'dc' knows the normalisation of {', '.join(DC_NORMALISE)}; got "
+                                    f"dataset {dataset!r}. Use protocol='fixed' for other images.")
+    strategy = "color_crop_cutout_scale_rotate" if channels == 1 else "color_crop_cutout_flip_scale_rotate"
+    return {"epochs": DC_EPOCHS, "augment": strategy, "normalise": DC_NORMALISE[dataset]}
+
+
 def cnn_scores(x_syn, y_syn, x_test, y_test, *, n_classes: int | None = None, seeds=(0, 1, 2),
-               epochs: int | None = None, width: int = 128, device: str | None = None) -> dict:
-    """``cnn_acc`` (mean over training seeds), ``cnn_acc_std``, ``cnn_accs`` and the settings."""
+               epochs: int | None = None, width: int = 128, device: str | None = None, protocol: str = "fixed",
+               dataset: str | None = None) -> dict:
+    """``cnn_acc`` (mean over training seeds), ``cnn_acc_std``, ``cnn_accs`` and the settings. ``protocol``:
+    "fixed" (dpsynth's, the module docstring) or "dc" (the dataset-condensation evaluation; needs ``dataset``)."""
+    from ..errors import unknown_name
+
+    if protocol not in PROTOCOLS:
+        raise unknown_name("ConvNet protocol", str(protocol), PROTOCOLS)
     device = default_device(device)
-    n_classes = n_classes or int(max(np.max(y_syn), np.max(y_test))) + 1
+    n_classes = n_classes or int(max(np.max(np.asarray(y_syn)), np.max(np.asarray(y_test)))) + 1
+    extra = dc_settings(dataset, _images(np.asarray(x_syn)[:1]).shape[1]) if protocol == "dc" else {}
+    epochs = epochs or extra.pop("epochs", None) or protocol_epochs(len(y_syn))
+    extra.pop("epochs", None)
     accs = []
     for seed in seeds:
         t = time.perf_counter()
-        net = train_convnet(x_syn, y_syn, n_classes, seed=seed, epochs=epochs, width=width, device=device)
-        accs.append(convnet_accuracy(net, x_test, y_test))
+        net = train_convnet(x_syn, y_syn, n_classes, seed=seed, epochs=epochs, width=width, device=device, **extra)
+        accs.append(convnet_accuracy(net, x_test, y_test, normalise=extra.get("normalise")))
         logger.info("ConvNet seed %d: acc %.4f (%.1f s)", seed, accs[-1], time.perf_counter() - t)
     return {"cnn_acc": float(np.mean(accs)), "cnn_acc_std": float(np.std(accs)), "cnn_accs": accs,
-            "cnn_protocol": {"epochs": epochs or protocol_epochs(len(y_syn)), "width": width, "seeds": list(seeds),
-                             "n_train": int(len(y_syn)), "device": str(device)}}
+            "cnn_protocol": {"name": protocol, "epochs": epochs, "width": width, "seeds": list(seeds),
+                             "n_train": int(len(y_syn)), "device": str(device),
+                             **({"augment": extra["augment"]} if extra else {})}}

@@ -17,6 +17,18 @@ from ..validation import check_positive
 from .base import ConditionalGenerator
 
 
+def table_heads(out: torch.Tensor, n_numeric: int, category_sizes) -> torch.Tensor:
+    """Unconstrained outputs -> encoded rows: a sigmoid on each numeric column, a softmax on each categorical
+    block (the :class:`~dpsynth.data.encoding.TableEncoder` layout). Shared by the generator and by distillation's
+    learned rows."""
+    parts = [torch.sigmoid(out[:, :n_numeric])]
+    start = n_numeric
+    for k in category_sizes:
+        parts.append(torch.softmax(out[:, start:start + k], dim=1))
+        start += k
+    return torch.cat(parts, 1)
+
+
 class TableGenerator(ConditionalGenerator):
     name = "table"
 
@@ -35,13 +47,7 @@ class TableGenerator(ConditionalGenerator):
         self.net = nn.Sequential(*layers)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        out = self.net(z)
-        parts = [torch.sigmoid(out[:, :self.n_numeric])]
-        start = self.n_numeric
-        for k in self.category_sizes:
-            parts.append(torch.softmax(out[:, start:start + k], dim=1))
-            start += k
-        return torch.cat(parts, 1)
+        return table_heads(self.net(z), self.n_numeric, self.category_sizes)
 
     def spec(self) -> dict:
         return {"name": self.name, "n_numeric": self.n_numeric, "category_sizes": list(self.category_sizes),

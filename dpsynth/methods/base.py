@@ -228,14 +228,16 @@ class KernelGeneratorMethod(Method):
     def release(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "",
                 budget: BudgetFile | None = None, public_facts: dict | None = None,
                 privacy_unit: str = PRIVACY_UNIT) -> Release:
-        """Step 1 of :meth:`fit` alone: the one private release (all of its plan), without training.
+        """Step 1 of :meth:`fit` alone: the one private release (all of its plan), without training; kept as
+        ``release_`` (so :meth:`distill` can use it) and returned.
         ``X`` as for :meth:`fit`, or a :class:`~dpsynth.data.ShardedTable` / :class:`~dpsynth.data.ShardedArrays`
         (summed on its engine: streamed, or on Ray)."""
         self._public_facts = dict(public_facts or {})
         self._privacy_unit = privacy_unit
         if not _is_table(X):
             self._validate()
-            return self._release(X, y, dataset, budget)
+            self.release_ = self._release(X, y, dataset, budget)
+            return self.release_
         if isinstance(X, ShardedTable):
             if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
@@ -243,7 +245,8 @@ class KernelGeneratorMethod(Method):
         schema = _as_schema(schema, label)
         self.n_classes = schema.n_classes  # public: the declared label categories
         self._validate()
-        return self._release_table(X, label, schema, dataset, budget)
+        self.release_ = self._release_table(X, label, schema, dataset, budget)
+        return self.release_
 
     def _release(self, X, y, dataset: str, budget) -> Release:
         # the record shape is public
@@ -431,6 +434,17 @@ class KernelGeneratorMethod(Method):
         if encoder is not None:
             return encoder.decode(x, labels.numpy(), rng=np.random.default_rng(seed))
         return x, (labels.numpy() if self.conditional else None)
+
+    def distill(self, per_class: int, **kwargs):
+        """``per_class`` records per class learned to match this model's release (post-processing: no private
+        data, no budget; the set carries the release's ledger). ``kwargs``: those of
+        :func:`~dpsynth.methods.distill.distill_release` (``iterations``, ``lr``, ``seed``, ``device``)."""
+        from .distill import distill_release
+
+        if not hasattr(self, "release_"):
+            raise InvalidParameterError(f"this {type(self).__name__} holds no release yet; call fit() or release() "
+                                        f"first, or dpsynth.load() a fitted folder.")
+        return distill_release(self.release_, per_class, **kwargs)
 
     # -- persistence ------------------------------------------------------------------------
     def save(self, directory) -> Path:
