@@ -21,7 +21,7 @@ COMMANDS = (datasets, budget, inspect, fit, sample, distill, pretrain, evaluate,
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data "
-                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP).")
+                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP, DP-RandConv).")
     p.add_argument("--version", action="version", version=f"dpsynth {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -58,6 +58,16 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None) -> int:
+    """The ``dpsynth`` command. Ctrl-C at any moment (even while torch is still being imported) ends it with one
+    line and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("dpsynth: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "fit" in argv[:3]:                        # fit's method options come from the registered methods
@@ -76,9 +86,6 @@ def main(argv=None) -> int:
         where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: dpsynth fit --resume --out " \
                 f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
         print(f"dpsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("dpsynth: interrupted", file=sys.stderr)
         return 130
     finally:
         warnings.showwarning = previous

@@ -82,6 +82,9 @@ CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
 MNIST_CLASSES = [str(i) for i in range(10)]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
                    "Bag", "Ankle boot"]
+#: class names of the registered image datasets (public), for labels on grids and reports
+IMAGE_CLASSES = {"mnist": MNIST_CLASSES, "digits": MNIST_CLASSES, "fashion-mnist": FASHION_CLASSES,
+                 "cifar10": CIFAR_CLASSES}
 
 
 def _to_tensor(images: np.ndarray) -> torch.Tensor:

@@ -10,10 +10,17 @@ from .._io import atomic_write
 
 
 def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int | None = None) -> Path:
-    """One row per class (label written on the left), ``per_class`` images per row.
+    """:func:`image_grid` written as a PNG (atomically)."""
+    canvas = image_grid(x, y, classes=classes, per_class=per_class, scale=scale)
+    path = Path(path)
+    with atomic_write(path) as tmp:
+        canvas.save(tmp, format="PNG")
+    return path
 
-    ``x`` is (n, C, H, W) in [0, 1]; written atomically.
-    """
+
+def image_grid(x, y, *, classes=None, per_class: int = 10, scale: int | None = None) -> Image.Image:
+    """One row per class (its name written on the left), ``per_class`` images per row, tiles of at least 56 px
+    separated by white borders. ``x`` is (n, C, H, W) in [0, 1]."""
     x, y = np.asarray(x), np.asarray(y) if y is not None else np.zeros(len(x), dtype=int)
     n_cls = int(y.max()) + 1 if len(y) else 1
     classes = classes or [str(c) for c in range(n_cls)]
@@ -29,7 +36,4 @@ def save_image_grid(x, y, path, *, classes=None, per_class: int = 10, scale: int
             img = (np.clip(x[i], 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
             tile = Image.fromarray(img[:, :, 0] if c == 1 else img).convert("RGB").resize((w2, h2), Image.NEAREST)
             canvas.paste(tile, (label_w + col * (w2 + pad), top))
-    path = Path(path)
-    with atomic_write(path) as tmp:
-        canvas.save(tmp, format="PNG")
-    return path
+    return canvas

@@ -38,14 +38,14 @@ def _pyplot():
 
 def _png(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     _pyplot().close(fig)
     return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
 def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    fig, ax = plt.subplots(figsize=(5.0, 3.4))
     if kind == "numeric":
         r, s = np.asarray(real, float), np.asarray(synth, float)
         r, s = r[~np.isnan(r)], s[~np.isnan(s)]             # present values (missing rates: the table)
@@ -55,7 +55,7 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         bins = np.linspace(lo, hi, 31)
         ax.hist(np.clip(r, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="real")
         ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
-        ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=6)
+        ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=8)
     else:
         cats = [str(c) for c in categories] + ([MISSING] if real.isna().any() or synth.isna().any() else [])
         real, synth = real.astype(object).fillna(MISSING), synth.astype(object).fillna(MISSING)
@@ -65,10 +65,11 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         x = np.arange(len(top))
         ax.bar(x - 0.2, p[top], 0.4, label="real")
         ax.bar(x + 0.2, q[top], 0.4, label="synthetic")
-        ax.set_xticks(x, [t[:10] for t in top], rotation=60, fontsize=6)
-    ax.set_title(name, fontsize=8)
-    ax.tick_params(labelsize=6)
-    ax.legend(fontsize=6)
+        ax.set_xticks(x, [t if len(t) <= 20 else t[:19] + "…" for t in top], rotation=40, ha="right",
+                      rotation_mode="anchor", fontsize=8)
+    ax.set_title(name, fontsize=11)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8)
     return _png(fig)
 
 
@@ -76,13 +77,15 @@ def _heatmaps(pair: dict) -> str:
     plt = _pyplot()
     real, synth = np.asarray(pair["real"]), np.asarray(pair["synthetic"])
     cols = pair["columns"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
+    side = min(9.0, max(4.5, 0.32 * len(cols)))          # ~0.3 inch per column: labels stay 8 pt and apart
+    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 1.5, side + 1.2))
+    names = [c if len(c) <= 18 else c[:17] + "…" for c in cols]
     for ax, (title, m) in zip(axes, [("real", real), ("synthetic", synth), ("|real - synthetic|", np.abs(real - synth))]):
         im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=12)
         ticks = range(len(cols)) if len(cols) <= 30 else []
-        ax.set_xticks(ticks, [c[:12] for c in cols] if ticks else [], rotation=90, fontsize=5)
-        ax.set_yticks(ticks, [c[:12] for c in cols] if ticks else [], fontsize=5)
+        ax.set_xticks(ticks, names if ticks else [], rotation=90, fontsize=8)
+        ax.set_yticks(ticks, names if ticks else [], fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.8)
     return _png(fig)
 
@@ -109,6 +112,13 @@ def ledger_in_words(release) -> str:
     return head + "</p><ul>" + "".join(items) + "</ul>"
 
 
+#: image evaluation scores, as the report names them
+IMAGE_SCORES = {"logreg_acc": "LogisticRegression accuracy", "mlp_acc": "MLP accuracy",
+                "logreg_f1": "LogisticRegression macro F1", "mlp_f1": "MLP macro F1",
+                "cnn_acc": "ConvNet accuracy (CNN protocol)", "krr_acc": "kernel ridge regression accuracy",
+                "fd": "Frechet distance (dpsynth's CNN)", "fid": "FID (Inception-v3)"}
+
+
 def _utility_html(evaluation: dict | None) -> str:
     if not evaluation:
         return ("<p>No utility numbers yet: run <code>dpsynth evaluate RUN</code> first (it writes "
@@ -129,9 +139,13 @@ def _utility_html(evaluation: dict | None) -> str:
         return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic rows, tested on the real test "
                 f"split.</p><table><tr><th>classifier</th>{head}</tr>{''.join(rows)}"
                 f"<tr><td><b>mean</b></td>{mean}</tr></table>")
-    shown = {k: v for k, v in evaluation.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return "<table>" + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in shown.items()) + \
-        "</table>"
+    named = [(label, evaluation[k]) for k, label in IMAGE_SCORES.items() if isinstance(evaluation.get(k), (int, float))]
+    rest = [(k, v) for k, v in evaluation.items() if k not in IMAGE_SCORES and k not in ("epsilon", "delta", "n_synthetic")
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{v:.3f}</b></td></tr>" for k, v in named) + \
+        "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in rest)
+    return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic images, tested on the real test "
+            f"split.</p><table><tr><th>score</th><th>value</th></tr>{rows}</table>")
 
 
 def _table_sections(model, test, seed: int, n: int) -> str:
@@ -165,22 +179,22 @@ def _table_sections(model, test, seed: int, n: int) -> str:
 
 
 def _image_section(model, seed: int) -> str:
-    plt = _pyplot()
+    """A labelled grid: one row per class, its name on the left, 10 samples each."""
+    from .grid import image_grid
+
     x, y = model.sample(100, seed=seed) if model.generative else model.sample()
-    x = np.asarray(x)[:100]
+    x = np.asarray(x)
     if x.ndim != 4:
         return "<p>(records are not images: no sample grid)</p>"
-    y = np.asarray(y)[:100] if y is not None else None
-    order = np.argsort(y, kind="stable") if y is not None else np.arange(len(x))
-    x = np.clip(x[order], 0, 1)
-    n, (c, h, w) = len(x), x.shape[1:]
-    rows = -(-n // 10)
-    x = np.concatenate([x, np.zeros((rows * 10 - n, c, h, w), x.dtype)])
-    grid = x.reshape(rows, 10, c, h, w).transpose(0, 3, 1, 4, 2).reshape(rows * h, 10 * w, c)
-    fig, ax = plt.subplots(figsize=(6, 6))
-    ax.imshow(grid.squeeze(-1) if c == 1 else grid, cmap="gray" if c == 1 else None)
-    ax.axis("off")
-    return f"<h2>Samples</h2>{_png(fig)}"
+    y = np.asarray(y) if y is not None else None
+    from ..data.images import IMAGE_CLASSES
+
+    classes = IMAGE_CLASSES.get(model.release_.dataset.get("name") or "")
+    grid = image_grid(np.clip(x, 0, 1), y, classes=list(classes) if classes else None)
+    buf = io.BytesIO()
+    grid.save(buf, format="PNG")
+    return (f"<h2>Samples</h2><p>Ten samples per class, one class per row.</p><img alt='samples, one row per class' "
+            f"src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>")
 
 
 STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;color:#222}table{border-collapse:collapse;"

@@ -3,7 +3,9 @@ from .base import FEATURE_MAPS, FeatureMap, build_feature_map
 from .entk import ENTKFeatures
 from .hermite import HermiteFeatures
 from .perceptual import PerceptualFeatures, PooledFeatures
+from .randconv import RandomConvFeatures
 from .rff import MixedRFF, RandomFourierFeatures
 
-__all__ = ["ENTKFeatures", "HermiteFeatures", "FEATURE_MAPS", "FeatureMap", "MixedRFF", "PerceptualFeatures", "PooledFeatures", "RandomFourierFeatures",
+__all__ = ["ENTKFeatures", "HermiteFeatures", "FEATURE_MAPS", "FeatureMap", "MixedRFF", "PerceptualFeatures", "PooledFeatures", "RandomConvFeatures",
+           "RandomFourierFeatures",
            "build_feature_map"]

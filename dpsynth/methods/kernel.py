@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 
-from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
+from ..errors import InvalidParameterError
+from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomConvFeatures, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
 from . import presets
 from .base import KernelGeneratorMethod, register
@@ -143,3 +144,28 @@ class DPHP(KernelGeneratorMethod):
         return HermiteFeatures(input_dim, self.order, self.length_scale, self.n_product, self.product_dims,
                                self.product_order, self.product_length_scale, self.sum_share, self.sum_weight,
                                self.product_weight, seed=self.hp_seed)
+
+
+@register
+class DPRandConv(KernelGeneratorMethod):
+    """DP distribution matching (NDPDC's statistic; :class:`~dpsynth.features.RandomConvFeatures`): the mean
+    embedding of ``n_networks`` randomly initialised ConvNets (``width`` filters, ``depth`` blocks; ``conv_seed``:
+    their initialisation, public), each network's output at unit norm, released once. Images only. The release
+    serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of it)."""
+
+    method = "dp-randconv"
+    data_kinds = ("image",)
+
+    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
+                 conv_depth: int = 3, conv_seed: int = 0, **kwargs):
+        super().__init__(epsilon, delta, **kwargs)
+        self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
+
+    def feature_map(self, input_dim: int, n_classes: int):
+        raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
+                                    f"flat ({input_dim} values each): reshape them to images, or use dp-ntk / dp-merf.")
+
+    def image_feature_map(self, shape: tuple, n_classes: int) -> RandomConvFeatures:
+        if len(shape) != 3:
+            return self.feature_map(int(shape[0]), n_classes)
+        return RandomConvFeatures(shape, self.n_networks, self.conv_width, self.conv_depth, seed=self.conv_seed)

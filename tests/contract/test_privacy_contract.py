@@ -20,11 +20,12 @@ from dpsynth.privacy.engine import PrivacyEngine
 
 from dpsynth import release_mean_embedding
 from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures,
-                              PooledFeatures, RandomFourierFeatures, build_feature_map)
+                              PooledFeatures, RandomConvFeatures, RandomFourierFeatures, build_feature_map)
 from dpsynth.features.encoders import build_encoder, save_encoder
 from dpsynth.kip.dpsgd import private_gradient
 from dpsynth.kip.kernels import FCReLUKernel
 from dpsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
+from dpsynth.methods.kernel import DPRandConv
 from dpsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
 
 from conftest import Guarded
@@ -59,6 +60,7 @@ MAP_VARIANTS = {
                                                       product_order=4), (D,))],
     "perceptual": [("perceptual phi1+phi2", lambda e: PerceptualFeatures(e, IMAGE, moments=(1, 2)), IMAGE)],
     "pooled": [("pooled", lambda e: PooledFeatures(e, IMAGE), IMAGE)],
+    "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE)],
 }
 VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
 
@@ -185,6 +187,8 @@ KERNEL_METHODS = {
                             noise_seed=0),
     "dp-mepf": lambda e: DPMEPF(1.0, encoder=e, n_classes=10, iterations=1, batch_size=10, select_every=1,
                                 select_samples=20, noise_seed=0),
+    "dp-randconv": lambda e: DPRandConv(1.0, n_classes=10, n_networks=2, conv_width=8, iterations=1, batch_size=10,
+                                        noise_seed=0),
 }
 DPSGD_METHODS = {"dp-kip"}
 

@@ -58,9 +58,17 @@ def test_demo_then_inspect(capsys, tmp_path):
     assert "sigma=3.7306" in out
     acc = float(out.split("private ")[1].split(",")[0])
     assert 0.5 < acc < 0.97  # clearly above chance (0.1); noise keeps it below the non-private score
-    code, out, _ = run(capsys, "inspect", str(tmp_path / "demo"))
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "demo"))           # the summary, for people
+    assert code == 0 and "privacy spent: epsilon=1, delta=1e-05 (replace-one neighbours" in out
+    assert "release of digits (1,437 records, 10 classes)" in out and "fixed-seed" in out
+    row = next(line for line in out.splitlines() if "class-conditional mean embedding" in line).split()
+    assert row[0] == "1" and row[-3:] == ["3.731", "0.001392", "0.005192"]      # sigma, sensitivity, noise std
+    assert len(out.splitlines()) <= 15 and "--ledger" in out
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "demo"), "--ledger")  # every field
     assert code == 0 and "noise multiplier sigma=3.73063" in out and "privacy spent: epsilon=1" in out
     assert "fixed-seed:0" in out
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "demo"), "--json")    # unchanged in content
+    assert json.loads(out)["ledger"][0]["noise_multiplier"] == pytest.approx(3.7306, abs=1e-4)
     code, _, err = run(capsys, "demo", "--out", str(tmp_path / "demo"))
     assert code == 2 and "already holds a demo release" in err
     code, _, err = run(capsys, "inspect", str(tmp_path / "nothing"))
@@ -140,3 +148,29 @@ def test_sample_says_how_many_points_a_support_set_holds(tmp_path, capsys):
     assert main(["sample", str(out), "--n", "5000", "--out", str(tmp_path / "s.npz")]) == 0
     text = capsys.readouterr().out
     assert "wrote 10 samples" in text and "a fixed set of 10, not 5000" in text
+
+
+def test_an_unknown_method_is_one_line(capsys):
+    code, out, err = run(capsys, "fit", "--method", "nope", "--dataset", "digits", "--epsilon", "1", "--out", "x")
+    assert code == 2 and err.count("\n") == 1 and "unknown method 'nope'" in err and "dp-ntk" in err
+
+
+def test_ctrl_c_while_torch_is_still_loading_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first seconds (fit's method options import torch) used to print a 39-line traceback."""
+    import dpsynth.cli as cli
+
+    def interrupted(parser):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "add_method_options", interrupted)
+    code, out, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "digits", "--epsilon", "1")
+    assert code == 130 and err == "dpsynth: interrupted\n" and out == ""
+
+
+def test_top_level_help_names_every_registered_method(capsys):
+    from dpsynth.methods import METHODS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = "".join(capsys.readouterr().out.lower().split())        # argparse may wrap a name at its hyphen
+    for name in METHODS:
+        assert name in text, name

@@ -77,8 +77,29 @@ def test_image_model_report_has_the_sample_grid(digits, tmp_path, capsys):
     from dpsynth import DPNTK
 
     DPNTK(epsilon=1, n_classes=10, ntk_width=20, iterations=5, batch_size=50, noise_seed=0).fit(
-        digits.x_train[:300], digits.y_train[:300], out=tmp_path / "img")
+        digits.x_train[:300], digits.y_train[:300], dataset="digits", out=tmp_path / "img")
     assert main(["report", str(tmp_path / "img")]) == 0
     page = (tmp_path / "img" / "report.html").read_text()
     assert "<h2>Samples</h2>" in page and page.count("data:image/png;base64,") == 1
     assert "run <code>dpsynth evaluate RUN</code> first" in page
+    # the grid is labelled: one row per class, its name written in the left margin, tiles of >= 56 px
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    png = page.split("data:image/png;base64,")[1].split("'")[0]
+    grid = np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("L"))
+    assert grid.shape[1] >= 600 and grid.shape[0] >= 10 * 56
+    row_h = grid.shape[0] // 10
+    assert all((grid[r * row_h:(r + 1) * row_h, :60] < 128).any() for r in range(10))     # a label on every row
+    # after `evaluate`, the report shows its numbers
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "img"), "--n", "200"]) == 0
+    logreg = json.loads((tmp_path / "img" / "evaluation.json").read_text())["logreg_acc"]
+    assert main(["report", str(tmp_path / "img")]) == 0
+    page = (tmp_path / "img" / "report.html").read_text()
+    utility = page.split("<h2>Utility</h2>")[1].split("<h2>")[0]
+    assert "No utility numbers yet" not in utility
+    assert f"<td>LogisticRegression accuracy</td><td><b>{logreg:.3f}</b></td>" in utility

@@ -1,0 +1,108 @@
+"""The documentation (issue 35): the site builds with `mkdocs build --strict`, and every code block in it and in the
+README runs as written.
+
+Python blocks of a page run in order in one namespace; bash blocks run in the same working folder (lines starting
+with ``$ `` are the commands of a block that shows its output; other blocks are all commands). A block preceded by
+``<!-- illustrative: REASON -->`` is shown, not run (it needs a dataset, a cluster or minutes); the reason must be
+given. ``json`` blocks must parse unless they are marked fragments (``<!-- fragment -->``); ``text`` blocks are output.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md"))
+RUN = {"python", "bash"}
+KNOWN = RUN | {"json", "text"}
+FENCE = re.compile(r"^```(\S*)\s*$")
+
+
+def blocks(path: Path):
+    """(line, language, code, marker) for every fenced block; ``marker``: the HTML comment just above, if any."""
+    lines = path.read_text().split("\n")
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m:
+            j = i + 1
+            while not lines[j].startswith("```"):
+                j += 1
+            above = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+            marker = above if above.startswith("<!--") else ""
+            yield i + 1, m.group(1), "\n".join(lines[i + 1:j]), marker
+            i = j
+        i += 1
+
+
+def commands(code: str) -> list[str]:
+    """A bash block's commands: the ``$ `` lines if it shows output, else every line; ``\\`` joins lines."""
+    lines = code.split("\n")
+    if any(line.startswith("$ ") for line in lines):
+        lines = [line[2:] for line in lines if line.startswith("$ ")]
+    out, current = [], ""
+    for line in lines:
+        current += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
+        if not line.rstrip().endswith("\\"):
+            if current.strip() and not current.strip().startswith("#"):
+                out.append(current.strip())
+            current = ""
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_code_block_runs(page, tmp_path, monkeypatch):
+    from dpsynth.features import FEATURE_MAPS
+    from dpsynth.methods import METHODS
+
+    if os.environ.get("DPSYNTH_DATA_DIR"):               # a relative path would break in the page's folder
+        monkeypatch.setenv("DPSYNTH_DATA_DIR", str(Path(os.environ["DPSYNTH_DATA_DIR"]).resolve()))
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    registries = [(reg, dict(reg)) for reg in (METHODS, FEATURE_MAPS)]
+    namespace: dict = {"__name__": "__docs__"}
+    try:
+        for line, lang, code, marker in blocks(page):
+            where = f"{page.relative_to(ROOT)}:{line}"
+            assert lang in KNOWN, f"{where}: a code block needs a language among {sorted(KNOWN)}; got {lang!r}"
+            if marker.startswith("<!-- illustrative"):
+                assert re.match(r"<!-- illustrative: \S.+ -->", marker), f"{where}: say why it is illustrative"
+                continue
+            if lang == "json" and marker != "<!-- fragment -->":
+                json.loads(code)
+            elif lang == "python":
+                exec(compile(code, where, "exec"), namespace)
+            elif lang == "bash":
+                for cmd in commands(code):
+                    res = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=600)
+                    assert res.returncode == 0, f"{where}: `{cmd}` exited {res.returncode}:\n{res.stderr[-2000:]}"
+    finally:
+        for reg, before in registries:
+            reg.clear()
+            reg.update(before)
+
+
+def test_site_builds_strictly(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    assert mkdocs, "mkdocs is a test dependency (pip install -e '.[test]')"
+    res = subprocess.run([mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cli = (tmp_path / "site" / "cli" / "index.html").read_text()
+    for command in ("dpsynth fit", "dpsynth distill", "dpsynth evaluate", "--images-per-class", "--ntk-width"):
+        assert command in cli, command                     # the reference is generated from the parsers
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    assert "distill_release" in api and "DPNTK" in api and "KernelGeneratorMethod" in api
+
+
+def test_readme_is_short_and_links_the_site():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.split("\n")) < 150
+    assert "../shared" not in text                          # a clone does not have it
+    assert "make demo" in text and "make test" in text and "docs/" in text
