@@ -49,9 +49,11 @@ def cmd_distill(args) -> int:
     return 0
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    from ..methods.distill import ITERATIONS, LR
+#: distill_release's defaults, repeated so that building the parser imports no torch (a test keeps them equal)
+ITERATIONS, LR = 2000, 0.05
 
+
+def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("distill", help="learn K records per class from a release (no privacy spent)",
                        description="Learn K images (or table rows) per class whose class-conditional feature means "
                                    "match a release that `dpsynth fit` already made. Post-processing: no private data "

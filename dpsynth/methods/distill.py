@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from .._io import atomic_write
 from .._version import __version__
@@ -162,7 +163,6 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     opt = torch.optim.Adam([params], lr=lr)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, [max(1, math.ceil(0.75 * iterations))], gamma=0.1)
     losses = []
-    from tqdm.auto import tqdm
     for it in tqdm(range(iterations), disable=not progress, desc="distill", unit="step"):
         fmap.at_iteration(it, iterations)
         opt.zero_grad(set_to_none=True)

@@ -138,3 +138,16 @@ def test_dc_protocol_needs_a_known_dataset(digits):
     res = cnn_scores(digits.x_train[:50], digits.y_train[:50], digits.x_test[:50], digits.y_test[:50],
                      protocol="fixed", seeds=(0,), epochs=2)
     assert res["cnn_protocol"]["name"] == "fixed"
+
+
+def test_cli_defaults_are_the_library_defaults_and_help_loads_no_torch():
+    import inspect
+    import subprocess
+    import sys
+
+    from dpsynth.cli import distill as cli_distill
+
+    params = inspect.signature(distill_release).parameters
+    assert (cli_distill.ITERATIONS, cli_distill.LR) == (params["iterations"].default, params["lr"].default)
+    code = "import sys; from dpsynth.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
