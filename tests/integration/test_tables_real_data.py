@@ -34,3 +34,12 @@ def test_cli_keeps_the_presets_numeric_encoding_unless_the_flag_overrides_it(tmp
     encoding = {name: json.loads((tmp_path / name / "model.json").read_text())["params"]["numeric_encoding"]
                 for name in ("preset", "flag")}
     assert encoding == {"preset": "minmax", "flag": "quantile"}
+
+
+@pytest.mark.slow
+def test_the_adult_preset_converges_at_its_own_defaults(tmp_path, capsys):
+    """Issue 35: `dpsynth fit --method dp-ntk --dataset adult` used to end "not converged" at its own defaults."""
+    require_data("adult")
+    assert main(["fit", "--method", "dp-ntk", "--dataset", "adult", "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "converged" in out and "not converged" not in out, out
