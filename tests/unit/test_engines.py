@@ -280,7 +280,7 @@ def test_cli_fits_table_shards_streamed_and_refuses_missing_count(tmp_path, caps
     rel = json.loads((tmp_path / "b" / "release" / "release.json").read_text())
     assert rel["ledger"][-1]["computation"] == {"engine": "stream", "shards": 2, "m": 200}
     capsys.readouterr()
-    assert main(["inspect", str(tmp_path / "b")]) == 0
+    assert main(["inspect", str(tmp_path / "b"), "--ledger"]) == 0
     assert "sums computed: streamed in one process, 2 shard(s), rows checked against the declared m=200" in \
         capsys.readouterr().out
     assert main(["fit", "--method", "dp-merf", "--csv", str(folder / "part-000.csv"), "--schema", str(schema),

@@ -191,7 +191,7 @@ def test_cli_fit_inspect_sample_and_flag_checks(tmp_path, capsys):
                  "--batch-size", "50", "--hp-order", "8", "--length-scale", "0.3", "--product-releases", "2",
                  "--product-order", "3", "--sum-weight", "5", "--out", str(out), "-q"]) == 0
     assert "fitted dp-hp on digits: epsilon=1" in capsys.readouterr().out
-    assert main(["inspect", str(out)]) == 0
+    assert main(["inspect", str(out), "--ledger"]) == 0
     text = capsys.readouterr().out
     assert text.count("under hermite features") == 3 and "block hermite_product_1" in text
     assert main(["sample", str(out), "--n", "10", "--out", str(tmp_path / "s.npz")]) == 0

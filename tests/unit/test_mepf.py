@@ -77,7 +77,7 @@ def test_cli_fit_inspect_sample_show_three_releases_under_one_budget(encoder, tm
                  "--iterations", "4", "--batch-size", "20", "--select-every", "2", "--out", str(out), "-q"]) == 0
     text = capsys.readouterr().out
     assert "fitted dp-mepf on digits: epsilon=1" in text and "DP early stopping: iteration" in text
-    assert main(["inspect", str(out)]) == 0
+    assert main(["inspect", str(out), "--ledger"]) == 0
     text = capsys.readouterr().out
     assert "privacy spent: epsilon=1," in text and text.count("plan={'multipliers': [1.0, 1.0, 10.0]}") == 3
     assert "proxy (256,)" in text

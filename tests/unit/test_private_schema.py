@@ -130,7 +130,7 @@ def test_cli_infer_schema_fit_sample_evaluate(tmp_path, capsys):
     assert not (tmp_path / "refused" / "release").exists()
     assert main(args + ["--infer-schema", "0.1", "--out", str(tmp_path / "m")]) == 0
     capsys.readouterr()
-    assert main(["inspect", str(tmp_path / "m")]) == 0
+    assert main(["inspect", str(tmp_path / "m"), "--ledger"]) == 0
     assert "schema inference" in capsys.readouterr().out
     assert main(["sample", str(tmp_path / "m"), "--n", "50", "--out", str(tmp_path / "s.csv")]) == 0
     s = pd.read_csv(tmp_path / "s.csv")
