@@ -4,19 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ArtifactError, InvalidParameterError
-
-
-def release_folder(run) -> Path:
-    """The release of ``run``: a model folder (its ``release/``) or a release folder itself."""
-    from ..release import META_FILE
-
-    run = Path(run)
-    for folder in (run / "release", run):
-        if (folder / META_FILE).exists():
-            return folder
-    raise ArtifactError(f"no release in {run}: give a folder written by `dpsynth fit` (it holds release/{META_FILE}) "
-                        f"or a release folder.")
+from ..errors import InvalidParameterError
+from ._common import release_folder
 
 
 def cmd_distill(args) -> int:

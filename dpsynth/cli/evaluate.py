@@ -10,7 +10,6 @@ from ..errors import InvalidParameterError
 
 
 def cmd_evaluate(args) -> int:
-    from ..data import DATASETS, load_dataset
     from ..evaluation import image_classifier_scores, save_image_grid
     from ..methods import load
 
@@ -22,12 +21,7 @@ def cmd_evaluate(args) -> int:
     name = model.release_.dataset.get("name", "")
     if not model.generative:                 # a fixed support set (DP-KIP), not a generator
         return _evaluate_kip(args, model, name)
-    if name not in DATASETS:
-        raise InvalidParameterError(
-            f"the model was fitted on {name or 'user data'!r}, not a registered dataset, so there is no real "
-            f"test split to evaluate on; use dpsynth.evaluation.image_classifier_scores with your own test data."
-        )
-    data = load_dataset(name, data_dir=args.data_dir)
+    data = _real_test_data(args, name, "the model was fitted on", "dpsynth.evaluation.image_classifier_scores")
     n = args.n or 6000
     x, y = model.sample(n, seed=args.seed, checkpoint=args.checkpoint)
     result = _result_header(model, n)
@@ -51,15 +45,21 @@ def cmd_evaluate(args) -> int:
     return _finish(args, result)
 
 
-def _evaluate_kip(args, model, name) -> int:
-    """DP-KIP: KRR accuracy with the support set (krr_acc) and LogReg/MLP trained on it."""
+def _real_test_data(args, name: str, origin: str, instead: str):
+    """The registered dataset ``name`` (its real test split), or an error saying what to use instead."""
     from ..data import DATASETS, load_dataset
-    from ..evaluation import image_classifier_scores, save_image_grid
 
     if name not in DATASETS:
-        raise InvalidParameterError(f"the model was fitted on {name or 'user data'!r}, not a registered dataset: "
-                                    f"use DPKIP.krr_accuracy(x_test, y_test) with your own test data.")
-    data = load_dataset(name, data_dir=args.data_dir)
+        raise InvalidParameterError(f"{origin} {name or 'user data'!r}, not a registered dataset, so there is no real "
+                                    f"test split to evaluate on; use {instead} with your own test data.")
+    return load_dataset(name, data_dir=args.data_dir)
+
+
+def _evaluate_kip(args, model, name) -> int:
+    """DP-KIP: KRR accuracy with the support set (krr_acc) and LogReg/MLP trained on it."""
+    from ..evaluation import image_classifier_scores, save_image_grid
+
+    data = _real_test_data(args, name, "the model was fitted on", "DPKIP.krr_accuracy(x_test, y_test)")
     x, y = model.sample()
     result = _result_header(model, len(y))
     result["krr_acc"] = model.krr_accuracy(data.x_test, data.y_test.numpy())
@@ -74,17 +74,12 @@ def _evaluate_kip(args, model, name) -> int:
 def _evaluate_set(args) -> int:
     """A distilled image set (`dpsynth distill`): LogReg/MLP and, with --cnn, the ConvNet trained on it; the result
     is saved beside it as SET.evaluation.json."""
-    from ..data import DATASETS, load_dataset
     from ..evaluation import image_classifier_scores, save_image_grid
     from ..methods.distill import DistilledSet
 
     dset = DistilledSet.load(args.model)
     name = dset.info.get("dataset", "")
-    if name not in DATASETS:
-        raise InvalidParameterError(f"the set was distilled from a release of {name or 'user data'!r}, not a "
-                                    f"registered dataset, so there is no real test split to score it on; use "
-                                    f"dpsynth.evaluation.cnn_scores with your own test data.")
-    data = load_dataset(name, data_dir=args.data_dir)
+    data = _real_test_data(args, name, "the set was distilled from a release of", "dpsynth.evaluation.cnn_scores")
     eps, delta = dset.ledger.total()
     result = {"dataset": name, "method": f"distilled from {dset.info.get('method') or 'a release'}",
               "epsilon": eps, "delta": delta, "n_synthetic": int(len(dset.y)), "per_class": dset.info.get("per_class")}

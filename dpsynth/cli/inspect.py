@@ -5,16 +5,12 @@ import argparse
 import json
 from pathlib import Path
 
-
+from ._common import release_folder
 
 def cmd_inspect(args) -> int:
-    from ..release import META_FILE, Release
+    from ..release import Release
 
-    path = Path(args.path)
-    if path.is_file() and path.name == META_FILE:
-        path = path.parent
-    if not (path / META_FILE).exists() and (path / "release" / META_FILE).exists():
-        path = path / "release"
+    path = release_folder(args.path)
     model_json = path.parent / "model.json"
     if path.name == "release" and model_json.exists():     # a model folder: its release must be the pinned one
         from .._io import read_sealed_json

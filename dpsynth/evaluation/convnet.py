@@ -82,10 +82,8 @@ def train_convnet(x, y, n_classes: int, *, seed: int, epochs: int | None = None,
                   normalise=None) -> ConvNet:
     """The protocol's training run on (x, y) (images in [0, 1]); returns the last model. ``augment``: a DSA
     strategy applied to every training batch (:func:`~dpsynth.evaluation.augment.dsa_augment`)."""
-    from .augment import check_strategy, dsa_augment
+    from .augment import dsa_augment
 
-    if augment is not None:
-        check_strategy(augment)
     device = torch.device(device)
     xs, ys = _images(x, normalise).to(device), torch.as_tensor(np.asarray(y)).long().to(device)
     epochs = protocol_epochs(len(ys)) if epochs is None else epochs
@@ -142,8 +140,8 @@ def cnn_scores(x_syn, y_syn, x_test, y_test, *, n_classes: int | None = None, se
     device = default_device(device)
     n_classes = n_classes or int(max(np.max(np.asarray(y_syn)), np.max(np.asarray(y_test)))) + 1
     extra = dc_settings(dataset, _images(np.asarray(x_syn)[:1]).shape[1]) if protocol == "dc" else {}
-    epochs = epochs or extra.pop("epochs", None) or protocol_epochs(len(y_syn))
-    extra.pop("epochs", None)
+    protocol_default = extra.pop("epochs", None) or protocol_epochs(len(y_syn))
+    epochs = epochs or protocol_default
     accs = []
     for seed in seeds:
         t = time.perf_counter()

@@ -19,6 +19,7 @@ import math
 import torch
 from torch import nn
 
+from ..errors import InvalidParameterError
 from ..validation import check_positive
 from .base import FeatureMap, register
 
@@ -40,8 +41,6 @@ class RandomConvFeatures(FeatureMap):
     def __init__(self, image_shape, n_networks: int = 8, width: int = 64, depth: int = 3, seed: int = 0):
         shape = tuple(int(s) for s in image_shape)
         if len(shape) != 3:
-            from ..errors import InvalidParameterError
-
             raise InvalidParameterError(f"random-conv features take images (channels, height, width); got shape "
                                         f"{list(shape)}.")
         self.image_shape = shape
@@ -51,8 +50,6 @@ class RandomConvFeatures(FeatureMap):
         self.seed = int(seed)
         side_h, side_w = shape[1] >> self.depth, shape[2] >> self.depth
         if side_h < 1 or side_w < 1:
-            from ..errors import InvalidParameterError
-
             raise InvalidParameterError(f"depth={self.depth} pools {shape[1]}x{shape[2]} images below one pixel; "
                                         f"use depth <= {int(math.log2(min(shape[1:])))}.")
         self.block = self.width * side_h * side_w

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +41,6 @@ from ..runtime import default_device
 from ..training import batch_weights
 from ..validation import check_positive
 from .tables import encoder_of
-
-logger = logging.getLogger(__name__)
 
 FORMAT = "dpsynth-distilled-set"
 META_KEY = "dpsynth"                  # the .npz array holding the set's JSON (ledger, settings)
