@@ -34,6 +34,17 @@ def reference_embedding(fm: ENTKFeatures, x: torch.Tensor, y: torch.Tensor, n_cl
     return emb / x.shape[0]
 
 
+def contribution(fm: ENTKFeatures, chunk: torch.Tensor) -> torch.Tensor:
+    """The released feature of the chunk's first record, materialised in float64 from the release
+    route's own float32 blocks and inverse norm."""
+    with torch.no_grad():
+        blocks, _ = fm.blocks(chunk)
+        inv, blocks, _ = fm._release_inv_norm(blocks)
+        parts = [left[0].double() if right is None else torch.outer(left[0].double(), right[0].double()).reshape(-1)
+                 for left, right in blocks]
+    return torch.cat(parts) * inv[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-ref", type=int, default=500, help="images for the (slow) reference loop")
@@ -58,6 +69,19 @@ def main():
         print(f"round {r + 1}: reference per-sample autograd loop {ref_rate:,.0f} samples/s ({args.n_ref} images, "
               f"{t_ref:.1f} s); fast path {fast_rate:,.0f} samples/s (60,000 images, {t_fast:.2f} s); "
               f"speed-up {ratios[-1]:.0f}x", flush=True)
+    # the neighbour-difference error of the released statistic: D and D' differ in record 0 (image and
+    # label); the sums' difference against the exact difference of that record's two contributions
+    # (each materialised in float64 from its blocks in a full-size chunk, where the float32 kernels are
+    # the release's), in units of the sensitivity (2 in sums, 2/m in means)
+    j = int(torch.nonzero(y != y[0])[0])
+    x2, y2 = x.clone(), y.clone()
+    x2[0], y2[0] = x[j], y[j]
+    diff = fm.class_sums(x, y, 10) - fm.class_sums(x2, y2, 10)
+    alone = torch.zeros_like(diff)
+    alone[y[0]] += contribution(fm, x[:fm.CHUNK_ROWS])
+    alone[y2[0]] -= contribution(fm, x2[:fm.CHUNK_ROWS])
+    print(f"neighbour-difference error of the released sums over all 60,000 records: "
+          f"{float((diff - alone).norm()) / 2:.2e} of the sensitivity (||difference|| = {float(diff.norm()):.4f}, bound 2)")
     fast_sub = mean_embedding(fm, x[:args.n_ref], y[:args.n_ref], 10)
     err = float((fast_sub.float() - ref).norm() / ref.norm())
     print(f"median speed-up over {args.rounds} rounds: {statistics.median(ratios):.0f}x; relative difference of "

@@ -28,6 +28,10 @@ from .networks import build_network, n_params
 
 
 FAST_ARCHS = ("fc_1l", "fc_2l", "cnn_2l")
+#: the release's inverse norms are shrunk by this factor: it is larger than every rounding of
+#: the float32 squares they come from (<= 2^-24 relative), so each released record's feature has
+#: norm <= 1 exactly and the sensitivity 2/m holds for the computed statistic
+NORM_SHRINK = 1.0 - 2.0 ** -20
 
 
 def _layernorm_backward(r: torch.Tensor, v: torch.Tensor, eps: float):
@@ -181,59 +185,80 @@ class ENTKFeatures(FeatureMap):
 
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None) -> torch.Tensor:
-        """The release route (no gradient): records sorted by class once, then each class in
-        chunks of ``CHUNK_ROWS`` records whose block factors are multiplied straight into that
-        class's row of one float64 (K, P) accumulator (``addmm_``; the per-record factors stay
-        float32). No per-batch (K, P) result, no zero padding; same sums as the base class
-        (tested). A record whose gradient is not finite or is zero (an input so large that the
-        network overflowed) contributes 0: the per-record rule of :func:`bounded_rows`, applied
-        to the blocks."""
+        """The release route (no gradient): records sorted by class once, then cut into chunks of
+        ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape but the last,
+        whose size n mod CHUNK_ROWS is public), and each chunk's class runs added straight into
+        their classes' rows of one float64 (K, P) accumulator with float64 products (each
+        distinct block factor converted once). Chunks of one shape matter for privacy: the float32
+        kernels that compute a record's blocks then do not depend on how many records share its
+        class, so a neighbouring dataset changes no other record's features by a single bit
+        (shifting a record within a chunk of that shape leaves it bit-identical: tested), and
+        only the float64 additions round across records. A record whose gradient is not finite or
+        overflows contributes 0: the per-record rule of :func:`bounded_rows`, applied to the
+        blocks."""
         if not self.fast:
             return super().class_sums(X, y, n_classes, batch_size)
         K = int(n_classes) if y is not None else 1
         rows = int(batch_size or min(self.batch_rows(), self.CHUNK_ROWS))
         p0 = next(self.net.parameters())
         out = torch.zeros(K, self.out_dim, dtype=torch.float64, device=p0.device)
+        n = X.shape[0]
         if y is None:
-            groups = [(0, None)]
+            order, labels = None, torch.zeros(n, dtype=torch.long)
         else:
             y = torch.as_tensor(y).long()
-            counts = torch.bincount(y, minlength=K).tolist()
-            groups = list(enumerate(torch.split(torch.argsort(y, stable=True), counts)))   # records of class k
+            order = torch.argsort(y, stable=True)
+            labels = y[order]
         with torch.no_grad():
-            for k, index in groups:
-                for start in range(0, X.shape[0] if index is None else len(index), rows):
-                    xb = X[start:start + rows] if index is None else X[index[start:start + rows]]
-                    blocks, xb = self.blocks(xb.to(p0.device))
-                    inv, blocks = self._safe_inv_norm(blocks)                   # float64 from here
-                    offset = 0
+            for start in range(0, n, rows):
+                xb = X[start:start + rows] if order is None else X[order[start:start + rows]]
+                blocks, xb = self.blocks(xb.to(p0.device))
+                inv, blocks, keep = self._release_inv_norm(blocks)
+                classes, counts = torch.unique_consecutive(labels[start:start + rows][keep.cpu()], return_counts=True)
+                wide: dict[int, torch.Tensor] = {}
+
+                def f64(t):
+                    if id(t) not in wide:
+                        wide[id(t)] = t.double()
+                    return wide[id(t)]
+                first = 0
+                for k, count in zip(classes.tolist(), counts.tolist()):
+                    run, offset = slice(first, first + count), 0
                     for left, right in blocks:
                         width = left.shape[1] * (1 if right is None else right.shape[1])
                         dst = out[k, offset:offset + width]
                         if right is None:
-                            dst.add_(inv @ left)
+                            dst.add_(inv[run] @ f64(left)[run])
                         else:
-                            dst.view(left.shape[1], -1).addmm_((left * inv[:, None]).T, right)
+                            dst.view(left.shape[1], -1).addmm_((f64(left)[run] * inv[run, None]).T, f64(right)[run])
                         offset += width
+                    first += count
         return out.cpu()
 
-    @classmethod
-    def _safe_inv_norm(cls, blocks):
-        """(1 / ||g_i|| in float64 per record, the blocks in float64). The inverse norm is 0 where
-        a record's blocks are not finite or its gradient norm is 0 or overflows: such a record
-        then adds nothing. Each distinct factor is converted once (fc_1l shares u and 1)."""
-        finite = torch.ones(blocks[0][0].shape[0], dtype=torch.bool, device=blocks[0][0].device)
-        for t in {id(t): t for block in blocks for t in block if t is not None}.values():
-            finite &= torch.isfinite(t).all(1)
-        cache: dict[int, torch.Tensor] = {}
+    @staticmethod
+    def _release_inv_norm(blocks):
+        """(1 / ||g_i|| in float64 times :data:`NORM_SHRINK` per record, the blocks of the
+        records that contribute, and the mask of those records). Squares are taken in float32 (relative error <= 2^-24 each, all
+        positive) and summed in float64, so the computed inverse norm is within about 2^-24 of
+        the exact one and the shrink factor (1 - 2^-20) keeps every released entry at most the
+        exact normalised one. A record whose blocks are not finite or whose squared norm
+        overflows float32 is dropped (it adds nothing). The squared norm is at least the output
+        count (the last bias block is all ones), so it never underflows."""
+        sq: dict[int, torch.Tensor] = {}
 
-        def wide(t):
-            if t is not None and id(t) not in cache:
-                cache[id(t)] = torch.where(finite[:, None], t.double(), 0.0)
-            return None if t is None else cache[id(t)]
-        blocks64 = [(wide(left), wide(right)) for left, right in blocks]
-        inv = cls._inv_norm(blocks64)
-        return torch.where(finite & torch.isfinite(inv), inv, 0.0), blocks64
+        def norm2(t):
+            if id(t) not in sq:
+                sq[id(t)] = (t * t).sum(1, dtype=torch.float64)
+            return sq[id(t)]
+        total = 0
+        for left, right in blocks:
+            total = total + norm2(left) * (norm2(right) if right is not None else 1.0)
+        keep = torch.isfinite(total) & (total > 0)
+        inv = torch.rsqrt(total) * NORM_SHRINK
+        if not bool(keep.all()):
+            inv = inv[keep]
+            blocks = [(left[keep], None if right is None else right[keep]) for left, right in blocks]
+        return inv, blocks, keep
 
     def _scaled(self, blocks, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """(n, K) weights times each record's inverse gradient norm (what normalises phi)."""

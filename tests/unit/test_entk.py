@@ -144,3 +144,57 @@ def test_release_route_sums_match_the_generic_features(arch, widths):
     assert torch.allclose(fm.class_sums(x, None, batch_size=7)[0], phi.sum(0), atol=1e-10)
     # and mean_embedding is those sums over the public m, in the (D, C) layout
     assert torch.allclose(mean_embedding(fm, x, y, 5), expected.T / 40, atol=1e-12)
+
+
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
+def test_each_released_record_has_norm_at_most_one(arch, widths):
+    """The release route takes squared norms in float32: the shrink factor must keep every
+    record's released feature at norm <= 1 (the 2/m sensitivity), over inputs from 1e-3 to 1e3."""
+    fm = ENTKFeatures(12, arch, widths, n_outputs=5, seed=4)
+    x = torch.randn(400, 12, generator=torch.Generator().manual_seed(1)) * torch.logspace(-3, 3, 400)[:, None]
+    norms = torch.stack([fm.class_sums(x[i:i + 1], None)[0].norm() for i in range(400)])
+    assert float(norms.max()) <= 1.0
+    assert float(norms.min()) > 1 - 1e-5                     # and the shrink costs nothing visible
+
+
+def _released_feature(fm, chunk):
+    """The release route's feature of ``chunk``'s first record in float64 (its blocks computed in a
+    chunk of the release's shape)."""
+    with torch.no_grad():
+        blocks, _ = fm.blocks(chunk)
+        inv, blocks, _ = fm._release_inv_norm(blocks)
+        parts = [left[0].double() if right is None else torch.outer(left[0].double(), right[0].double()).reshape(-1)
+                 for left, right in blocks]
+    return torch.cat(parts) * inv[0]
+
+
+def test_chunks_of_one_shape_make_records_bit_identical_wherever_they_sit():
+    """The assumption the release route rests on: in chunks of the same shape, a record's float32
+    blocks do not depend on its position or on the other rows (a neighbour shifts records by one)."""
+    fm = ENTKFeatures(784, "fc_1l", (800,), n_outputs=10, seed=0)
+    x = torch.rand(513, 784, generator=torch.Generator().manual_seed(0))
+    a, _ = fm.blocks(x[:512])
+    b, _ = fm.blocks(torch.cat([x[512:], x[:511]]))
+    for (la, ra), (lb, rb) in zip(a, b):
+        assert torch.equal(la[:511], lb[1:]) and (ra is None or torch.equal(ra[:511], rb[1:]))
+
+
+def test_worst_case_neighbour_moves_the_sums_by_exactly_its_own_features():
+    """D and D' differ in one record's image and label, so the class runs of two classes shift and
+    their last chunk changes size: the difference of the released sums is that record's two
+    features to within float64 rounding, far inside 1 % of the sensitivity 2 (the derived bound:
+    (rows + chunks) 2^-53 per unit of summed norm, 2 n units)."""
+    fm = ENTKFeatures(784, "fc_1l", (800,), n_outputs=10, seed=0)
+    g = torch.Generator().manual_seed(1)
+    n, rows = 3000, 512
+    x, y = torch.rand(n, 784, generator=g), torch.randint(0, 10, (n,), generator=g)
+    x2, y2 = x.clone(), y.clone()
+    x2[0], y2[0] = 3 * torch.rand(784, generator=g), (y[0] + 1) % 10
+    diff = fm.class_sums(x, y, 10, batch_size=rows) - fm.class_sums(x2, y2, 10, batch_size=rows)
+    own = torch.zeros_like(diff)
+    own[y[0]] += _released_feature(fm, x[:rows])
+    own[y2[0]] -= _released_feature(fm, x2[:rows])
+    bound = (rows + n // rows + 1) * 2.0 ** -53 * 2 * n
+    error = float((diff - own).norm())
+    assert error <= bound < 0.01 * 2
+    assert 0 < error or torch.equal(diff, own)
