@@ -23,11 +23,13 @@ demo: $(STAMP)
 	$(BIN)/dpsynth evaluate runs/demo --n 2000
 	$(BIN)/dpsynth inspect runs/demo
 
+# two pytest-xdist workers, one compute thread each (tests/conftest.py), a test file per worker at a
+# time (module fixtures such as the PostgreSQL server and the Ray cluster start once)
 test: $(STAMP)
-	DPSYNTH_DATA_DIR=$${DPSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q
+	DPSYNTH_DATA_DIR=$${DPSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict

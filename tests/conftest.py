@@ -5,6 +5,11 @@ import pytest
 
 # Never touch the network from tests; real data comes from DPSYNTH_DATA_DIR.
 os.environ.setdefault("DPSYNTH_OFFLINE", "1")
+# `make test` runs the suite in two pytest-xdist workers on this 2-core machine: one compute thread
+# each, so the two do not fight over the cores (set before torch is imported).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 if "DPSYNTH_DATA_DIR" not in os.environ and SHARED.is_dir():
     os.environ["DPSYNTH_DATA_DIR"] = str(SHARED)
