@@ -4,7 +4,9 @@
   ``FeatureMap.class_sums``), against the baseline of two maps (phi1, phi2) run one after the other
   over the same images (ratio > 1: the one-pass path is faster);
 - generator step: seconds per step at the paper's batch (100 for 28x28, 128 for 32x32) with the
-  moving-average loss, and its peak memory (CUDA: max allocated; CPU: growth of the peak RSS).
+  moving-average loss, and its peak memory (CUDA: max allocated; CPU: growth of the peak RSS); the
+  baseline in the same run is the generic feature route (phi materialised and normalised, then
+  phi^T W), alternated with the current one ``--rounds`` times (medians reported).
 
     python benchmarks/mepf_speed.py --encoder ENC.safetensors --dataset mnist --out benchmarks/out/mepf_speed.jsonl
 """
@@ -14,12 +16,15 @@ import argparse
 import datetime
 import platform
 import resource
+import statistics
 import time
+import types
 
 import torch
 from _rows import emit
 
 from dpsynth.data import load_dataset
+from dpsynth.features.base import FeatureMap
 from dpsynth.features.perceptual import PerceptualFeatures
 from dpsynth.generators import build_generator, default_generator_spec
 from dpsynth.training import TrainConfig, default_device, train_generator
@@ -36,6 +41,7 @@ def main():
     p.add_argument("--images", type=int, default=5000, help="images for the throughput measurement")
     p.add_argument("--batch-size", type=int, default=None, help="generator batch (default: the paper's)")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=3, help="alternate the step and its baseline this many times")
     p.add_argument("--device", default=None)
     p.add_argument("--out", default="benchmarks/out/mepf_speed.jsonl")
     args = p.parse_args()
@@ -61,19 +67,32 @@ def main():
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     train_generator(gen, both, target, TrainConfig(iterations=3, batch_size=batch, loss="mavg"), device=str(dev))
-    t = time.perf_counter()
-    train_generator(gen, both, target, TrainConfig(iterations=args.steps, batch_size=batch, loss="mavg"),
-                    device=str(dev))
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    step = (time.perf_counter() - t) / args.steps
+
+    def timed_steps() -> float:
+        t = time.perf_counter()
+        train_generator(gen, both, target, TrainConfig(iterations=args.steps, batch_size=batch, loss="mavg"),
+                        device=str(dev))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t) / args.steps
+
+    # baseline in the same run: the generic route (phi materialised, then phi^T W), alternating rounds
+    steps, baseline = [], []
+    for _ in range(args.rounds):
+        steps.append(timed_steps())
+        both.weighted_sum = types.MethodType(FeatureMap.weighted_sum, both)
+        baseline.append(timed_steps())
+        del both.weighted_sum
+    step, base_step = statistics.median(steps), statistics.median(baseline)
     peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else rss_gib()
     emit({"bench": "mepf_speed", "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "device": str(dev), "torch_threads": torch.get_num_threads(), "dataset": args.dataset,
           "encoder": args.encoder, "feature_dim": both.out_dim, "images": args.images,
           "release_images_per_s": round(args.images / one_pass, 1),
           "two_maps_images_per_s": round(args.images / two_pass, 1), "one_pass_speedup": round(two_pass / one_pass, 2),
-          "generator_batch": batch, "step_s": round(step, 4), "peak_gib": round(peak, 2),
+          "generator_batch": batch, "step_s": round(step, 4), "step_s_rounds": [round(v, 4) for v in steps],
+          "baseline_step_s": round(base_step, 4), "baseline_step_s_rounds": [round(v, 4) for v in baseline],
+          "step_speedup": round(base_step / step, 2), "peak_gib": round(peak, 2),
           "peak_rss_before_steps_gib": round(rss0, 2)}, args.out)
 
 

@@ -62,6 +62,27 @@ def test_features_are_differentiable_for_the_generator(small_vgg):
 
 
 @pytest.mark.parametrize("moments", [(1,), (2,), (1, 2)])
+@pytest.mark.parametrize("layers", [None, ["features.3"]])
+def test_weighted_sum_equals_the_materialised_features_in_value_and_gradient(small_vgg, moments, layers):
+    """The generator's side never builds phi: e^T (W / ||e||) layer by layer must equal phi^T W, and
+    so must the gradient that reaches the generated images."""
+    from dpsynth.features.base import FeatureMap
+    _, path = small_vgg
+    fmap = PerceptualFeatures(str(path), (1, 28, 28), moments=moments, layers=layers)
+    x = torch.rand(6, 1, 28, 28, requires_grad=True)
+    w = torch.rand(6, 3)
+    x.data[2] = 0.0                                             # a black image: all-zero activations are possible
+    fast = fmap.weighted_sum(x, w)
+    slow = FeatureMap.weighted_sum(fmap, x, w)
+    assert fast.shape == slow.shape == (fmap.out_dim, 3)
+    assert torch.allclose(fast, slow, rtol=1e-5, atol=1e-7)
+    g = torch.randn(fmap.out_dim, 3)
+    gf, = torch.autograd.grad((fast * g).sum(), x)
+    gs, = torch.autograd.grad((slow * g).sum(), x)
+    assert torch.allclose(gf, gs, rtol=1e-4, atol=1e-6 * float(gs.abs().max()))
+
+
+@pytest.mark.parametrize("moments", [(1,), (2,), (1, 2)])
 @pytest.mark.parametrize("adversary", [1e39, -1e39, 3e38, 0.0, float("nan")])
 def test_worst_case_record_moves_each_moment_block_by_at_most_one(small_vgg, moments, adversary):
     """Replace-one: each record's contribution to each block has norm <= 1, so each released block's
