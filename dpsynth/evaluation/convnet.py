@@ -33,7 +33,7 @@ from ..runtime import default_device
 logger = logging.getLogger(__name__)
 
 SMALL_SET, EPOCHS_SMALL, EPOCHS_LARGE = 10_000, 300, 50
-PROTOCOLS = ("fixed", "dc")
+PROTOCOLS = ("fixed", "dc", "dpimagebench")
 DC_EPOCHS = 1000
 #: the dataset-condensation code's normalisation constants (mean, std per channel), by dpsynth dataset name
 DC_NORMALISE = {"mnist": ((0.1307,), (0.3081,)), "fashion-mnist": ((0.2861,), (0.3530,)),
@@ -132,13 +132,23 @@ def cnn_scores(x_syn, y_syn, x_test, y_test, *, n_classes: int | None = None, se
                epochs: int | None = None, width: int = 128, device: str | None = None, protocol: str = "fixed",
                dataset: str | None = None) -> dict:
     """``cnn_acc`` (mean over training seeds), ``cnn_acc_std``, ``cnn_accs`` and the settings. ``protocol``:
-    "fixed" (dpsynth's, the module docstring) or "dc" (the dataset-condensation evaluation; needs ``dataset``)."""
+    "fixed" (dpsynth's, the module docstring), "dc" (the dataset-condensation evaluation; needs ``dataset``) or
+    "dpimagebench" (:mod:`dpsynth.evaluation.dpimagebench`: the mean over its three classifiers, in ``cnn_accs``
+    as resnet, wrn, resnext; one training run each, with the first of ``seeds``)."""
     from ..errors import unknown_name
 
     if protocol not in PROTOCOLS:
         raise unknown_name("ConvNet protocol", str(protocol), PROTOCOLS)
     device = default_device(device)
     n_classes = n_classes or int(max(np.max(np.asarray(y_syn)), np.max(np.asarray(y_test)))) + 1
+    if protocol == "dpimagebench":          # three classifiers, selection on a synthetic validation split
+        from .dpimagebench import CLASSIFIERS, dpimagebench_scores
+
+        r = dpimagebench_scores(x_syn, y_syn, x_test, y_test, dataset=dataset, n_classes=n_classes, device=device,
+                                epochs=epochs, seed=seeds[0] if len(seeds) else 0)
+        return {"cnn_acc": r["dpimagebench_acc"], "cnn_acc_std": r["dpimagebench_acc_std"],
+                "cnn_accs": [r["dpimagebench"][c]["test_acc_at_best_val"] for c in CLASSIFIERS],
+                "cnn_protocol": {**r["protocol"], "classifiers": r["dpimagebench"]}}
     extra = dc_settings(dataset, _images(np.asarray(x_syn)[:1]).shape[1]) if protocol == "dc" else {}
     protocol_default = extra.pop("epochs", None) or protocol_epochs(len(y_syn))
     epochs = epochs or protocol_default

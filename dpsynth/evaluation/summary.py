@@ -46,6 +46,10 @@ def evaluation_summary(result: dict, saved_to=None) -> str:
     else:
         shown = [f"{label} {_f(result[key])}" for key, label in IMAGE_SCORES if result.get(key) is not None]
         lines.append("  " + "; ".join(shown) if shown else "  (no scores)")
+        proto = result.get("cnn_protocol") or {}
+        if proto:
+            note = " (settings overridden: a quick look, not the protocol)" if proto.get("faithful") is False else ""
+            lines.append(f"  CNN protocol: {proto.get('name')}, epochs {proto.get('epochs', '-')}{note}")
         if result.get("selected_iteration") is not None:
             lines.append(f"  checkpoint: {result.get('checkpoint')} (iteration {result['selected_iteration']})")
         if result.get("samples_png"):
