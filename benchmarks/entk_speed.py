@@ -34,17 +34,6 @@ def reference_embedding(fm: ENTKFeatures, x: torch.Tensor, y: torch.Tensor, n_cl
     return emb / x.shape[0]
 
 
-def contribution(fm: ENTKFeatures, chunk: torch.Tensor) -> torch.Tensor:
-    """The released feature of the chunk's first record, materialised in float64 from the release
-    route's own float32 blocks and inverse norm."""
-    with torch.no_grad():
-        blocks, _ = fm.blocks(chunk)
-        inv, blocks, _ = fm._release_inv_norm(blocks)
-        parts = [left[0].double() if right is None else torch.outer(left[0].double(), right[0].double()).reshape(-1)
-                 for left, right in blocks]
-    return torch.cat(parts) * inv[0]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-ref", type=int, default=500, help="images for the (slow) reference loop")
@@ -78,8 +67,8 @@ def main():
     x2[0], y2[0] = x[j], y[j]
     diff = fm.class_sums(x, y, 10) - fm.class_sums(x2, y2, 10)
     alone = torch.zeros_like(diff)
-    alone[y[0]] += contribution(fm, x[:fm.CHUNK_ROWS])
-    alone[y2[0]] -= contribution(fm, x2[:fm.CHUNK_ROWS])
+    alone[y[0]] += fm.released_feature(x[:fm.CHUNK_ROWS])
+    alone[y2[0]] -= fm.released_feature(x2[:fm.CHUNK_ROWS])
     print(f"neighbour-difference error of the released sums over all 60,000 records: "
           f"{float((diff - alone).norm()) / 2:.2e} of the sensitivity (||difference|| = {float(diff.norm()):.4f}, bound 2)")
     fast_sub = mean_embedding(fm, x[:args.n_ref], y[:args.n_ref], 10)

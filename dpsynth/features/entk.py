@@ -235,6 +235,20 @@ class ENTKFeatures(FeatureMap):
                     first += count
         return out.cpu()
 
+    def released_feature(self, chunk: torch.Tensor, row: int = 0) -> torch.Tensor:
+        """The feature the release route adds for record ``row`` of ``chunk``, materialised in float64 (its
+        blocks computed in that chunk, so with the release's float32 kernels when the chunk has the release's
+        shape; for audits and tests of the neighbour difference)."""
+        with torch.no_grad():
+            blocks, _ = self.blocks(chunk)
+            inv, blocks, keep = self._release_inv_norm(blocks)
+            if not bool(keep[row]):
+                return torch.zeros(self.out_dim, dtype=torch.float64)
+            i = int(keep[:row].sum())
+            parts = [left[i].double() if right is None else torch.outer(left[i].double(), right[i].double()).reshape(-1)
+                     for left, right in blocks]
+        return torch.cat(parts) * inv[i]
+
     @staticmethod
     def _release_inv_norm(blocks):
         """(1 / ||g_i|| in float64 times :data:`NORM_SHRINK` per record, the blocks of the

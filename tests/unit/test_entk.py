@@ -157,17 +157,6 @@ def test_each_released_record_has_norm_at_most_one(arch, widths):
     assert float(norms.min()) > 1 - 1e-5                     # and the shrink costs nothing visible
 
 
-def _released_feature(fm, chunk):
-    """The release route's feature of ``chunk``'s first record in float64 (its blocks computed in a
-    chunk of the release's shape)."""
-    with torch.no_grad():
-        blocks, _ = fm.blocks(chunk)
-        inv, blocks, _ = fm._release_inv_norm(blocks)
-        parts = [left[0].double() if right is None else torch.outer(left[0].double(), right[0].double()).reshape(-1)
-                 for left, right in blocks]
-    return torch.cat(parts) * inv[0]
-
-
 def test_chunks_of_one_shape_make_records_bit_identical_wherever_they_sit():
     """The assumption the release route rests on: in chunks of the same shape, a record's float32
     blocks do not depend on its position or on the other rows (a neighbour shifts records by one)."""
@@ -192,8 +181,8 @@ def test_worst_case_neighbour_moves_the_sums_by_exactly_its_own_features():
     x2[0], y2[0] = 3 * torch.rand(784, generator=g), (y[0] + 1) % 10
     diff = fm.class_sums(x, y, 10, batch_size=rows) - fm.class_sums(x2, y2, 10, batch_size=rows)
     own = torch.zeros_like(diff)
-    own[y[0]] += _released_feature(fm, x[:rows])
-    own[y2[0]] -= _released_feature(fm, x2[:rows])
+    own[y[0]] += fm.released_feature(x[:rows])
+    own[y2[0]] -= fm.released_feature(x2[:rows])
     bound = (rows + n // rows + 1) * 2.0 ** -53 * 2 * n
     error = float((diff - own).norm())
     assert error <= bound < 0.01 * 2
