@@ -13,6 +13,8 @@ def cmd_evaluate(args) -> int:
     from ..evaluation import image_classifier_scores, save_image_grid
     from ..methods import load
 
+    if args.cnn_epochs is not None and args.cnn_epochs < 1:
+        raise InvalidParameterError(f"--cnn-epochs must be >= 1; got {args.cnn_epochs}.")
     args.cnn = args.cnn or args.cnn_protocol != "fixed" or args.cnn_epochs is not None   # asking for one implies it
     if Path(args.model).suffix == ".npz":
         return _evaluate_set(args)
@@ -151,8 +153,6 @@ def _cnn(args, x, y, data) -> dict:
 
     if args.cnn_seeds < 1:
         raise InvalidParameterError(f"--cnn-seeds must be >= 1; got {args.cnn_seeds}.")
-    if args.cnn_epochs is not None and args.cnn_epochs < 1:
-        raise InvalidParameterError(f"--cnn-epochs must be >= 1; got {args.cnn_epochs}.")
     return cnn_scores(x, y, data.x_test, data.y_test, n_classes=data.n_classes, seeds=tuple(range(args.cnn_seeds)),
                       device=args.device, protocol=args.cnn_protocol, dataset=data.name, epochs=args.cnn_epochs)
 
@@ -191,7 +191,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    choices=["fixed", "dc", "dpimagebench"], help="the CNN protocol (any but the default implies --cnn): "
                    "dpsynth's fixed settings (default); 'dc', the dataset-condensation evaluation NDPDC and Dosser "
                    "report (1,000 epochs, DSA augmentation); 'dpimagebench', DPImageBench's (ResNet-110, WRN-40-4 and "
-                   "ResNeXt-29 for 50 epochs each, selected on a synthetic validation split, their mean: GPU hours)")
+                   "ResNeXt-29 for 50 epochs each, selected on a synthetic validation split, their mean: GPU hours; one "
+                   "training run per classifier, so --cnn-seeds does not apply)")
     s.add_argument("--cnn-epochs", type=int, default=None, help="--cnn: override the protocol's epochs (a quick "
                    "look; the result then says it is not the protocol)")
     s.add_argument("--device", default=None, help="--cnn: cpu or cuda (default: cuda when available)")

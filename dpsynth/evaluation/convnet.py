@@ -159,6 +159,7 @@ def cnn_scores(x_syn, y_syn, x_test, y_test, *, n_classes: int | None = None, se
         accs.append(convnet_accuracy(net, x_test, y_test, normalise=extra.get("normalise")))
         logger.info("ConvNet seed %d: acc %.4f (%.1f s)", seed, accs[-1], time.perf_counter() - t)
     return {"cnn_acc": float(np.mean(accs)), "cnn_acc_std": float(np.std(accs)), "cnn_accs": accs,
-            "cnn_protocol": {"name": protocol, "epochs": epochs, "width": width, "seeds": list(seeds),
+            "cnn_protocol": {"name": protocol, "epochs": epochs, "faithful": epochs == protocol_default,
+                             "width": width, "seeds": list(seeds),
                              "n_train": int(len(y_syn)), "device": str(device),
                              **({"augment": extra["augment"]} if extra else {})}}

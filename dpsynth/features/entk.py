@@ -22,15 +22,16 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..errors import InvalidParameterError
 from ..validation import check_positive
 from .base import FeatureMap, register
 from .networks import build_network, n_params
 
 
 FAST_ARCHS = ("fc_1l", "fc_2l", "cnn_2l")
-#: the release's inverse norms are shrunk by this factor: it is larger than every rounding of
-#: the float32 squares they come from (<= 2^-24 relative), so each released record's feature has
-#: norm <= 1 exactly and the sensitivity 2/m holds for the computed statistic
+#: the release's inverse norms are shrunk by this factor, far more than every rounding of the squares,
+#: sums and rsqrt they come from, so each released record's feature has norm <= 1 exactly and the
+#: sensitivity 2/m holds for the computed statistic
 NORM_SHRINK = 1.0 - 2.0 ** -20
 
 
@@ -189,7 +190,7 @@ class ENTKFeatures(FeatureMap):
         ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape but the last,
         whose size n mod CHUNK_ROWS is public), and each chunk's class runs added straight into
         their classes' rows of one float64 (K, P) accumulator with float64 products (each
-        distinct block factor converted once). Chunks of one shape matter for privacy: the float32
+        distinct block factor converted once, :meth:`_release_blocks`). Chunks of one shape matter for privacy: the float32
         kernels that compute a record's blocks then do not depend on how many records share its
         class, so a neighbouring dataset changes no other record's features by a single bit
         (shifting a record within a chunk of that shape leaves it bit-identical: tested), and
@@ -213,14 +214,8 @@ class ENTKFeatures(FeatureMap):
             for start in range(0, n, rows):
                 xb = X[start:start + rows] if order is None else X[order[start:start + rows]]
                 blocks, xb = self.blocks(xb.to(p0.device))
-                inv, blocks, keep = self._release_inv_norm(blocks)
+                inv, blocks, keep = self._release_blocks(blocks)
                 classes, counts = torch.unique_consecutive(labels[start:start + rows][keep.cpu()], return_counts=True)
-                wide: dict[int, torch.Tensor] = {}
-
-                def f64(t):
-                    if id(t) not in wide:
-                        wide[id(t)] = t.double()
-                    return wide[id(t)]
                 first = 0
                 for k, count in zip(classes.tolist(), counts.tolist()):
                     run, offset = slice(first, first + count), 0
@@ -228,9 +223,9 @@ class ENTKFeatures(FeatureMap):
                         width = left.shape[1] * (1 if right is None else right.shape[1])
                         dst = out[k, offset:offset + width]
                         if right is None:
-                            dst.add_(inv[run] @ f64(left)[run])
+                            dst.add_(inv[run] @ left[run])
                         else:
-                            dst.view(left.shape[1], -1).addmm_((f64(left)[run] * inv[run, None]).T, f64(right)[run])
+                            dst.view(left.shape[1], -1).addmm_((left[run] * inv[run, None]).T, right[run])
                         offset += width
                     first += count
         return out.cpu()
@@ -238,31 +233,35 @@ class ENTKFeatures(FeatureMap):
     def released_feature(self, chunk: torch.Tensor, row: int = 0) -> torch.Tensor:
         """The feature the release route adds for record ``row`` of ``chunk``, materialised in float64 (its
         blocks computed in that chunk, so with the release's float32 kernels when the chunk has the release's
-        shape; for audits and tests of the neighbour difference)."""
+        shape; for audits and tests of the neighbour difference). Zero for a record the route drops."""
+        if not self.fast:
+            raise InvalidParameterError(f"released_feature reads the structured release route, which arch "
+                                        f"{self.arch!r} (fast={self.fast}) does not take; use generic().")
         with torch.no_grad():
             blocks, _ = self.blocks(chunk)
-            inv, blocks, keep = self._release_inv_norm(blocks)
+            inv, blocks, keep = self._release_blocks(blocks)
             if not bool(keep[row]):
-                return torch.zeros(self.out_dim, dtype=torch.float64)
+                return torch.zeros(self.out_dim, dtype=torch.float64, device=inv.device)
             i = int(keep[:row].sum())
-            parts = [left[i].double() if right is None else torch.outer(left[i].double(), right[i].double()).reshape(-1)
-                     for left, right in blocks]
+            parts = [left[i] if right is None else torch.outer(left[i], right[i]).reshape(-1) for left, right in blocks]
         return torch.cat(parts) * inv[i]
 
     @staticmethod
-    def _release_inv_norm(blocks):
-        """(1 / ||g_i|| in float64 times :data:`NORM_SHRINK` per record, the blocks of the
-        records that contribute, and the mask of those records). Squares are taken in float32 (relative error <= 2^-24 each, all
-        positive) and summed in float64, so the computed inverse norm is within about 2^-24 of
-        the exact one and the shrink factor (1 - 2^-20) keeps every released entry at most the
-        exact normalised one. A record whose blocks are not finite or whose squared norm
-        overflows float32 is dropped (it adds nothing). The squared norm is at least the output
-        count (the last bias block is all ones), so it never underflows."""
+    def _release_blocks(blocks):
+        """(1 / ||g_i|| times :data:`NORM_SHRINK` per record, the blocks in float64, the mask of the records
+        that contribute), the blocks and the inverse norms restricted to those records. Each distinct factor
+        is converted to float64 once (fc_1l's u and 1 appear twice) and the squared norm is summed from those:
+        a float32 factor cannot overflow there, and the shrink factor 1 - 2^-20 is far larger than the
+        float64 roundings of the sums and of rsqrt, so every released record has norm <= 1. A record whose
+        blocks are not finite is dropped (it adds nothing). The squared norm is at least the output count
+        (the last bias block is all ones), so it never underflows."""
+        wide: dict[int, torch.Tensor] = {}
         sq: dict[int, torch.Tensor] = {}
 
-        def norm2(t):
-            if id(t) not in sq:
-                sq[id(t)] = (t * t).sum(1, dtype=torch.float64)
+        def norm2(t):                                   # float64 copy and squared row norms, once per factor
+            if id(t) not in wide:
+                wide[id(t)] = t.double()
+                sq[id(t)] = torch.linalg.vecdot(wide[id(t)], wide[id(t)])
             return sq[id(t)]
         total = 0
         for left, right in blocks:
@@ -270,9 +269,9 @@ class ENTKFeatures(FeatureMap):
         keep = torch.isfinite(total) & (total > 0)
         inv = torch.rsqrt(total) * NORM_SHRINK
         if not bool(keep.all()):
+            wide = {key: t[keep] for key, t in wide.items()}
             inv = inv[keep]
-            blocks = [(left[keep], None if right is None else right[keep]) for left, right in blocks]
-        return inv, blocks, keep
+        return inv, [(wide[id(left)], None if right is None else wide[id(right)]) for left, right in blocks], keep
 
     def _scaled(self, blocks, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """(n, K) weights times each record's inverse gradient norm (what normalises phi)."""

@@ -123,7 +123,7 @@ class PerceptualFeatures(FeatureMap):
         out = []
         for m in self.moments:
             parts = acts if m == 1 else [a * a for a in acts]
-            norm = torch.stack([torch.linalg.vector_norm(p, dim=1) for p in parts]).square().sum(0).sqrt()
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p, dim=1) for p in parts]), dim=0)
             scaled = w / torch.clamp(norm, min=torch.finfo(norm.dtype).tiny)[:, None]
             out.extend(p.T @ scaled for p in parts)
         return torch.cat(out, 0)

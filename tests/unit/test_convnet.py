@@ -23,7 +23,7 @@ def test_learns_digits_and_is_reproducible(digits):
     assert res["cnn_acc"] > 0.85, res
     again = cnn_scores(digits.x_train, digits.y_train, digits.x_test, digits.y_test, **kw)
     assert again["cnn_accs"] == res["cnn_accs"]
-    assert res["cnn_protocol"] == {"name": "fixed", "epochs": 40, "width": 32, "seeds": [0], "n_train": len(digits.y_train),
+    assert res["cnn_protocol"] == {"name": "fixed", "epochs": 40, "faithful": False, "width": 32, "seeds": [0], "n_train": len(digits.y_train),
                                    "device": "cpu"}
 
 

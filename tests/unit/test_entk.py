@@ -139,9 +139,9 @@ def test_release_route_sums_match_the_generic_features(arch, widths):
     for rows in (None, 7):
         got = fm.class_sums(x, y, 5, batch_size=rows)
         assert got.shape == (5, fm.out_dim) and got.dtype == torch.float64
-        assert torch.allclose(got, expected, atol=1e-10)
+        assert torch.allclose(got, expected, rtol=2e-6, atol=1e-10)   # rtol: the 1 - 2^-20 shrink
         assert torch.equal(got[4], torch.zeros(fm.out_dim, dtype=torch.float64))
-    assert torch.allclose(fm.class_sums(x, None, batch_size=7)[0], phi.sum(0), atol=1e-10)
+    assert torch.allclose(fm.class_sums(x, None, batch_size=7)[0], phi.sum(0), rtol=2e-6, atol=1e-10)
     # and mean_embedding is those sums over the public m, in the (D, C) layout
     assert torch.allclose(mean_embedding(fm, x, y, 5), expected.T / 40, atol=1e-12)
 
@@ -157,15 +157,23 @@ def test_each_released_record_has_norm_at_most_one(arch, widths):
     assert float(norms.min()) > 1 - 1e-5                     # and the shrink costs nothing visible
 
 
-def test_chunks_of_one_shape_make_records_bit_identical_wherever_they_sit():
-    """The assumption the release route rests on: in chunks of the same shape, a record's float32
-    blocks do not depend on its position or on the other rows (a neighbour shifts records by one)."""
-    fm = ENTKFeatures(784, "fc_1l", (800,), n_outputs=10, seed=0)
-    x = torch.rand(513, 784, generator=torch.Generator().manual_seed(0))
-    a, _ = fm.blocks(x[:512])
-    b, _ = fm.blocks(torch.cat([x[512:], x[:511]]))
+@pytest.mark.parametrize("arch,widths", [("fc_1l", (800,)), ("fc_2l", (800, 400))])
+def test_chunks_of_one_shape_make_records_bit_identical_wherever_they_sit(arch, widths):
+    """The assumption the release route rests on: in chunks of the same shape (the release's 2,048 rows, with
+    the release's two threads), a record's float32 blocks do not depend on its position or on the other rows
+    (a neighbour shifts records by one)."""
+    fm = ENTKFeatures(784, arch, widths, n_outputs=10, seed=0)
+    rows = fm.CHUNK_ROWS
+    x = torch.rand(rows + 1, 784, generator=torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a, _ = fm.blocks(x[:rows])
+        b, _ = fm.blocks(torch.cat([x[rows:], x[:rows - 1]]))
+    finally:
+        torch.set_num_threads(threads)
     for (la, ra), (lb, rb) in zip(a, b):
-        assert torch.equal(la[:511], lb[1:]) and (ra is None or torch.equal(ra[:511], rb[1:]))
+        assert torch.equal(la[:rows - 1], lb[1:]) and (ra is None or torch.equal(ra[:rows - 1], rb[1:]))
 
 
 def test_worst_case_neighbour_moves_the_sums_by_exactly_its_own_features():
@@ -186,4 +194,3 @@ def test_worst_case_neighbour_moves_the_sums_by_exactly_its_own_features():
     bound = (rows + n // rows + 1) * 2.0 ** -53 * 2 * n
     error = float((diff - own).norm())
     assert error <= bound < 0.01 * 2
-    assert 0 < error or torch.equal(diff, own)

@@ -71,7 +71,7 @@ def test_weighted_sum_equals_the_materialised_features_in_value_and_gradient(sma
     fmap = PerceptualFeatures(str(path), (1, 28, 28), moments=moments, layers=layers)
     x = torch.rand(6, 1, 28, 28, requires_grad=True)
     w = torch.rand(6, 3)
-    x.data[2] = 0.0                                             # a black image: all-zero activations are possible
+    x.data[2] = 0.0                                             # a black image: the encoder's -1 input
     fast = fmap.weighted_sum(x, w)
     slow = FeatureMap.weighted_sum(fmap, x, w)
     assert fast.shape == slow.shape == (fmap.out_dim, 3)
