@@ -190,13 +190,12 @@ class ENTKFeatures(FeatureMap):
         ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape but the last,
         whose size n mod CHUNK_ROWS is public), and each chunk's class runs added straight into
         their classes' rows of one float64 (K, P) accumulator with float64 products (each
-        distinct block factor converted once, :meth:`_release_blocks`). Chunks of one shape matter for privacy: the float32
-        kernels that compute a record's blocks then do not depend on how many records share its
+        distinct block factor converted once, :meth:`_release_blocks`). Chunks of one shape matter
+        for privacy: the float32 kernels that compute a record's blocks then do not depend on how many records share its
         class, so a neighbouring dataset changes no other record's features by a single bit
         (shifting a record within a chunk of that shape leaves it bit-identical: tested), and
-        only the float64 additions round across records. A record whose gradient is not finite or
-        overflows contributes 0: the per-record rule of :func:`bounded_rows`, applied to the
-        blocks."""
+        only the float64 additions round across records. A record whose gradient is not finite
+        contributes 0: the per-record rule of :func:`bounded_rows`, applied to the blocks."""
         if not self.fast:
             return super().class_sums(X, y, n_classes, batch_size)
         K = int(n_classes) if y is not None else 1

@@ -148,8 +148,8 @@ def test_release_route_sums_match_the_generic_features(arch, widths):
 
 @pytest.mark.parametrize("arch,widths", [("fc_1l", (16,)), ("fc_2l", (16, 8)), ("cnn_2l", (3, 8))])
 def test_each_released_record_has_norm_at_most_one(arch, widths):
-    """The release route takes squared norms in float32: the shrink factor must keep every
-    record's released feature at norm <= 1 (the 2/m sensitivity), over inputs from 1e-3 to 1e3."""
+    """The shrink factor on the release route's inverse norms must keep every record's released
+    feature at norm <= 1 (the 2/m sensitivity), over inputs from 1e-3 to 1e3."""
     fm = ENTKFeatures(12, arch, widths, n_outputs=5, seed=4)
     x = torch.randn(400, 12, generator=torch.Generator().manual_seed(1)) * torch.logspace(-3, 3, 400)[:, None]
     norms = torch.stack([fm.class_sums(x[i:i + 1], None)[0].norm() for i in range(400)])
