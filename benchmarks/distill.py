@@ -10,7 +10,9 @@ appended to ``--out`` with the release, distillation and evaluation times.
         --protocol fixed dc --out benchmarks/out/distill.jsonl
 
 ``--epsilon inf``: the exact embedding (no noise; benchmark-only, never a release), the check that a good score is
-not a noise-free accident.
+not a noise-free accident. ``--train-subset N`` releases the first N training images only (probes; recorded in the
+row). ``--release-cache DIR`` keeps each release in DIR and reuses it, so distillation settings can be compared on
+one release (post-processing, no new privacy cost).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from dpsynth.methods import METHODS
 from dpsynth.methods.distill import distill_release
 from dpsynth.privacy.ledger import Ledger
 from dpsynth.release import Release
+from pathlib import Path
 
 FEATURES = {"dp-ntk": {}, "dp-merf": {}, "dp-randconv": {}}
 
@@ -34,7 +37,7 @@ FEATURES = {"dp-ntk": {}, "dp-merf": {}, "dp-randconv": {}}
 def release(method: str, eps: float, data, args):
     kwargs = {"n_classes": data.n_classes}
     if method == "dp-randconv":
-        kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width)
+        kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment)
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, noise_seed=args.noise_seed, **kwargs)
     if math.isfinite(eps):
         return model.release(data.x_train, data.y_train, dataset=data.name)
@@ -57,22 +60,47 @@ def main():
     p.add_argument("--cnn-seeds", type=int, default=1, help="ConvNet training seeds per protocol")
     p.add_argument("--n-networks", type=int, default=8, help="dp-randconv: random networks")
     p.add_argument("--conv-width", type=int, default=64, help="dp-randconv: filters per layer")
+    p.add_argument("--augment", action="store_true", help="dp-randconv: a fixed public view per network")
+    p.add_argument("--blocks-per-step", type=int, default=None, help="distill: networks matched per step")
+    p.add_argument("--train-subset", type=int, default=None, help="release the first N training images only")
+    p.add_argument("--release-cache", default=None, help="keep releases in this folder and reuse them")
+    p.add_argument("--sets-dir", default=None, help="write each distilled set here as .npz (dpsynth distill's format)")
     p.add_argument("--noise-seed", type=int, default=None, help="fixed noise (testing only; default: secure)")
     p.add_argument("--out", default="benchmarks/out/distill.jsonl")
     args = p.parse_args()
     for name in args.dataset:
         data = load_dataset(name)
+        if args.train_subset:
+            data.x_train, data.y_train = data.x_train[:args.train_subset], data.y_train[:args.train_subset]
         for method in args.method:
             for eps in args.epsilon:
                 for seed in args.seeds:
                     t = time.perf_counter()
-                    rel = release(method, eps, data, args)
+                    tag = (f"{name}_{method}_eps{eps:g}_seed{seed}_n{args.n_networks}_w{args.conv_width}"
+                           f"{'_aug' if args.augment else ''}_sub{args.train_subset or 0}")
+                    cached = Path(args.release_cache) / tag if args.release_cache else None
+                    reused = cached is not None and cached.exists()
+                    if reused:
+                        rel = Release.load(cached)
+                    else:
+                        rel = release(method, eps, data, args)
+                        if cached is not None:
+                            rel.save(cached)
                     release_s = time.perf_counter() - t
                     t = time.perf_counter()
-                    dset = distill_release(rel, args.per_class, iterations=args.iterations, lr=args.lr, seed=seed)
+                    dset = distill_release(rel, args.per_class, iterations=args.iterations, lr=args.lr, seed=seed,
+                                           blocks_per_step=args.blocks_per_step)
                     distill_s = time.perf_counter() - t
+                    set_path = None
+                    if args.sets_dir:
+                        Path(args.sets_dir).mkdir(parents=True, exist_ok=True)
+                        stamp = time.strftime("%Y%m%dT%H%M%S")
+                        set_path = str(dset.save(Path(args.sets_dir) / f"{tag}_it{args.iterations}"
+                                                 f"_b{args.blocks_per_step or 0}_{stamp}.npz"))
                     row = {"dataset": name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
                            "per_class": args.per_class, "iterations": args.iterations, "lr": args.lr,
+                           "blocks_per_step": args.blocks_per_step, "train_subset": args.train_subset,
+                           "release_reused": reused, "set": set_path,
                            "feature_spec": rel.feature_spec, "release_s": round(release_s, 1),
                            "distill_s": round(distill_s, 1), "loss_start": dset.info["loss_start"],
                            "loss_final": dset.info["loss_final"]}

@@ -22,8 +22,9 @@ from .errors import (
 _LAZY = {
     **dict.fromkeys(["Schema", "list_datasets", "load_dataset", "load_preset", "read_table"], ".data"),
     **dict.fromkeys(["mean_embedding", "release_mean_embedding"], ".embedding"),
-    **dict.fromkeys(["ENTKFeatures", "HermiteFeatures", "RandomFourierFeatures", "build_feature_map"], ".features"),
-    **dict.fromkeys(["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "load"], ".methods"),
+    **dict.fromkeys(["ENTKFeatures", "HermiteFeatures", "RandomConvFeatures", "RandomFourierFeatures",
+                     "build_feature_map"], ".features"),
+    **dict.fromkeys(["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "load"], ".methods"),
     **dict.fromkeys(["BudgetFile", "PrivacyPlan", "calibrate_sigma", "dpsgd_sigma", "epsilon_for_sigma",
                      "gaussian_sigma", "plan_sigma"], ".privacy"),
     "Release": ".release",

@@ -24,14 +24,15 @@ def cmd_distill(args) -> int:
         raise InvalidParameterError(f"this release is of {'a table' if table else 'images'}: write --out "
                                     f"{'FILE.csv or FILE.parquet' if table else 'FILE.npz'}.")
     dset = distill_release(release, args.per_class, iterations=args.iterations, lr=args.lr, seed=args.seed,
-                           device=args.device, progress=args.progress)
+                           blocks_per_step=args.blocks_per_step, device=args.device, progress=args.progress)
     dset.save(out, force=args.force)
     eps, delta = release.ledger.total()
     info = dset.info
     what = "rows" if table else "images"
+    subset = f" ({info['blocks_per_step']} of the map's blocks per step)" if info.get("blocks_per_step") else ""
     print(f"distilled {info['per_class']} {what} per class ({len(dset.y)} in all) from the {info['method'] or ''} "
           f"release in {folder}: loss {info['loss_start']:.4g} -> {info['loss_final']:.4g} in {info['iterations']} "
-          f"steps")
+          f"steps{subset}")
     print(f"no privacy spent: the set carries the release's ledger (epsilon={eps:g}, delta={delta:g})")
     print(f"wrote {out}" + (f" and {out.with_name(out.stem + LEDGER_SUFFIX)}" if table else "")
           + ("; score it with `dpsynth evaluate " + str(out) + " --cnn`" if not table else ""))
@@ -56,6 +57,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--lr", type=float, default=LR, help=f"Adam learning rate, x0.1 for the last quarter "
                    f"(default {LR})")
     s.add_argument("--seed", type=int, default=0, help="draws the starting points (public randomness)")
+    s.add_argument("--blocks-per-step", type=int, default=None, metavar="B",
+                   help="match only B of the feature map's independent blocks per step, drawn afresh from --seed "
+                        "(dp-randconv: B of its networks; DM's stochastic steps, n_networks / B times cheaper). "
+                        "Default: every block, every step")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--progress", action="store_true", help="show a progress bar")
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")

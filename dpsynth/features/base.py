@@ -114,6 +114,15 @@ class FeatureMap(ABC):
         (``target`` is (D, K)). Structured maps override this with a cheaper equivalent."""
         return ((target - self.weighted_sum(x, weights).to(target.dtype)) ** 2).sum()
 
+    #: independent column blocks of phi whose loss terms :meth:`block_loss` can compute alone (1: none)
+    n_blocks: int = 1
+
+    def block_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor, blocks) -> torch.Tensor:
+        """The part of :meth:`mmd_loss` that falls on the column ``blocks`` (indices below :attr:`n_blocks`), computed
+        without the others: a step on a random subset, scaled by ``n_blocks / len(blocks)``, is an unbiased
+        estimate of a step on the whole loss (DM's one-network-per-step). Maps of one block return the whole loss."""
+        return self.mmd_loss(target, x, weights)
+
 
 def build_feature_map(spec: dict) -> FeatureMap:
     spec = dict(spec)

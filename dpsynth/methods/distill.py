@@ -133,19 +133,28 @@ def _check_release(release: Release) -> int:
 
 
 def distill_release(release: Release, per_class: int, *, iterations: int = ITERATIONS, lr: float = LR,
-                    seed: int = 0, device: str | None = None, progress: bool = False) -> DistilledSet:
+                    seed: int = 0, blocks_per_step: int | None = None, device: str | None = None,
+                    progress: bool = False) -> DistilledSet:
     """Learn ``per_class`` records per class matching ``release``'s class-conditional mean embedding
     (post-processing: no private data, no budget; see the module docstring). Adam at ``lr`` on the records'
     unconstrained parameters for ``iterations`` steps, the learning rate x0.1 for the last quarter; ``seed``
-    draws the starting points (public). Returns a :class:`DistilledSet` carrying the release's ledger."""
+    draws the starting points (public). ``blocks_per_step``: each step matches only that many of the feature
+    map's independent blocks (its ``n_blocks``: dp-randconv's networks), drawn afresh from ``seed`` (public) and
+    scaled to an unbiased estimate of the whole loss: DM's stochastic steps, ``n_blocks / blocks_per_step`` times
+    cheaper. None (or at least ``n_blocks``) matches all blocks every step. Returns a :class:`DistilledSet`
+    carrying the release's ledger."""
     n_classes = _check_release(release)
     per_class = int(check_positive(per_class, "per_class (images per class)", integer=True))
     iterations = int(check_positive(iterations, "iterations", integer=True))
     check_positive(lr, "lr")
+    if blocks_per_step is not None:
+        blocks_per_step = int(check_positive(blocks_per_step, "blocks_per_step", integer=True))
     encoder = encoder_of(release)
     shape = tuple(int(s) for s in release.dataset["record_shape"])
     dev = default_device(device)
     fmap = build_feature_map(release.feature_spec).to(dev)
+    n_blocks = int(fmap.n_blocks)
+    stochastic = blocks_per_step is not None and blocks_per_step < n_blocks
     target = release.tensors["embedding"].to(device=dev, dtype=torch.float32)
     proportions = release.tensors.get("class_proportions")
     if proportions is not None:                   # as the generators use them: floored, renormalised
@@ -154,6 +163,7 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     labels = torch.arange(n_classes).repeat_interleave(per_class)
     weights = batch_weights(labels, n_classes, len(labels), dev, proportions=proportions)
     rng = torch.Generator().manual_seed(int(seed))
+    block_rng = torch.Generator().manual_seed(int(seed) + 1)
     params = torch.randn((len(labels),) + shape, generator=rng).to(dev).requires_grad_(True)
     heads = ((lambda u: table_heads(u, encoder.n_numeric, encoder.category_sizes)) if encoder is not None
              else torch.sigmoid)
@@ -163,16 +173,23 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     for it in tqdm(range(iterations), disable=not progress, desc="distill", unit="step"):
         fmap.at_iteration(it, iterations)
         opt.zero_grad(set_to_none=True)
-        loss = fmap.mmd_loss(target, heads(params), weights)
+        if stochastic:
+            blocks = torch.randperm(n_blocks, generator=block_rng)[:blocks_per_step].tolist()
+            loss = fmap.block_loss(target, heads(params), weights, blocks)
+        else:
+            loss = fmap.mmd_loss(target, heads(params), weights)
         loss.backward()
         opt.step()
         sched.step()
         losses.append(loss.item())
     with torch.no_grad():
+        if stochastic:                            # the last step saw a subset: report the whole loss
+            losses[-1] = fmap.mmd_loss(target, heads(params), weights).item()
         x = heads(params).cpu()
     info = {"release_sha256": release_digest(release), "method": release.dataset.get("method"),
             "dataset": release.dataset.get("name", ""), "per_class": per_class, "n_classes": n_classes,
             "record_shape": list(shape), "iterations": iterations, "lr": lr, "seed": int(seed),
+            "blocks_per_step": blocks_per_step if stochastic else None,
             "loss_start": losses[0], "loss_final": losses[-1]}
     if encoder is not None:
         rows = encoder.decode(x.double().numpy(), labels.numpy(), rng=np.random.default_rng(seed), categorical="argmax")

@@ -150,16 +150,18 @@ class DPHP(KernelGeneratorMethod):
 class DPRandConv(KernelGeneratorMethod):
     """DP distribution matching (NDPDC's statistic; :class:`~dpsynth.features.RandomConvFeatures`): the mean
     embedding of ``n_networks`` randomly initialised ConvNets (``width`` filters, ``depth`` blocks; ``conv_seed``:
-    their initialisation, public), each network's output at unit norm, released once. Images only. The release
+    their initialisation, public; ``conv_augment``: a fixed public view of the image per network), each network's
+    output at unit norm, released once. Images only. The release
     serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of it)."""
 
     method = "dp-randconv"
     data_kinds = ("image",)
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
-                 conv_depth: int = 3, conv_seed: int = 0, **kwargs):
+                 conv_depth: int = 3, conv_seed: int = 0, conv_augment: bool = False, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
+        self.conv_augment = conv_augment
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
@@ -168,4 +170,5 @@ class DPRandConv(KernelGeneratorMethod):
     def image_feature_map(self, shape: tuple, n_classes: int) -> RandomConvFeatures:
         if len(shape) != 3:
             return self.feature_map(int(shape[0]), n_classes)
-        return RandomConvFeatures(shape, self.n_networks, self.conv_width, self.conv_depth, seed=self.conv_seed)
+        return RandomConvFeatures(shape, self.n_networks, self.conv_width, self.conv_depth, seed=self.conv_seed,
+                                  augment=self.conv_augment)

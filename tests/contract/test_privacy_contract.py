@@ -60,7 +60,9 @@ MAP_VARIANTS = {
                                                       product_order=4), (D,))],
     "perceptual": [("perceptual phi1+phi2", lambda e: PerceptualFeatures(e, IMAGE, moments=(1, 2)), IMAGE)],
     "pooled": [("pooled", lambda e: PooledFeatures(e, IMAGE), IMAGE)],
-    "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE)],
+    "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE),
+                    ("random-conv views", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, augment=True),
+                     IMAGE)],
 }
 VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
 

@@ -1,0 +1,100 @@
+"""Random ConvNet features (dp-randconv): fixed public views per network, and the per-network block loss that
+distillation's stochastic steps use (issue 34)."""
+import numpy as np
+import pytest
+import torch
+
+from dpsynth import DPRandConv
+from dpsynth.features import RandomFourierFeatures, build_feature_map
+from dpsynth.features.randconv import RandomConvFeatures
+from dpsynth.methods.distill import distill_release
+from dpsynth.training import batch_weights
+
+SHAPE = (1, 16, 16)
+
+
+def _images(n, seed=0):
+    return torch.rand((n, *SHAPE), generator=torch.Generator().manual_seed(seed))
+
+
+def test_views_keep_every_record_at_unit_norm_and_round_trip_through_the_spec():
+    fmap = RandomConvFeatures(SHAPE, n_networks=4, width=8, augment=True)
+    x = torch.cat([_images(6), torch.zeros(1, *SHAPE), torch.ones(1, *SHAPE), 1e3 * _images(1, 1)])
+    phi = fmap(x)
+    assert torch.allclose(phi.norm(dim=1), torch.ones(len(x)), atol=1e-5)
+    rebuilt = build_feature_map(fmap.spec())
+    assert rebuilt.augment and torch.equal(rebuilt(x), phi)
+    old_spec = {k: v for k, v in fmap.spec().items() if k != "augment"}      # releases made before views existed
+    assert not build_feature_map(old_spec).augment
+
+
+def test_each_network_but_the_first_sees_its_own_warped_view():
+    x = _images(5)
+    plain = RandomConvFeatures(SHAPE, n_networks=3, width=8)(x)
+    warped = RandomConvFeatures(SHAPE, n_networks=3, width=8, augment=True)
+    views = warped.views
+    assert views[0] is None and not torch.equal(views[1], views[2])
+    phi, b = warped(x), warped.block
+    assert torch.equal(phi[:, :b], plain[:, :b])                 # network 0: the image itself
+    for k in (1, 2):
+        assert (phi[:, k * b:(k + 1) * b] - plain[:, k * b:(k + 1) * b]).abs().max() > 1e-3
+    colour = RandomConvFeatures((3, 16, 16), n_networks=16, width=4, augment=True)
+    assert any(float(v[0, 0]) < 0 for v in colour.views[1:])      # colour images: some views are mirrored
+
+
+def test_block_losses_add_up_to_the_whole_loss():
+    fmap = RandomConvFeatures(SHAPE, n_networks=4, width=8, augment=True)
+    x, w = _images(6), torch.rand(6, 3)
+    target = torch.randn(fmap.out_dim, 3)
+    whole = fmap.mmd_loss(target, x, w)
+    per_block = sum(fmap.block_loss(target, x, w, [k]) for k in range(4)) / 4   # each scaled by n/1
+    assert torch.allclose(per_block, whole, rtol=1e-5)
+    assert torch.allclose(fmap.block_loss(target, x, w, range(4)), whole, rtol=1e-5)
+    pairs = [fmap.block_loss(target, x, w, [a, b]) for a in range(4) for b in range(a + 1, 4)]
+    assert torch.allclose(sum(pairs) / len(pairs), whole, rtol=1e-5)  # the mean over subsets: unbiased
+
+
+def test_one_block_map_block_loss_is_its_mmd_loss():
+    rff = RandomFourierFeatures(5, 20)
+    xr, w, t = torch.rand(4, 5), torch.rand(4, 3), torch.randn(20, 3)
+    assert rff.n_blocks == 1
+    assert torch.equal(rff.block_loss(t, xr, w, [0]), rff.mmd_loss(t, xr, w))
+
+
+@pytest.fixture(scope="module")
+def conv_release(digits):
+    model = DPRandConv(epsilon=10, n_classes=10, n_networks=4, conv_width=8, conv_augment=True, noise_seed=0)
+    return model.release(digits.x_train, digits.y_train, dataset="digits")
+
+
+def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv_release, monkeypatch):
+    calls = []
+    original = RandomConvFeatures.block_loss
+
+    def spy(self, target, x, weights, blocks):
+        calls.append(list(blocks))
+        return original(self, target, x, weights, blocks)
+
+    monkeypatch.setattr(RandomConvFeatures, "block_loss", spy)
+    dset = distill_release(conv_release, 3, iterations=40, seed=5, blocks_per_step=1)
+    assert len(calls) == 40 and all(len(c) == 1 for c in calls)
+    assert len({c[0] for c in calls}) == 4                         # every network gets its turn
+    assert dset.info["blocks_per_step"] == 1 and conv_release.feature_spec["augment"]
+    fmap = build_feature_map(conv_release.feature_spec)
+    target = conv_release.tensors["embedding"].float()
+    assert "class_proportions" not in conv_release.tensors         # uniform weights, as distill_release uses
+    labels = torch.as_tensor(dset.y)
+    weights = batch_weights(labels, 10, len(labels), "cpu", proportions=None)
+    whole = fmap.mmd_loss(target, torch.as_tensor(dset.x), weights).item()
+    assert dset.info["loss_final"] == pytest.approx(whole, rel=1e-4)
+    assert dset.info["loss_final"] < dset.info["loss_start"]
+    again = distill_release(conv_release, 3, iterations=40, seed=5, blocks_per_step=1)
+    assert np.array_equal(again.x, dset.x)                          # the subsets come from the public seed
+
+
+def test_blocks_per_step_covering_every_network_is_the_full_loss(conv_release):
+    full = distill_release(conv_release, 2, iterations=5, seed=1)
+    same = distill_release(conv_release, 2, iterations=5, seed=1, blocks_per_step=4)
+    assert same.info["blocks_per_step"] is None and np.allclose(same.x, full.x, atol=1e-6)
+    with pytest.raises(Exception, match="blocks_per_step"):
+        distill_release(conv_release, 2, iterations=5, blocks_per_step=0)
