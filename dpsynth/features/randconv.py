@@ -2,11 +2,11 @@
 
 Distribution matching (Zhao and Bilen's DM; NDPDC privately) compares the mean embeddings of real and synthetic
 images under randomly initialised ConvNets: the dataset-condensation ConvNet without its classifier, ``depth``
-blocks of Conv 3x3 (``width`` filters, padding 1) -> InstanceNorm -> ReLU -> AvgPool 2. Here ``n_networks`` such
-networks are drawn once from ``seed`` (public; PyTorch's default initialisation) and the features of a record are
-the concatenation of each network's flattened output, each scaled to unit norm and the whole by 1/sqrt(n_networks):
-``||phi(x)|| = 1`` exactly (a zero output stays zero), so a class-conditional mean embedding has sensitivity 2/m as
-every other map's. Inputs in [0, 1] enter through the fixed map (x - 0.5) / 0.5.
+blocks (default :func:`auto_depth`: 3 on 28 x 28 and 32 x 32 images) of Conv 3x3 (``width`` filters, padding 1)
+-> InstanceNorm -> ReLU -> AvgPool 2. Here ``n_networks`` such networks are drawn once from ``seed`` (public;
+PyTorch's default initialisation) and the features of a record are the concatenation of each network's flattened
+output, each scaled to unit norm and the whole by 1/sqrt(n_networks): ``||phi(x)|| = 1`` exactly (a zero output
+stays zero), so a class-conditional mean embedding has sensitivity 2/m as every other map's. Inputs in [0, 1] enter through the fixed map (x - 0.5) / 0.5.
 
 ``augment=True`` gives every network but the first its own fixed view of the image, drawn from ``seed`` with the
 networks (public): an affine warp (rotation within +-15 degrees, scale 0.85-1.15, shift within 5 % of the side;
@@ -44,12 +44,22 @@ def random_convnet(channels: int, width: int, depth: int) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Flatten())
 
 
+def auto_depth(shape) -> int:
+    """The default depth: DM's 3 blocks where the last convolution still sees at least 4 x 4 pixels (28 x 28 and
+    32 x 32 images), fewer on small images (2 on 8 x 8 digits, where 3 blocks leave an instance norm over 2 x 2
+    pixels and the features carry almost nothing: LogReg 0.13 against 0.87 at depth 2, eps 10)."""
+    depth = 3
+    while depth > 1 and min(shape[1:]) >> (depth - 1) < 4:
+        depth -= 1
+    return depth
+
+
 @register
 class RandomConvFeatures(FeatureMap):
     name = "random-conv"
     norm_bound = 1.0
 
-    def __init__(self, image_shape, n_networks: int = 8, width: int = 64, depth: int = 3, seed: int = 0,
+    def __init__(self, image_shape, n_networks: int = 8, width: int = 64, depth: int | None = None, seed: int = 0,
                  augment: bool = False):
         shape = tuple(int(s) for s in image_shape)
         if len(shape) != 3:
@@ -58,7 +68,7 @@ class RandomConvFeatures(FeatureMap):
         self.image_shape = shape
         self.n_networks = int(check_positive(n_networks, "n_networks", integer=True))
         self.width = int(check_positive(width, "width", integer=True))
-        self.depth = int(check_positive(depth, "depth", integer=True))
+        self.depth = auto_depth(shape) if depth is None else int(check_positive(depth, "depth", integer=True))
         self.seed = int(seed)
         self.augment = bool(augment)
         side_h, side_w = shape[1] >> self.depth, shape[2] >> self.depth

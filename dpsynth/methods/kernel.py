@@ -149,16 +149,19 @@ class DPHP(KernelGeneratorMethod):
 @register
 class DPRandConv(KernelGeneratorMethod):
     """DP distribution matching (NDPDC's statistic; :class:`~dpsynth.features.RandomConvFeatures`): the mean
-    embedding of ``n_networks`` randomly initialised ConvNets (``width`` filters, ``depth`` blocks; ``conv_seed``:
-    their initialisation, public; ``conv_augment``: a fixed public view of the image per network), each network's
-    output at unit norm, released once. Images only. The release
-    serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of it)."""
+    embedding of ``n_networks`` randomly initialised ConvNets (``width`` filters, ``depth`` blocks, by default 3 on
+    28 x 28 and 32 x 32 images and 2 on 8 x 8 digits; ``conv_seed``: their initialisation, public; ``conv_augment``:
+    a fixed public view of the image per network), each network's output at unit norm, released once. Images only.
+    The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
+    it: for that, ``n_networks=32, conv_augment=True`` and ``distill(..., blocks_per_step=2)``, measured in
+    ``benchmarks/RESULTS.md``)."""
 
     method = "dp-randconv"
     data_kinds = ("image",)
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
-                 conv_depth: int = 3, conv_seed: int = 0, conv_augment: bool = False, **kwargs):
+                 conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
+                 **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
         self.conv_augment = conv_augment
