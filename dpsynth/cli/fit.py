@@ -27,7 +27,7 @@ NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "q
               "label_categories", "nullable", "drop_unlisted", "shards",
               "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
-              "checkpoint_every"}
+              "checkpoint_every", "release_only"}
 
 
 #: parameters the CLI never sets: a fixed sample voids the guarantee (tests only)
@@ -95,7 +95,22 @@ def cmd_fit(args) -> int:
         fit_kwargs["public_init"] = _public_init(args.public_init)
     eps_budget = args.budget_epsilon or model.epsilon
     budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
-    model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
+    if args.release_only:
+        if not cls.releases_once:
+            raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
+                                        f"{args.method} reads the data at every step, so it has none to stop at.")
+        if args.resume:
+            raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
+                                        "its release. Distill it (`dpsynth distill`) or resume without "
+                                        "--release-only to train a generator.")
+    model.fit(*data, out=out, budget=budget, resume=args.resume, train=not args.release_only, **fit_kwargs)
+    if args.release_only:
+        eps, delta = model.release_.ledger.total()
+        print(f"released {args.method} on {fit_kwargs['dataset'] or 'the data'}: epsilon={eps:g}, delta={delta:g}; "
+              f"saved to {out / 'release'} (no generator trained)")
+        print(f"next: `dpsynth distill {out} --images-per-class K --out set.npz`, or `dpsynth fit --resume --out "
+              f"{out}` to train a generator from it (no privacy spent either way)")
+        return 0
     for line in model.fit_summary(fit_kwargs["dataset"], out):
         print(line)
     return 0
@@ -351,6 +366,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
     s.add_argument("--delta", type=float, default=None, help="default 1e-5")
     s.add_argument("--out", help="model folder (required; release/ is written before training)")
+    s.add_argument("--release-only", action="store_true", help="stop after the private release (release/ in "
+                   "--out, no generator): for `dpsynth distill`, or a later `fit --resume` to train")
     s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
     s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
     s.add_argument("--lr", type=float, help="default 0.01")

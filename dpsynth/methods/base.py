@@ -182,8 +182,10 @@ class KernelGeneratorMethod(Method):
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
             budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
-            privacy_unit: str = PRIVACY_UNIT):
-        """Release the private embedding (once), then train the generator. Returns self.
+            privacy_unit: str = PRIVACY_UNIT, train: bool = True):
+        """Release the private embedding (once), then train the generator (``train=False``: stop after the release,
+        which ``out`` keeps for :func:`~dpsynth.methods.distill.distill_release` or a later ``resume=True``).
+        Returns self.
 
         Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
         schema=...)`` with a :class:`~dpsynth.data.Schema` (or a path to its JSON) declaring
@@ -220,6 +222,8 @@ class KernelGeneratorMethod(Method):
             if out is not None:
                 self.release_.save(out / "release")
         self._validate()
+        if not train:
+            return self
         self._train(out, resume)
         if out is not None:
             self.save(out)

@@ -115,3 +115,27 @@ def test_a_set_distilled_from_a_digits_release_classifies_digits(digits):
     dset = distill_release(rel, 10, iterations=300)
     acc = image_classifier_scores(dset.x, dset.y, digits.x_test, digits.y_test, classifiers=("logreg",))["logreg_acc"]
     assert acc > 0.7
+
+
+def test_fit_release_only_then_distill_then_resume_to_train(tmp_path, capsys):
+    """`dpsynth fit --release-only` keeps the release and trains nothing; `distill` reads it; `fit --resume` trains a
+    generator from it later without a second release; DP-KIP (no single release) is refused by name."""
+    from dpsynth.cli import main
+
+    run = tmp_path / "run"
+    assert main(["fit", "--method", "dp-randconv", "--dataset", "digits", "--epsilon", "2", "--n-networks", "2",
+                 "--conv-width", "8", "--release-only", "--out", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "no generator trained" in out and f"dpsynth distill {run}" in out
+    assert sorted(p.name for p in run.iterdir()) == ["release"]
+    assert main(["distill", str(run), "--images-per-class", "2", "--iterations", "4", "--blocks-per-step", "1",
+                 "--out", str(tmp_path / "set.npz")]) == 0
+    assert "(1 of the map's blocks per step)" in capsys.readouterr().out
+    before = (run / "release" / "release.json").read_bytes()
+    assert main(["fit", "--resume", "--out", str(run), "--iterations", "2", "--batch-size", "20"]) == 0
+    assert (run / "model.json").exists() and (run / "release" / "release.json").read_bytes() == before
+    capsys.readouterr()
+    assert main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--release-only",
+                 "--out", str(tmp_path / "kip")]) == 2
+    assert "dp-kip reads the data at every step" in capsys.readouterr().err
+    assert not (tmp_path / "kip").exists()
