@@ -103,7 +103,9 @@ def cmd_fit(args) -> int:
             raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
                                         "its release. Distill it (`dpsynth distill`) or resume without "
                                         "--release-only to train a generator.")
-    model.fit(*data, out=out, budget=budget, resume=args.resume, train=not args.release_only, **fit_kwargs)
+    if args.release_only:
+        fit_kwargs["train"] = False          # release-once methods only (checked above)
+    model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
     if args.release_only:
         eps, delta = model.release_.ledger.total()
         print(f"released {args.method} on {fit_kwargs['dataset'] or 'the data'}: epsilon={eps:g}, delta={delta:g}; "
