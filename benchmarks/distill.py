@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 
 from _rows import emit
 
@@ -29,7 +30,6 @@ from dpsynth.methods import METHODS
 from dpsynth.methods.distill import distill_release
 from dpsynth.privacy.ledger import Ledger
 from dpsynth.release import Release
-from pathlib import Path
 
 FEATURES = {"dp-ntk": {}, "dp-merf": {}, "dp-randconv": {}}
 

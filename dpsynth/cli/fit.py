@@ -103,7 +103,6 @@ def cmd_fit(args) -> int:
             raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
                                         "its release. Distill it (`dpsynth distill`) or resume without "
                                         "--release-only to train a generator.")
-    if args.release_only:
         fit_kwargs["train"] = False          # release-once methods only (checked above)
     model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
     if args.release_only:

@@ -170,6 +170,12 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     opt = torch.optim.Adam([params], lr=lr)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, [max(1, math.ceil(0.75 * iterations))], gamma=0.1)
     losses = []
+
+    def whole_loss() -> float:                    # a stochastic step sees a subset: both ends report the whole loss
+        with torch.no_grad():
+            return fmap.mmd_loss(target, heads(params), weights).item()
+
+    start = whole_loss() if stochastic else None
     for it in tqdm(range(iterations), disable=not progress, desc="distill", unit="step"):
         fmap.at_iteration(it, iterations)
         opt.zero_grad(set_to_none=True)
@@ -182,9 +188,9 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
         opt.step()
         sched.step()
         losses.append(loss.item())
+    if stochastic:
+        losses[0], losses[-1] = start, whole_loss()
     with torch.no_grad():
-        if stochastic:                            # the last step saw a subset: report the whole loss
-            losses[-1] = fmap.mmd_loss(target, heads(params), weights).item()
         x = heads(params).cpu()
     info = {"release_sha256": release_digest(release), "method": release.dataset.get("method"),
             "dataset": release.dataset.get("name", ""), "per_class": per_class, "n_classes": n_classes,

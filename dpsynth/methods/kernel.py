@@ -153,8 +153,8 @@ class DPRandConv(KernelGeneratorMethod):
     28 x 28 and 32 x 32 images and 2 on 8 x 8 digits; ``conv_seed``: their initialisation, public; ``conv_augment``:
     a fixed public view of the image per network), each network's output at unit norm, released once. Images only.
     The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
-    it: for that, ``n_networks=32, conv_augment=True`` and ``distill(..., blocks_per_step=2)``, measured in
-    ``benchmarks/RESULTS.md``)."""
+    it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
+    the views added nothing on MNIST there)."""
 
     method = "dp-randconv"
     data_kinds = ("image",)

@@ -87,6 +87,8 @@ def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv
     weights = batch_weights(labels, 10, len(labels), "cpu", proportions=None)
     whole = fmap.mmd_loss(target, torch.as_tensor(dset.x), weights).item()
     assert dset.info["loss_final"] == pytest.approx(whole, rel=1e-4)
+    start = torch.sigmoid(torch.randn((len(labels), *dset.x.shape[1:]), generator=torch.Generator().manual_seed(5)))
+    assert dset.info["loss_start"] == pytest.approx(fmap.mmd_loss(target, start, weights).item(), rel=1e-4)
     assert dset.info["loss_final"] < dset.info["loss_start"]
     again = distill_release(conv_release, 3, iterations=40, seed=5, blocks_per_step=1)
     assert np.array_equal(again.x, dset.x)                          # the subsets come from the public seed
