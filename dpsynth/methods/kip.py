@@ -34,8 +34,10 @@ from tqdm.auto import tqdm
 from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..embedding import release_mean_embedding
 from ..engines import as_source
 from ..errors import ArtifactError, InvalidParameterError
+from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
 from ..kip.dpsgd import clipped_sum, private_gradient
 from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
@@ -48,12 +50,17 @@ from ..validation import check_delta, check_epsilon, check_features, check_label
 from .base import _as_schema, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, register
+from .distill import distill_release
 from .tables import check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
 
 CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
+#: where the support set starts: public noise, or distilled from a release of a share of the plan
+STARTS = ("noise", "pixels", "random-conv")
+START_RELEASE = "embedding"           # the start's release in the plan (release_mean_embedding's block name)
+START_ITERATIONS, START_NETWORKS = 500, 8
 
 
 def to_kernel_space(x: torch.Tensor) -> torch.Tensor:
@@ -92,7 +99,9 @@ class DPKIP(Method):
                  noise_seed: int | None = None, sampler_seed: int | None = None,
                  neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
                  dtype: str = "float32", device: str = "cpu", schema_share: float | None = None,
-                 numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE):
+                 numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE,
+                 start: str = "noise", start_share: float = 0.1):
+        self.start, self.start_share = start, start_share
         self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
         self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
         self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
@@ -139,7 +148,10 @@ class DPKIP(Method):
         if self.neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
                                         f"(the paper's accounting); got {self.neighbouring!r}.")
-        check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share)
+        check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share,
+                     start_share=self.start_share if self.start != "noise" else None)
+        if self.start not in STARTS:
+            raise InvalidParameterError(f"start={self.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
         try:
@@ -170,6 +182,37 @@ class DPKIP(Method):
         if not np.isfinite(x).all():
             raise InvalidParameterError("public_init holds non-finite values.")
         return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self.dtype))
+
+    def _start_words(self, public_init) -> str:
+        if self.start != "noise":
+            return (f"{self.images_per_class} records per class distilled from the class-conditional mean embedding "
+                    f"under {self.start} features, released with {self.start_share:g} of the plan")
+        return "N(0, I) noise" if public_init is None else "a public set given by the user"
+
+    def _start_map(self, shape) -> FeatureMap:
+        """The feature map of the start's release (public: from the record shape and ``seed``)."""
+        if self.start == "pixels":
+            return PixelFeatures(int(np.prod(shape)))
+        if len(shape) != 3:
+            raise InvalidParameterError(f"start='random-conv' takes images (channels, height, width); the records "
+                                        f"have shape {list(shape)}: use start='pixels'.")
+        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)
+
+    def _private_start(self, engine: PrivacyEngine, X, y, shape, table_state, dataset: str) -> torch.Tensor:
+        """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
+        class-conditional mean embedding under :meth:`_start_map` (:func:`~dpsynth.embedding.release_mean_embedding`,
+        the release every kernel method makes), then ``images_per_class`` records per class distilled from it
+        (:func:`~dpsynth.methods.distill.distill_release`: post-processing), in kernel space, class by class."""
+        encoder, _, facts = table_state or (None, {}, {})
+        release = release_mean_embedding(
+            self._start_map(shape), X, None if encoder is not None else y, n_classes=int(self.n_classes),
+            engine=engine, dataset=dataset, encoder=encoder,
+            public_facts={**facts, "record_shape": list(shape), "method": self.method})
+        small = distill_release(release, int(self.images_per_class), iterations=START_ITERATIONS,
+                                seed=self.seed or 0, blocks_per_step=2 if self.start == "random-conv" else None,
+                                device=self.device)
+        x = encoder.encode(small.x)[0] if encoder is not None else small.x
+        return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self.dtype))
 
     def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
         """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
@@ -217,6 +260,12 @@ class DPKIP(Method):
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         self._validate(n_records)
+        if self.start != "noise":
+            if public_init is not None:
+                raise InvalidParameterError(
+                    f"public_init and start={self.start!r} both give the starting support set: pass start='noise' "
+                    f"with a public set (it then replaces the noise), or leave public_init out.")
+            shares[START_RELEASE] = self.start_share
         plan, mults = self.plan(n_records, shares)
         if state is not None:
             entry = state.entry
@@ -234,11 +283,15 @@ class DPKIP(Method):
             table_state = prepare_table(engine, X, as_source(X), schema) if table else None   # private releases
             if table:
                 shape = [table_state[0].dim]
+            description = (f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD on the KRR loss: "
+                           f"{plan.describe()}, clip {self.clip:g}; start: {self._start_words(public_init)}")
+            if self.start == "noise":
+                start_x = self._public_start(public_init, shape)
+            else:
+                engine.charge(description)          # the whole plan, before the start's release reads a record
+                start_x = self._private_start(engine, X, y, shape, table_state, dataset)
             entry = engine.declare_dpsgd(
-                clip=self.clip, n_records=n_records,
-                description=f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD "
-                f"on the KRR loss: {plan.describe()}, clip {self.clip:g}; start: "
-                f"{'N(0, I) noise' if public_init is None else 'a public set given by the user'}",
+                clip=self.clip, n_records=n_records, description=description,
                 assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
                          "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
                                         "moves the sum by <= 2 clip (the accountant's replace-one relation: "
@@ -248,7 +301,7 @@ class DPKIP(Method):
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
-            state = _KIPState.start(self, shape, engine, self._public_start(public_init, shape), table_state)
+            state = _KIPState.start(self, shape, engine, start_x, table_state)
             engine.charge(entry.description)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from dpsynth.privacy import engine as engine_module
 from dpsynth.privacy.engine import PrivacyEngine
 
 from dpsynth import release_mean_embedding
-from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures,
+from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures, PixelFeatures,
                               PooledFeatures, RandomConvFeatures, RandomFourierFeatures, build_feature_map)
 from dpsynth.features.encoders import build_encoder, save_encoder
 from dpsynth.kip.dpsgd import private_gradient
@@ -60,6 +60,7 @@ MAP_VARIANTS = {
                                                       product_order=4), (D,))],
     "perceptual": [("perceptual phi1+phi2", lambda e: PerceptualFeatures(e, IMAGE, moments=(1, 2)), IMAGE)],
     "pooled": [("pooled", lambda e: PooledFeatures(e, IMAGE), IMAGE)],
+    "pixels": [("pixels", lambda e: PixelFeatures(D), (D,)), ("pixels image", lambda e: PixelFeatures(64), IMAGE)],
     "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE),
                     ("random-conv views", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, augment=True),
                      IMAGE)],

@@ -271,3 +271,80 @@ def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkey
     resumed = DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k", resume=True)
     assert released["n"] == 0 and torch.equal(resumed.support()[0], whole.support()[0])
     assert [e.description for e in resumed.release_.ledger.entries] == [e.description for e in entries]
+
+
+# -- a private start: a release of a share of the plan, distilled -----------------------------------
+@pytest.mark.parametrize("start", ["pixels", "random-conv"])
+def test_private_start_is_one_release_in_the_same_plan(digits, tmp_path, start):
+    """start='pixels'/'random-conv': the class-conditional mean embedding is released with start_share of the
+    plan (at 1/sqrt(share) times the steps' noise multiplier), before the DP-SGD steps, in one plan calibrated
+    within epsilon and charged once, under DP-KIP's name; the DP-SGD entry stays last."""
+    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
+    m = DPKIP(1.0, 1e-5, **dict(KIP_TINY, start=start, start_share=0.2)).fit(
+        digits.x_train.numpy(), digits.y_train.numpy(), budget=budget, dataset="digits")
+    entries = m.release_.ledger.entries
+    assert [e.mechanism for e in entries] == ["gaussian", "dp-sgd"]
+    assert f"under {start} features" in entries[0].description and entries[0].sensitivity == 2 / 1437
+    assert f"distilled from the class-conditional mean embedding under {start} features" in entries[1].description
+    assert entries[0].noise_multiplier == pytest.approx(entries[1].noise_multiplier / math.sqrt(0.2), rel=1e-12)
+    assert len({e.budget_id for e in entries}) == 1 and m.release_.ledger.total() == (1.0, 1e-5)
+    plan = PrivacyPlan(tuple(entries[-1].plan["multipliers"]), entries[-1].plan["sample_rate"],
+                       entries[-1].plan["steps"], "replace_one")
+    assert plan.multipliers == pytest.approx((1 / math.sqrt(0.2),))
+    assert epsilon_for_sigma(entries[-1].noise_multiplier, 1e-5, plan) <= 1.0 + 1e-9
+    assert budget.spent == (1.0, 1e-5) and len(budget.charges) == 1
+    assert "DP-KIP support set" in json.dumps(json.loads((tmp_path / "b.json").read_text()))
+    x, y = m.sample()
+    assert x.shape == (20, 1, 8, 8) and sorted(np.bincount(y)) == [2] * 10
+
+
+def test_pixels_start_begins_at_the_class_means(digits):
+    """Without noise (epsilon = inf) and with DP-SGD steps too small to move it, the support set is where the start
+    put it: every point is nearer its own class's mean digit than any other class's (from N(0, I) noise it is not)."""
+    X, y = digits.x_train.numpy().reshape(1437, -1), digits.y_train.numpy()
+    means = np.stack([X[y == c].mean(0) for c in range(10)])
+    kw = dict(KIP_TINY, epochs=1, lr=1e-9)
+
+    def nearest(model):
+        x, labels = model.sample()
+        d = ((x.reshape(len(x), 1, -1) - means[None]) ** 2).sum(-1)
+        return (d.argmin(1) == labels).mean()
+    assert nearest(DPKIP(math.inf, 1e-5, **kw, start="pixels").fit(X, y)) == 1.0
+    assert nearest(DPKIP(math.inf, 1e-5, **kw).fit(X, y)) < 0.5
+
+
+def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeypatch):
+    kw = dict(KIP_TINY, start="pixels", noise_seed=7, sampler_seed=11)     # testing only: a reproducible run
+    X, y = digits.x_train.numpy(), digits.y_train.numpy()
+    whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
+    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 5)
+    with pytest.raises(KeyboardInterrupt):
+        DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
+    monkeypatch.setattr(kip_module, "private_gradient", real)
+    released = {"n": 0}
+    real_start = kip_module.release_mean_embedding
+    monkeypatch.setattr(kip_module, "release_mean_embedding",
+                        lambda *a, **k: released.update(n=released["n"] + 1) or real_start(*a, **k))
+    resumed = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", resume=True)
+    assert released["n"] == 0 and torch.equal(resumed.support()[0], whole.support()[0])
+    assert [e.description for e in resumed.release_.ledger.entries] == \
+        [e.description for e in whole.release_.ledger.entries]
+
+
+def test_private_start_on_a_table_and_bad_starts(digits):
+    df = toy_table(300)
+    m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, start="pixels")
+    out = m.fit(df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA)).sample()
+    assert len(out) == 6 and out["age"].between(17, 90).all()
+    assert [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
+    X, y = digits.x_train.numpy(), digits.y_train.numpy()
+    bad = dpsynth.errors.InvalidParameterError
+    with pytest.raises(bad, match="random-conv.*takes images"):
+        DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, start="random-conv").fit(
+            df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA))
+    with pytest.raises(bad, match="both give the starting support set"):
+        DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels")).fit(X, y, public_init=X[:20])
+    with pytest.raises(bad, match="not a DP-KIP start"):
+        DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="real-images")).fit(X, y)
+    with pytest.raises(bad, match="start_share must be a number in"):
+        DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels", start_share=1.5)).fit(X, y)
