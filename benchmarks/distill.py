@@ -37,7 +37,8 @@ FEATURES = {"dp-ntk": {}, "dp-merf": {}, "dp-randconv": {}}
 def release(method: str, eps: float, data, args):
     kwargs = {"n_classes": data.n_classes}
     if method == "dp-randconv":
-        kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment)
+        kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment,
+                      conv_pool=args.pool)
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, noise_seed=args.noise_seed, **kwargs)
     if math.isfinite(eps):
         return model.release(data.x_train, data.y_train, dataset=data.name)
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--n-networks", type=int, default=8, help="dp-randconv: random networks")
     p.add_argument("--conv-width", type=int, default=64, help="dp-randconv: filters per layer")
     p.add_argument("--augment", action="store_true", help="dp-randconv: a fixed public view per network")
+    p.add_argument("--pool", type=int, default=None, help="dp-randconv: last map averaged to pool x pool cells")
     p.add_argument("--blocks-per-step", type=int, default=None, help="distill: networks matched per step")
     p.add_argument("--train-subset", type=int, default=None, help="release the first N training images only")
     p.add_argument("--release-cache", default=None, help="keep releases in this folder and reuse them")
@@ -77,7 +79,7 @@ def main():
                 for seed in args.seeds:
                     t = time.perf_counter()
                     tag = (f"{name}_{method}_eps{eps:g}_seed{seed}_n{args.n_networks}_w{args.conv_width}"
-                           f"{'_aug' if args.augment else ''}_sub{args.train_subset or 0}")
+                           f"{'_aug' if args.augment else ''}{f'_pool{args.pool}' if args.pool else ''}_sub{args.train_subset or 0}")
                     cached = Path(args.release_cache) / tag if args.release_cache else None
                     reused = cached is not None and cached.exists()
                     if reused:

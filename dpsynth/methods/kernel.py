@@ -151,7 +151,8 @@ class DPRandConv(KernelGeneratorMethod):
     """DP distribution matching (NDPDC's statistic; :class:`~dpsynth.features.RandomConvFeatures`): the mean
     embedding of ``n_networks`` randomly initialised ConvNets (``width`` filters, ``depth`` blocks, by default 3 on
     28 x 28 and 32 x 32 images and 2 on 8 x 8 digits; ``conv_seed``: their initialisation, public; ``conv_augment``:
-    a fixed public view of the image per network), each network's output at unit norm, released once. Images only.
+    a fixed public view of the image per network; ``conv_pool``: the last map averaged to that many cells a side),
+    each network's output at unit norm, released once. Images only.
     The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
     it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
     the views added nothing on MNIST there)."""
@@ -161,10 +162,10 @@ class DPRandConv(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
-                 **kwargs):
+                 conv_pool: int | None = None, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
-        self.conv_augment = conv_augment
+        self.conv_augment, self.conv_pool = conv_augment, conv_pool
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
@@ -174,4 +175,4 @@ class DPRandConv(KernelGeneratorMethod):
         if len(shape) != 3:
             return self.feature_map(int(shape[0]), n_classes)
         return RandomConvFeatures(shape, self.n_networks, self.conv_width, self.conv_depth, seed=self.conv_seed,
-                                  augment=self.conv_augment)
+                                  augment=self.conv_augment, pool=self.conv_pool)

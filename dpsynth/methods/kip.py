@@ -3,8 +3,9 @@ infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
 
 ``fit`` validates, calibrates sigma for the whole schedule (epochs -> T Poisson-sampled steps at
 q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
-set from public noise N(0, I) with fixed balanced labels, and only then reads private records,
-through :func:`dpsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
+set from public noise N(0, I) with fixed balanced labels (or, with ``start``, from a set distilled from a
+release of a share of the same plan), and only then reads private records, through
+:func:`dpsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
 step (support set, Adam, step; the noise and the Poisson sample are fresh from the OS CSPRNG
 every step, so there is no generator state to keep unless a testing-only seed fixed them), so an
 interrupted run resumes where it stopped without re-spending budget; the checkpoint holds
@@ -86,6 +87,13 @@ class DPKIP(Method):
     (:mod:`dpsynth.methods.tables`): ``schema_share`` releases the bounds / categories a schema leaves
     out, ``numeric_encoding="quantile"`` the numeric columns' CDFs (``numeric_share``), both in the
     same plan as the DP-SGD steps; the default ``"minmax"`` scales by the declared bounds.
+
+    ``start``: where the support set starts. ``"noise"`` (default): N(0, I) from ``seed``, or ``public_init``.
+    ``"pixels"`` / ``"random-conv"``: ``images_per_class`` records per class distilled
+    (:func:`~dpsynth.methods.distill.distill_release`) from the class-conditional mean embedding of the private
+    records under :class:`~dpsynth.features.PixelFeatures` (each class's mean record) or 8 random ConvNets
+    (images only), released once with ``start_share`` of the plan (1/sqrt(start_share) times the steps' noise
+    multiplier, calibrated with them, one charge) before the first step.
     """
 
     method = "dp-kip"

@@ -63,7 +63,9 @@ MAP_VARIANTS = {
     "pixels": [("pixels", lambda e: PixelFeatures(D), (D,)), ("pixels image", lambda e: PixelFeatures(64), IMAGE)],
     "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE),
                     ("random-conv views", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, augment=True),
-                     IMAGE)],
+                     IMAGE),
+                    ("random-conv pooled", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, depth=2,
+                                                                        pool=1), IMAGE)],
 }
 VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
 

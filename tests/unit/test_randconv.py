@@ -141,3 +141,22 @@ def test_fit_release_only_then_distill_then_resume_to_train(tmp_path, capsys):
                  "--out", str(tmp_path / "kip")]) == 2
     assert "dp-kip reads the data at every step" in capsys.readouterr().err
     assert not (tmp_path / "kip").exists()
+
+
+def test_pool_averages_the_last_map_and_round_trips_through_the_spec():
+    """pool=p: each network's last map averaged to p x p cells (width * p * p features), still unit norm; the
+    spec rebuilds it, an old spec (no "pool") keeps the whole map, and a pool larger than the map is refused."""
+    x = torch.cat([_images(4), torch.zeros(1, *SHAPE)])
+    whole = RandomConvFeatures(SHAPE, n_networks=2, width=8, depth=2)            # 16 -> 4 x 4 after 2 blocks
+    pooled = RandomConvFeatures(SHAPE, n_networks=2, width=8, depth=2, pool=2)
+    assert whole.block == 8 * 16 and pooled.block == 8 * 4 and pooled.out_dim == 2 * 32
+    phi = pooled(x)
+    assert torch.allclose(phi[:4].norm(dim=1), torch.ones(4), atol=1e-5) and phi[4].norm() <= 1 + 1e-6
+    raw = whole.networks[0]((x - 0.5) / 0.5).reshape(len(x), 8, 4, 4)           # the same network, unpooled
+    cells = torch.nn.functional.avg_pool2d(raw, 2).reshape(len(x), -1)
+    expected = cells[:4] / cells[:4].norm(dim=1, keepdim=True) / 2 ** 0.5
+    assert torch.allclose(phi[:4, :32], expected, atol=1e-5)
+    assert torch.equal(build_feature_map(pooled.spec())(x), phi)
+    assert build_feature_map({k: v for k, v in pooled.spec().items() if k != "pool"}).pool is None
+    with pytest.raises(Exception, match="pool=8 is larger than the last map"):
+        RandomConvFeatures(SHAPE, n_networks=1, width=4, depth=2, pool=8)
