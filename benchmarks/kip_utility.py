@@ -11,7 +11,8 @@ Hyper-parameters not given default to the paper's for the cell (an ipc the paper
 list uses the 10-per-class cell, and the row says so). ``--init real`` starts the support set from
 real TRAINING images, as the authors' MNIST code does: that is NOT private (benchmark only, to
 measure what the initialisation is worth); the row says so. ``--init digits`` (MNIST) starts from
-scikit-learn's 8x8 digits upscaled: a public dataset, so the result stays private.
+scikit-learn's 8x8 digits upscaled: a public dataset, so the result stays private. ``--init pixels`` /
+``--init random-conv``: DP-KIP's private starts (``start=``), a release of ``--start-share`` of the same plan.
 """
 from __future__ import annotations
 
@@ -42,7 +43,11 @@ PAPER = {
 
 
 INIT_NAMES = {"noise": "N(0, I)", "real": "real training images (authors' code; NOT private)",
-              "digits": "public: scikit-learn digits upscaled"}
+              "digits": "public: scikit-learn digits upscaled",
+              "pixels": "private: distilled from the class means released with start_share of the plan",
+              "random-conv": "private: distilled from 8 random ConvNets' class means, start_share of the plan"}
+#: --init values that are DP-KIP's own private starts (``start=``), not a public_init
+PRIVATE_STARTS = ("pixels", "random-conv")
 
 
 def digits_start(data, ipc: int, seed: int) -> np.ndarray:
@@ -73,17 +78,19 @@ def run(args, data, eps: float, ipc: int, seed: int) -> dict:
     epochs, lr, clip = args.epochs or epochs, args.lr or lr, args.clip or clip
     model = DPKIP(eps, 1e-5, n_classes=data.n_classes, images_per_class=ipc, epochs=epochs, batch_size=batch,
                   lr=lr, clip=clip, reg=reg, seed=seed, progress=args.progress, device=args.device,
-                  neighbouring=args.neighbouring)
+                  neighbouring=args.neighbouring,
+                  start=args.init if args.init in PRIVATE_STARTS else "noise", start_share=args.start_share)
     init = {"noise": lambda: None, "real": lambda: real_start(data, ipc, seed),
-            "digits": lambda: digits_start(data, ipc, seed)}[args.init]()
+            "digits": lambda: digits_start(data, ipc, seed)}.get(args.init, lambda: None)()
     t = time.perf_counter()
     model.fit(data.x_train, data.y_train.numpy(), dataset=data.name, public_init=init)
     fit_s = time.perf_counter() - t
-    entry = model.release_.ledger.entries[0]
+    entry = model.release_.ledger.entries[-1]            # the DP-SGD entry (after a private start's release)
     steps = entry.plan.get("steps")
     row = {"dataset": data.name, "epsilon": eps, "ipc": ipc, "seed": seed, "epochs": epochs, "batch_size": batch,
            "lr": lr, "clip": clip, "reg": reg, "hp_cell": f"ipc {ipc if (data.name, ipc) in table else 10}",
            "init": INIT_NAMES[args.init],
+           "start_share": args.start_share if args.init in PRIVATE_STARTS else None,
            "steps": steps, "sigma": entry.noise_multiplier, "fit_s": round(fit_s, 1), "step_s": round(fit_s / steps, 4),
            "krr_acc": model.krr_accuracy(data.x_test, data.y_test.numpy()), "date": time.strftime("%Y-%m-%d"),
            "machine": platform.machine(), "device": args.device,
@@ -110,6 +117,7 @@ def main():
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--clip", type=float, default=None)
     p.add_argument("--init", choices=list(INIT_NAMES), default="noise")
+    p.add_argument("--start-share", type=float, default=0.1, help="--init pixels / random-conv: the start's share")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol (cnn_acc, 3 training seeds)")
     p.add_argument("--neighbouring", choices=["add_remove", "replace_one"], default="add_remove",
                    help="add_remove (default here: the paper's accounting, which its tables use) or replace_one "

@@ -337,7 +337,7 @@ class _DPSGDFitTarget:
         self._to_kernel, self._one_hot = to_kernel_space, centred_one_hot
         # one run on D' gives the calibrated entry, and the iterates that prepare() measures
         self._iterates, fitted = self._run(self.X2, self.y2)
-        entry = fitted.release_.ledger.entries[0]
+        entry = fitted.release_.ledger.entries[-1]                 # the DP-SGD entry
         self.sigma, self.sensitivity = entry.noise_multiplier, clip
         self.plan_dict = entry.plan
         self.description = (f"a whole DP-KIP fit (DPKIP.fit: secret Poisson sampler, clipping, noise; "

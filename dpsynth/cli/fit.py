@@ -408,10 +408,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--reg", type=float, help="dp-kip: KRR regulariser lambda (default 1e-6)")
     s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
                    "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
-                   "not charged, so never from the private data (default: N(0, I) noise)")
+                   "not charged, so never from the private data (default: --start pixels)")
     s.add_argument("--start", choices=["noise", "pixels", "random-conv"], help="dp-kip: where the support set "
-                   "starts: N(0, I) noise (default), or a set distilled from the class-conditional mean embedding "
-                   "under pixel or random-ConvNet features, released with --start-share of the same plan")
+                   "starts: a set distilled from the class means (pixels; the default without --public-init) or "
+                   "from 8 random ConvNets' class-conditional means, released with --start-share of the same plan; "
+                   "or noise: N(0, I), the paper's start (the default with --public-init, which replaces it)")
     s.add_argument("--start-share", type=float, help="dp-kip: the start's share of the privacy plan (default 0.1)")
     s.add_argument("--seed", type=int, default=0, help="public randomness only: generator initialisation and "
                    "training; dp-kip: the support set's N(0, I) start. Never the privacy noise, never which "

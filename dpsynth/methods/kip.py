@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
 #: where the support set starts: public noise, or distilled from a release of a share of the plan
 STARTS = ("noise", "pixels", "random-conv")
+DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 83.8 against 73.9 from noise (benchmarks/RESULTS.md)
 START_RELEASE = "embedding"           # the start's release in the plan (release_mean_embedding's block name)
 START_ITERATIONS, START_NETWORKS = 500, 8
 
@@ -88,8 +89,9 @@ class DPKIP(Method):
     out, ``numeric_encoding="quantile"`` the numeric columns' CDFs (``numeric_share``), both in the
     same plan as the DP-SGD steps; the default ``"minmax"`` scales by the declared bounds.
 
-    ``start``: where the support set starts. ``"noise"`` (default): N(0, I) from ``seed``, or ``public_init``.
-    ``"pixels"`` / ``"random-conv"``: ``images_per_class`` records per class distilled
+    ``start``: where the support set starts. ``"noise"``: N(0, I) from ``seed`` (the paper's), or ``public_init``.
+    ``"pixels"`` (the default, None, without ``public_init``) / ``"random-conv"``: ``images_per_class`` records
+    per class distilled
     (:func:`~dpsynth.methods.distill.distill_release`) from the class-conditional mean embedding of the private
     records under :class:`~dpsynth.features.PixelFeatures` (each class's mean record) or 8 random ConvNets
     (images only), released once with ``start_share`` of the plan (1/sqrt(start_share) times the steps' noise
@@ -108,7 +110,7 @@ class DPKIP(Method):
                  neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
                  dtype: str = "float32", device: str = "cpu", schema_share: float | None = None,
                  numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE,
-                 start: str = "noise", start_share: float = 0.1):
+                 start: str | None = None, start_share: float = 0.1):
         self.start, self.start_share = start, start_share
         self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
         self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
@@ -157,8 +159,8 @@ class DPKIP(Method):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
                                         f"(the paper's accounting); got {self.neighbouring!r}.")
         check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share,
-                     start_share=self.start_share if self.start != "noise" else None)
-        if self.start not in STARTS:
+                     start_share=self.start_share if self.start not in (None, "noise") else None)
+        if self.start is not None and self.start not in STARTS:
             raise InvalidParameterError(f"start={self.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
         if self.dtype not in ("float32", "float64"):
             raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
@@ -268,6 +270,8 @@ class DPKIP(Method):
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         self._validate(n_records)
+        if self.start is None:          # the default: the private pixels start, or the public set when one is given
+            self.start = "noise" if public_init is not None else DEFAULT_START
         if self.start != "noise":
             if public_init is not None:
                 raise InvalidParameterError(

@@ -36,7 +36,8 @@ from support import PublicSampler
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
 import leaky_per_record  # noqa: E402  (the old factored clipping, a test double)
 
-TINY = dict(n_classes=10, images_per_class=1, epochs=1, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0)
+TINY = dict(n_classes=10, images_per_class=1, epochs=1, batch_size=100, lr=1e-2, clip=1e-2, reg=1e-6, seed=0,
+            start="noise")
 
 
 _REAL_SAMPLE = PoissonSampler.sample
@@ -90,7 +91,7 @@ def test_the_cli_never_fixes_the_sample(tmp_path, capsys):
                      "--batch-size", "100", "--clip", "1e-2", "--seed", "0", "--out", str(tmp_path / "m"), "-q"]) == 0
     params = json.loads((tmp_path / "m" / "model.json").read_text())["params"]
     assert params["sampler_seed"] is None and params["noise_seed"] is None
-    assert dpsynth.load(tmp_path / "m").release_.ledger.entries[0].sampler.startswith("secure")
+    assert dpsynth.load(tmp_path / "m").release_.ledger.entries[-1].sampler.startswith("secure")
     with pytest.raises(SystemExit) as exc:
         cli.main(["fit", "--method", "dp-kip", "--dataset", "digits", "--sampler-seed", "1", "--out", str(tmp_path)])
     assert exc.value.code == 2

@@ -245,16 +245,22 @@ def test_dpsgd_step_contract(monkeypatch):
     assert set(log.stds) == {sigma * clip}
 
 
-def test_dpkip_fit_contract(digits, monkeypatch):
-    """The method around the step: calibrated before reading, every step's noise as its ledger says."""
+@pytest.mark.parametrize("start", ["noise", "pixels"])
+def test_dpkip_fit_contract(digits, monkeypatch, start):
+    """The method around the step: calibrated before reading, every draw's noise as its ledger says (a private
+    start: its release first, then the steps), the whole plan within epsilon."""
     flag = _watch_calibration(monkeypatch, engine_module)
     log = _NoiseLog(monkeypatch)
     X, y = digits.x_train[:200].numpy(), digits.y_train[:200].numpy()
     m = DPKIP(1.0, 1e-5, n_classes=10, images_per_class=1, epochs=1, batch_size=50, clip=1e-2, seed=0,
-              noise_seed=0).fit(Guarded(X, flag), y)
-    e = m.release_.ledger.entries[0]
+              noise_seed=0, start=start).fit(Guarded(X, flag), y)
+    *first, e = m.release_.ledger.entries
     assert flag["calibrated"] and e.neighbouring == "replace_one" and e.sensitivity == 1e-2
     assert e.assumed["N"] == 200 and e.assumed["clip"] == 1e-2
-    assert log.stds and log.stds == pytest.approx([e.noise_std] * len(log.stds), rel=1e-12)
-    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")
-    assert len(log.stds) == plan.steps and epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0
+    assert [f.mechanism for f in first] == ([] if start == "noise" else ["gaussian"])
+    assert log.stds and log.stds == pytest.approx([f.noise_std for f in first] + [e.noise_std] * e.plan["steps"],
+                                                  rel=1e-12)
+    for f in first:
+        assert f.noise_std == pytest.approx(f.noise_multiplier * f.sensitivity) and f.sensitivity == 2 / 200
+    plan = PrivacyPlan(tuple(e.plan["multipliers"]), e.plan["sample_rate"], e.plan["steps"], "replace_one")
+    assert epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0 + 1e-9

@@ -28,6 +28,6 @@ def test_one_mnist_epoch_learns_through_the_factored_gradient():
     (measured 0.721 / 0.727 for seeds 0 / 1 on the first 2,000 test images)."""
     mnist = load_dataset("mnist")
     m = DPKIP(10.0, 1e-5, n_classes=10, images_per_class=10, epochs=1, batch_size=500, lr=1e-2, clip=1e-2,
-              reg=1e-6, seed=0).fit(mnist.x_train.numpy(), mnist.y_train.numpy(), dataset="mnist")
+              reg=1e-6, seed=0, start="noise").fit(mnist.x_train.numpy(), mnist.y_train.numpy(), dataset="mnist")
     assert m.krr_accuracy(mnist.x_test[:2000], mnist.y_test[:2000].numpy()) > 0.6
     assert m.release_.ledger.entries[0].plan["steps"] == 120

@@ -247,7 +247,7 @@ def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkey
 
     df = table_with_rare_value(400)
     kw = dict(images_per_class=3, epochs=2, batch_size=50, clip=1e-2, seed=0, schema_share=0.2,
-              numeric_encoding="quantile", noise_seed=1, sampler_seed=2)
+              numeric_encoding="quantile", noise_seed=1, sampler_seed=2, start="noise")
     whole = DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema())
     entries = whole.release_.ledger.entries
     assert [e.mechanism for e in entries] == ["gaussian", "gaussian", "dp-sgd"]
@@ -309,8 +309,8 @@ def test_pixels_start_begins_at_the_class_means(digits):
         x, labels = model.sample()
         d = ((x.reshape(len(x), 1, -1) - means[None]) ** 2).sum(-1)
         return (d.argmin(1) == labels).mean()
-    assert nearest(DPKIP(math.inf, 1e-5, **kw, start="pixels").fit(X, y)) == 1.0
-    assert nearest(DPKIP(math.inf, 1e-5, **kw).fit(X, y)) < 0.5
+    assert nearest(DPKIP(math.inf, 1e-5, **{**kw, "start": "pixels"}).fit(X, y)) == 1.0
+    assert nearest(DPKIP(math.inf, 1e-5, **{**kw, "start": "noise"}).fit(X, y)) < 0.5
 
 
 def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeypatch):
@@ -348,3 +348,14 @@ def test_private_start_on_a_table_and_bad_starts(digits):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="real-images")).fit(X, y)
     with pytest.raises(bad, match="start_share must be a number in"):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels", start_share=1.5)).fit(X, y)
+
+
+def test_the_default_start_is_private_pixels_unless_a_public_set_is_given(digits):
+    X, y = digits.x_train.numpy(), digits.y_train.numpy()
+    kw = {k: v for k, v in KIP_TINY.items() if k != "start"}
+    m = DPKIP(1.0, 1e-5, **{**kw, "epochs": 1}).fit(X, y)
+    assert m.start == "pixels" and [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
+    x0 = np.stack([X[y == c][0] for c in range(10) for _ in range(2)])
+    p = DPKIP(1.0, 1e-5, **{**kw, "epochs": 1}).fit(X, y, public_init=x0)
+    assert p.start == "noise" and [e.mechanism for e in p.release_.ledger.entries] == ["dp-sgd"]
+    assert "a public set given by the user" in p.release_.ledger.entries[0].description
