@@ -9,6 +9,7 @@ import torch
 
 import dpsynth
 from dpsynth import DPKIP, epsilon_for_sigma
+from dpsynth._io import sealed
 from dpsynth.cli import main
 from dpsynth.errors import ArtifactError
 from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, private_gradient
@@ -359,3 +360,20 @@ def test_the_default_start_is_private_pixels_unless_a_public_set_is_given(digits
     p = DPKIP(1.0, 1e-5, **{**kw, "epochs": 1}).fit(X, y, public_init=x0)
     assert p.start == "noise" and [e.mechanism for e in p.release_.ledger.entries] == ["dp-sgd"]
     assert "a public set given by the user" in p.release_.ledger.entries[0].description
+
+
+def test_a_checkpoint_written_before_the_private_starts_resumes_from_noise(digits, tmp_path, monkeypatch):
+    """A checkpoint without a "start" parameter (written before it existed) resumes the noise start's plan."""
+    kw = dict(KIP_TINY, noise_seed=7, sampler_seed=11)
+    X, y = digits.x_train.numpy(), digits.y_train.numpy()
+    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 3)
+    with pytest.raises(KeyboardInterrupt):
+        DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
+    monkeypatch.setattr(kip_module, "private_gradient", real)
+    meta_path = tmp_path / "c" / "kip_checkpoint.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["params"]["start"], meta["params"]["start_share"]
+    meta_path.write_text(json.dumps(sealed(meta)))                     # as an older version wrote it, sealed
+    resumed = DPKIP(1.0, 1e-5, **{k: v for k, v in kw.items() if k != "start"}).fit(X, y, out=tmp_path / "c",
+                                                                                  resume=True)
+    assert resumed.start == "noise" and [e.mechanism for e in resumed.release_.ledger.entries] == ["dp-sgd"]
