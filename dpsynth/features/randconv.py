@@ -16,7 +16,8 @@ set must match the data under every view. A view is a fixed function of one reco
 still have norm 1 and the sensitivity is unchanged.
 
 ``pool``: average the last map down to ``pool x pool`` cells (None: keep it, 4 x 4 on 32 x 32 images). Fewer
-features per network put less noise in the release (its squared norm is D sigma^2) at the price of the layout.
+features per network put less noise in the release (its squared norm is D sigma^2) at the price of the layout:
+on CIFAR-10 at eps 1 the layout mattered more (2 x 2: 29.9 against 33.2 unpooled, ``benchmarks/RESULTS.md``).
 
 The networks are independent column blocks (:attr:`n_blocks`): :meth:`block_loss` matches a subset of them,
 which is what lets distillation take DM's cheap stochastic steps over many networks.
