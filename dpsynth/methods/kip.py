@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
 #: where the support set starts: public noise, or distilled from a release of a share of the plan
 STARTS = ("noise", "pixels", "random-conv")
-DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 84.5 against 73.9 from noise (benchmarks/RESULTS.md)
+DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 84.4 against 73.9 from noise (benchmarks/RESULTS.md)
 START_RELEASE = "embedding"           # the start's release in the plan (release_mean_embedding's block name)
 START_ITERATIONS, START_NETWORKS = 500, 8
 
