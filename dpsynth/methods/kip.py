@@ -203,10 +203,7 @@ class DPKIP(Method):
         """The feature map of the start's release (public: from the record shape and ``seed``)."""
         if self.start == "pixels":
             return PixelFeatures(int(np.prod(shape)))
-        if len(shape) != 3:
-            raise InvalidParameterError(f"start='random-conv' takes images (channels, height, width); the records "
-                                        f"have shape {list(shape)}: use start='pixels'.")
-        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)
+        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)   # images: checked in fit
 
     def _private_start(self, engine: PrivacyEngine, X, y, shape, table_state, dataset: str) -> torch.Tensor:
         """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
@@ -277,6 +274,10 @@ class DPKIP(Method):
                 raise InvalidParameterError(
                     f"public_init and start={self.start!r} both give the starting support set: pass start='noise' "
                     f"with a public set (it then replaces the noise), or leave public_init out.")
+            if self.start == "random-conv" and (table or len(shape) != 3):   # before calibration and the charge
+                raise InvalidParameterError(
+                    f"start='random-conv' takes images (channels, height, width); the records are "
+                    f"{'table rows' if table else f'of shape {list(shape)}'}: use start='pixels'.")
             shares[START_RELEASE] = self.start_share
         plan, mults = self.plan(n_records, shares)
         if state is not None:

@@ -125,16 +125,16 @@ class PrivacyEngine:
         """Noise a statistic (a tensor, or a dict of tensors released together at one sensitivity)
         with the Gaussian mechanism at this release's share of the plan, and record its ledger entry (the
         non-private baseline, ``private=False``: the statistic itself, recorded as non-private)."""
-        s = self.sigma * self.multiplier(name)
-        if not self.private:
-            self._record(NON_PRIVATE, description, 0.0, sensitivity, assumed, n_records, computation)
-            as_f64 = lambda v: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64)   # noqa: E731
-            return {k: as_f64(v) for k, v in values.items()} if isinstance(values, dict) else as_f64(values)
-        if isinstance(values, dict):
-            noisy = {k: gaussian_mechanism(torch.as_tensor(v), sensitivity, s, self.noise) for k, v in values.items()}
-        else:
-            noisy = gaussian_mechanism(values, sensitivity, s, self.noise)
-        self._record("gaussian", description, s, sensitivity, assumed, n_records, computation)
+        s = self.sigma * self.multiplier(name) if self.private else 0.0
+
+        def release(v):
+            v = torch.as_tensor(v)
+            if not self.private:
+                return v.detach().to(device="cpu", dtype=torch.float64)
+            return gaussian_mechanism(v, sensitivity, s, self.noise)
+        noisy = {k: release(v) for k, v in values.items()} if isinstance(values, dict) else release(values)
+        self._record("gaussian" if self.private else NON_PRIVATE, description, s, sensitivity, assumed, n_records,
+                     computation)
         return noisy
 
     def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,

@@ -332,7 +332,7 @@ def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeyp
         [e.description for e in whole.release_.ledger.entries]
 
 
-def test_private_start_on_a_table_and_bad_starts(digits):
+def test_private_start_on_a_table_and_bad_starts(digits, tmp_path):
     df = toy_table(300)
     m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, start="pixels")
     out = m.fit(df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA)).sample()
@@ -340,9 +340,14 @@ def test_private_start_on_a_table_and_bad_starts(digits):
     assert [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     bad = dpsynth.errors.InvalidParameterError
-    with pytest.raises(bad, match="random-conv.*takes images"):
+    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+    with pytest.raises(bad, match="random-conv.*takes images.*table rows"):     # refused before anything is charged
         DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, start="random-conv").fit(
-            df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA))
+            df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget)
+    assert budget.spent == (0.0, 0.0) and not budget.charges
+    with pytest.raises(bad, match=r"random-conv.*takes images.*of shape \[64\]"):
+        DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="random-conv")).fit(X.reshape(len(X), -1), y, budget=budget)
+    assert not budget.charges
     with pytest.raises(bad, match="both give the starting support set"):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels")).fit(X, y, public_init=X[:20])
     with pytest.raises(bad, match="not a DP-KIP start"):
