@@ -15,17 +15,19 @@ import torch
 
 from .early_stopping import release_proxy
 from .engines import Source, as_source
-from .errors import InvalidParameterError
+from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .features.sums import ClassSums
+from .privacy.mechanisms import bounded_rows
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
 from .privacy.engine import PrivacyEngine
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
-from .validation import warn_delta_vs_n
+from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
 
-__all__ = ["ClassSums", "mean_embedding", "public_assumptions", "release_mean_embedding", "release_plan"]
+__all__ = ["ClassSums", "mean_embedding", "public_assumptions", "release_mean_embedding", "release_plan",
+           "release_sampled_embedding"]
 
 logger = logging.getLogger(__name__)
 
@@ -191,3 +193,94 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, engine.sigma, n_released)
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
+
+
+def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float, sample_rate: float,
+                              n_classes: int | None = None, accountant: str = "pld", seed: int | None = None,
+                              sampler_seed: int | None = None, dataset: str = "", budget: BudgetFile | None = None,
+                              public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT) -> Release:
+    """Release the (class-conditional) mean embedding one block at a time, each block from its own Poisson
+    sample of the records (data-touching function #1b; NDPDC's sampling: one random network per step).
+
+    For a map of T = ``n_blocks`` independent blocks (dp-randconv's networks), step t draws each record with
+    probability q = ``sample_rate`` from the engine's secret sampler, sums v(x) = sqrt(T) * block_t(x) (norm
+    <= 1 per record, by :func:`~dpsynth.privacy.mechanisms.bounded_rows`) into the record's class column, and
+    the engine adds N(0, sigma^2 I): T subsampled Gaussian steps with clip 1, calibrated together before any
+    record is read, exactly as DP-SGD's (adding or removing a record moves a step's sum by <= 1, replacing one
+    by <= 2; the accountant prices the sampling). Block t of the stored ``embedding`` is the noisy sum / (q m
+    sqrt(T)): an unbiased estimate of the same (1/m) sum_i phi(x_i) e_{y_i}^T that
+    :func:`release_mean_embedding` releases (m public), so distillation and generators use it unchanged.
+
+    Each step reads about q m records, so T blocks cost q T passes over the data instead of T: many more
+    networks for the same compute. At the same number of blocks the noise in the estimate is about what one
+    full release has (the subsampled Gaussian's sigma grows as about q sqrt(T)); the gain is more blocks, not
+    less noise. ``X``: images or records in memory (not shards); ``y`` with ``n_classes`` (public) for the
+    class-conditional release. ``sampler_seed`` fixes the sample for tests only (the ledger says so).
+    """
+    n_blocks = int(feature_map.n_blocks)
+    if n_blocks < 2:
+        raise InvalidParameterError(f"a subsampled release draws one sample per block of the feature map; "
+                                    f"{feature_map.spec()['name']} has {n_blocks}. Use release_mean_embedding.")
+    q = check_probability(sample_rate, "sample_rate")
+    conditional = y is not None
+    if conditional and (n_classes is None or int(n_classes) < 2):
+        raise InvalidParameterError(f"n_classes must be given (public knowledge, >= 2) for a class-conditional "
+                                    f"release; got {n_classes!r}. It is never read from the private labels.")
+    if isinstance(X, Source):
+        raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
+                                    "release_mean_embedding (sample_rate=None) for shards.")
+    m = len(X)                                        # public (replace-one neighbours)
+    plan = PrivacyPlan((), q, n_blocks, "replace_one")
+    engine = PrivacyEngine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
+                           sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
+    n_cols = int(n_classes) if conditional else 1
+    what = ("class-conditional mean embedding" if conditional else "mean embedding") + \
+        f" under {feature_map.spec()['name']} features"
+    public = {**public_assumptions(m, n_classes if conditional else None, public_facts), "clip": 1.0,
+              "sensitivity": "a step's sum of sqrt(n_blocks) * block features, each of norm <= 1"}
+    engine.declare_dpsgd(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps "
+                                               f"at rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
+                         assumed=public, n_records=m, mechanism="subsampled-gaussian")
+
+    # ---- private data from here on -------------------------------------------------
+    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
+    if Xt.shape[0] != m:
+        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
+    if conditional:
+        ya = check_labels(y, m)
+        if ya.max() >= n_cols:
+            raise DataValidationError(f"labels must lie in 0..{n_cols - 1} for n_classes={n_cols}; found "
+                                      f"{int(ya.max())}.")
+        yt = torch.as_tensor(ya, dtype=torch.int64)
+    else:
+        yt = torch.zeros(m, dtype=torch.int64)
+    warn_delta_vs_n(engine.delta, m)
+    scale = n_blocks ** 0.5
+    chunk = feature_map.batch_rows()
+    blocks = []
+    for t in range(n_blocks):
+        idx = engine.sample(m)                        # which records step t reads: secret, like the noise
+        sums = sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale, chunk)
+        blocks.append(engine.noisy_step(sums, 1.0).T / (q * m * scale))
+    # ---- end of private data ------------------------------------------------------------
+    embedding = torch.cat(blocks, 0)
+    tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}
+    engine.charge(f"{what} ({n_blocks} subsampled steps)")
+    facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,
+             "sample_rate": q}
+    facts.update(public_facts or {})
+    logger.info("released %s by %d subsampled steps: sigma=%.4g", what, n_blocks, engine.sigma)
+    return Release(tensors, feature_map.spec(), facts, engine.ledger, {})
+
+
+def sampled_block_sums(feature_map: FeatureMap, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int,
+                       scale: float, chunk: int) -> torch.Tensor:
+    """(C, width) float64: sum over the records given of ``scale`` * block ``block``'s features, each record's
+    row bounded to norm 1 (:func:`bounded_rows`: a larger or non-finite row cannot add more), in its class row."""
+    width = feature_map.out_dim // feature_map.n_blocks
+    acc = torch.zeros((n_cols, width), dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk):
+            rows = bounded_rows(scale * feature_map.block_features(X[start:start + chunk], block).double(), 1.0)
+            acc.index_add_(0, y[start:start + chunk], rows.cpu())
+    return acc

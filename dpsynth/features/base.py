@@ -123,6 +123,14 @@ class FeatureMap(ABC):
         estimate of a step on the whole loss (DM's one-network-per-step). Maps of one block return the whole loss."""
         return self.mmd_loss(target, x, weights)
 
+    def block_features(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Block ``k``'s columns of phi(x) alone (rows ``k * out_dim / n_blocks`` onwards of the embedding), each
+        record's of norm <= ``norm_bound / sqrt(n_blocks)``: what a subsampled release
+        (:func:`~dpsynth.embedding.release_sampled_embedding`) sums for one step. Maps of one block: phi(x)."""
+        if self.n_blocks != 1:
+            raise NotImplementedError(f"{type(self).__name__} has {self.n_blocks} blocks but no block_features")
+        return self(x)
+
 
 def build_feature_map(spec: dict) -> FeatureMap:
     spec = dict(spec)

@@ -134,6 +134,10 @@ class RandomConvFeatures(FeatureMap):
         x = self._images(x)
         return torch.cat([self._block(x, k) for k in range(self.n_networks)], 1)
 
+    def block_features(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Network ``k``'s features of records ``x`` (norm 1/sqrt(n_networks) each, 0 for a zero output)."""
+        return self._block(self._images(x), int(k))
+
     def block_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor, blocks) -> torch.Tensor:
         blocks = [int(k) for k in blocks]
         x = self._images(x)

@@ -3,9 +3,15 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
+from ..data.shards import ShardedArrays
+from ..embedding import release_sampled_embedding
 from ..errors import InvalidParameterError
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomConvFeatures, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
+from ..release import Release
+from ..validation import check_probability
 from . import presets
 from .base import KernelGeneratorMethod, register
 
@@ -153,6 +159,10 @@ class DPRandConv(KernelGeneratorMethod):
     28 x 28 and 32 x 32 images and 2 on 8 x 8 digits; ``conv_seed``: their initialisation, public; ``conv_augment``:
     a fixed public view of the image per network; ``conv_pool``: the last map averaged to that many cells a side),
     each network's output at unit norm, released once. Images only.
+    ``sample_rate`` (NDPDC's sampling; :func:`~dpsynth.embedding.release_sampled_embedding`): each network reads
+    its own secret Poisson sample of the records (that share of them), one subsampled Gaussian step per network,
+    calibrated together: ``n_networks`` networks for the compute of ``sample_rate * n_networks`` full passes, so
+    hundreds of networks fit where a full release affords a few dozen.
     The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
     it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
     the views added nothing on MNIST there)."""
@@ -162,10 +172,39 @@ class DPRandConv(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
-                 conv_pool: int | None = None, **kwargs):
+                 conv_pool: int | None = None, sample_rate: float | None = None, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
-        self.conv_augment, self.conv_pool = conv_augment, conv_pool
+        self.conv_augment, self.conv_pool, self.sample_rate = conv_augment, conv_pool, sample_rate
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.sample_rate is not None:
+            check_probability(self.sample_rate, "sample_rate")
+            if int(self.n_networks) < 2:
+                raise InvalidParameterError(f"sample_rate draws one sample per network; n_networks={self.n_networks}"
+                                            f" gives one step: use n_networks >= 2, or sample_rate=None.")
+            if self.early_stopping:
+                raise InvalidParameterError("early_stopping's proxy is a full-data release; with sample_rate use "
+                                            "early_stopping=False.")
+
+    def _release(self, X, y, dataset: str, budget) -> Release:
+        if self.sample_rate is None:
+            return super()._release(X, y, dataset, budget)
+        if isinstance(X, ShardedArrays):
+            raise InvalidParameterError("sample_rate releases read the images in memory, not shards: load them as "
+                                        "an array, or use sample_rate=None.")
+        shape = tuple(int(s) for s in np.shape(X)[1:])          # public
+        if self.conditional and y is None:
+            raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
+        fmap = self.image_feature_map(shape, int(self.n_classes) if self.conditional else 1)
+        return release_sampled_embedding(
+            fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
+            sample_rate=self.sample_rate, n_classes=int(self.n_classes) if self.conditional else None,
+            accountant=self.accountant, seed=self.noise_seed, dataset=dataset, budget=budget,
+            privacy_unit=self._privacy_unit,
+            public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
+                          **self._public_facts})
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "

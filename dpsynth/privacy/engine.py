@@ -138,12 +138,13 @@ class PrivacyEngine:
         return noisy
 
     def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
-                      notes: tuple = ()) -> LedgerEntry:
-        """Record the DP-SGD schedule's entry (before its first step): every step's noise is
-        :meth:`noisy_step`, every step's records :meth:`sample`."""
+                      notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
+        """Record the entry of the plan's subsampled steps (before the first): every step's noise is
+        :meth:`noisy_step`, every step's records :meth:`sample`. ``mechanism`` names them in the ledger
+        ("dp-sgd"; a subsampled release of sums: "subsampled-gaussian")."""
         if not self.plan.subsampled:
             raise InvalidParameterError("declare_dpsgd needs a plan with sample_rate and steps.")
-        return self._record("dp-sgd" if self.private else NON_PRIVATE, description, self.sigma, clip, assumed,
+        return self._record(mechanism if self.private else NON_PRIVATE, description, self.sigma, clip, assumed,
                             n_records, None, notes=notes, relation=self.plan.neighbouring,
                             sampler=self.sampler.policy)
 

@@ -184,6 +184,36 @@ def test_feature_map_release_contract(name, label, factory, shape, encoder, monk
         _assert_moves_within_recorded_sensitivity(base, other, what)
 
 
+def test_sampled_release_contract(monkeypatch):
+    """release_sampled_embedding (dp-randconv's sample_rate, one Poisson sample per network): calibrated before
+    reading; T draws of std sigma x clip, as its ledger says; the plan within epsilon; on every adversarial
+    neighbour (same test sampler and noise seeds on both, so the difference of the releases is the difference of
+    the sampled sums) each step's sum moves by <= 2 x clip (replace-one), i.e. block t by <= 2 / (q m sqrt(T))."""
+    from dpsynth.embedding import release_sampled_embedding
+    fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
+    X, y = _base(IMAGE)
+    flag = _watch_calibration(monkeypatch, engine_module)
+    log = _NoiseLog(monkeypatch)
+    q, T, width = 0.5, 3, fmap.block
+    kw = dict(epsilon=1.0, delta=1e-5, n_classes=C, sample_rate=q, seed=0, sampler_seed=0)
+    base = release_sampled_embedding(fmap, Guarded(X, flag), y, **kw)
+    assert flag["calibrated"]
+    (e,) = base.ledger.entries
+    assert e.sensitivity == 1.0 and e.neighbouring == "replace_one" and e.assumed["m"] == e.n_records == M
+    assert log.stds == pytest.approx([e.noise_multiplier * e.sensitivity] * T, rel=1e-12)
+    assert epsilon_for_sigma(e.noise_multiplier, 1e-5, PrivacyPlan((), q, T, "replace_one")) <= 1.0 + 1e-9
+    bound, largest = 2 * e.sensitivity / (q * M * T ** 0.5), 0.0
+    for what, X2, y2 in _adversarial_neighbours(fmap, X, y):
+        other = release_sampled_embedding(fmap, X2, y2, **kw).tensors["embedding"]
+        assert torch.isfinite(other).all(), what
+        diff = other - base.tensors["embedding"]
+        for t in range(T):
+            move = float(diff[t * width:(t + 1) * width].norm())
+            assert move <= bound * (1 + 1e-9), (what, t, move, bound)
+            largest = max(largest, move)
+    assert largest > 0.2 * bound          # record 0 was in a sample: the test saw the worst case move something
+
+
 # -- methods -----------------------------------------------------------------------------------
 KERNEL_METHODS = {
     "dp-ntk": lambda e: DPNTK(1.0, n_classes=10, ntk_width=20, iterations=1, batch_size=10, noise_seed=0),

@@ -160,3 +160,85 @@ def test_pool_averages_the_last_map_and_round_trips_through_the_spec():
     assert build_feature_map({k: v for k, v in pooled.spec().items() if k != "pool"}).pool is None
     with pytest.raises(Exception, match="pool=8 is larger than the last map"):
         RandomConvFeatures(SHAPE, n_networks=1, width=4, depth=2, pool=8)
+
+
+# -- NDPDC's sampling: one Poisson sample per network ---------------------------------------------------------
+def _sampled(X, y, q, *, T=6, eps=1.0, noise_seed=0, sampler_seed=0, **kw):
+    from dpsynth.embedding import release_sampled_embedding
+    fmap = RandomConvFeatures(SHAPE, n_networks=T, width=4)
+    return fmap, release_sampled_embedding(fmap, X, y, epsilon=eps, delta=1e-5, sample_rate=q, n_classes=3,
+                                           seed=noise_seed, sampler_seed=sampler_seed, **kw)
+
+
+def test_sampled_release_is_each_steps_sample_sum_plus_its_noise_scaled_to_the_mean_embedding():
+    """Block t = (sum over step t's Poisson sample of sqrt(T) * block_t(x), in its class row, + N(0, sigma^2))
+    / (q m sqrt(T)). Recomputing the samples from the test sampler's seed, the residual has std sigma and mean 0;
+    a wrong scale, a block read from the wrong records or noise at the wrong level fails."""
+    from dpsynth.privacy.sampling import PoissonSampler
+    X, y = _images(300).numpy(), np.arange(300) % 3
+    T, q, m = 6, 0.3, 300
+    fmap, rel = _sampled(X, y, q, T=T)
+    (entry,) = rel.ledger.entries
+    assert entry.mechanism == "subsampled-gaussian" and entry.sensitivity == 1.0
+    assert entry.plan["sample_rate"] == q and entry.plan["steps"] == T and entry.neighbouring == "replace_one"
+    assert entry.assumed["m"] == m and "fixed-seed:0" in entry.sampler
+    sigma, width = entry.noise_multiplier, fmap.block
+    sampler, xt, residuals = PoissonSampler(0), torch.as_tensor(X), []
+    for t in range(T):
+        idx = sampler.sample(m, q)
+        exact = torch.zeros(3, width, dtype=torch.float64)
+        exact.index_add_(0, torch.as_tensor(y)[idx], T ** 0.5 * fmap.block_features(xt[idx], t).double())
+        got = rel.tensors["embedding"][t * width:(t + 1) * width].T * (q * m * T ** 0.5)
+        residuals.append(got - exact)
+    r = torch.cat(residuals).flatten()
+    assert abs(float(r.std()) / sigma - 1) < 0.08 and abs(float(r.mean())) < 0.1 * sigma
+
+
+def test_sampled_release_estimates_the_full_mean_embedding_without_bias():
+    """At rate 1 every record is in every step: the release is the mean embedding plus noise of std
+    sigma / (m sqrt(T)); the mean embedding itself comes from the full-release route (mean_embedding)."""
+    from dpsynth.embedding import mean_embedding
+    X, y = _images(200).numpy(), np.arange(200) % 3
+    fmap, rel = _sampled(X, y, 1.0, T=4, eps=8.0, sampler_seed=None)
+    assert "secure" in rel.ledger.entries[0].sampler
+    exact = mean_embedding(fmap, torch.as_tensor(X), torch.as_tensor(y), 3)
+    noise = (rel.tensors["embedding"] - exact) * 200 * 4 ** 0.5 / rel.ledger.entries[0].noise_multiplier
+    assert abs(float(noise.std()) - 1) < 0.08 and abs(float(noise.mean())) < 0.1
+
+
+def test_sampled_release_refusals_come_before_calibration():
+    from dpsynth.embedding import release_sampled_embedding
+    X, y = _images(20).numpy(), np.arange(20) % 3
+    with pytest.raises(Exception, match="one sample per block"):
+        release_sampled_embedding(RandomConvFeatures(SHAPE, n_networks=1, width=4), X, y, epsilon=1, delta=1e-5,
+                                  sample_rate=0.5, n_classes=3)
+    with pytest.raises(Exception, match="sample_rate"):
+        _sampled(X, y, 1.5)
+    with pytest.raises(Exception, match="n_classes must be given"):
+        release_sampled_embedding(RandomConvFeatures(SHAPE, n_networks=2, width=4), X, y, epsilon=1, delta=1e-5,
+                                  sample_rate=0.5)
+    with pytest.raises(Exception, match=r"labels must lie in 0..2"):
+        _sampled(X, np.arange(20) % 4, 0.5)
+    for bad in (dict(n_networks=1), dict(early_stopping=True, proxy_encoder="x")):
+        with pytest.raises(Exception, match="sample_rate|early_stopping"):
+            DPRandConv(1.0, n_classes=3, sample_rate=0.5, **{"n_networks": 2, **bad}).release(X, y)
+
+
+def test_dp_randconv_sample_rate_release_distils_and_charges_its_budget_once(digits, tmp_path):
+    """DPRandConv(sample_rate=q): the release through the method (its fit facts, the budget charged once, under the
+    plan's epsilon), then a set distilled from it classifies digits above chance."""
+    from dpsynth.evaluation.downstream import image_classifier_scores
+    from dpsynth.privacy import PrivacyPlan, epsilon_for_sigma
+    from dpsynth.privacy.budget import BudgetFile
+    budget = BudgetFile.open(tmp_path / "budget.json", "digits", 20.0, 1e-4)
+    model = DPRandConv(epsilon=10, n_classes=10, n_networks=16, sample_rate=0.25, noise_seed=0)
+    rel = model.release(digits.x_train, digits.y_train, dataset="digits", budget=budget)
+    (e,) = rel.ledger.entries
+    plan = PrivacyPlan((), 0.25, 16, "replace_one")
+    assert epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 10 * (1 + 1e-9)
+    assert rel.dataset["fit_params"]["sample_rate"] == 0.25 and rel.dataset["sample_rate"] == 0.25
+    spent = BudgetFile.open(tmp_path / "budget.json").spent
+    assert spent[0] == pytest.approx(10) and len(BudgetFile.open(tmp_path / "budget.json").charges) == 1
+    dset = distill_release(rel, 10, iterations=300, blocks_per_step=4)
+    acc = image_classifier_scores(dset.x, dset.y, digits.x_test, digits.y_test, classifiers=("logreg",))["logreg_acc"]
+    assert acc > 0.5
