@@ -61,6 +61,9 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
         for i, x in enumerate(entries, 1):
             lines.append(f"  {i:>2}  {_short(x.description, 58):<58} {x.noise_multiplier:>9.4g} {x.sensitivity:>12.4g} "
                          f"{x.noise_std:>10.4g}")
+            if x.plan.get("sample_rate") is not None and x.plan.get("steps"):
+                lines.append(f"      {x.mechanism}: {x.plan['steps']:,} steps, each reading a secret Poisson sample "
+                             f"at rate {x.plan['sample_rate']:g}; each step's noise std above")
     else:
         lines.append("privacy spent: nothing (no ledger entries)")
     spec = release.feature_spec

@@ -242,3 +242,23 @@ def test_dp_randconv_sample_rate_release_distils_and_charges_its_budget_once(dig
     dset = distill_release(rel, 10, iterations=300, blocks_per_step=4)
     acc = image_classifier_scores(dset.x, dset.y, digits.x_test, digits.y_test, classifiers=("logreg",))["logreg_acc"]
     assert acc > 0.5
+
+
+def test_cli_fit_sample_rate_inspect_and_distill(tmp_path, capsys):
+    """`dpsynth fit --method dp-randconv --sample-rate q --release-only`, `inspect` (the subsampled steps named),
+    then `distill` from it; a bad rate exits 2 before anything is written."""
+    from dpsynth.cli import main
+
+    run = tmp_path / "run"
+    assert main(["fit", "--method", "dp-randconv", "--dataset", "digits", "--epsilon", "1", "--n-networks", "8",
+                 "--conv-width", "8", "--sample-rate", "0.25", "--release-only", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(run)]) == 0
+    assert "subsampled-gaussian: 8 steps, each reading a secret Poisson sample at rate 0.25" in capsys.readouterr().out
+    assert main(["distill", str(run), "--images-per-class", "2", "--iterations", "3", "--blocks-per-step", "2",
+                 "--out", str(tmp_path / "set.npz")]) == 0
+    assert np.load(tmp_path / "set.npz")["x"].shape == (20, 1, 8, 8)
+    capsys.readouterr()
+    assert main(["fit", "--method", "dp-randconv", "--dataset", "digits", "--epsilon", "1", "--sample-rate", "2",
+                 "--release-only", "--out", str(tmp_path / "bad")]) == 2
+    assert "sample_rate" in capsys.readouterr().err and not (tmp_path / "bad").exists()
