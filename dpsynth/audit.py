@@ -53,7 +53,7 @@ from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit")
+MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release")
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
 GAP_TOLERANCE = 1e-6
 MIN_TRIALS = 100
@@ -408,6 +408,96 @@ class _DPSGDFitTarget:
         return epsilon_for_sigma(self.sigma / max(gap, 1e-9), self.delta, plan) if gap > 1e-9 else 0.0
 
 
+class _SampledReleaseTarget:
+    """The subsampled release (:func:`~dpsynth.embedding.release_sampled_embedding`, dp-randconv's
+    ``sample_rate``: one secret Poisson sample and one Gaussian step per network), run whole with its own
+    secure sampler and noise, replace-one. The map: ``BLOCKS`` random ConvNets of ``WIDTH`` filters on public
+    4 x 4 images. Record 0 is a random image of class 0 and the canary the same image in class 1: each step's
+    sum moves by sqrt(2), the most any replacement can (a record's features are non-negative, norm 1 per
+    network). The other records are in class 2, so their sums are orthogonal to the canary's move and hide
+    nothing. The attacker sees every block, recovers each step's noisy sum, projects it on that step's canary
+    direction and adds up the steps' log-likelihood ratios of the two Poisson mixtures (record 0 or the canary
+    in the step with probability q; :meth:`statistic`): a large shift in any one step counts, and a sample that
+    is not secret (the same every run) shows as the same steps shifted every time. A small q makes the
+    amplification, hence what a public sample or too little noise would leak, large."""
+
+    neighbouring = "replace_one"
+    SHAPE, BLOCKS, WIDTH, RATE, CLASSES = (1, 4, 4), 100, 2, 0.02, 3
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        from .embedding import sampled_block_sums
+        from .features.randconv import RandomConvFeatures
+        from .privacy.calibration import PrivacyPlan
+        from .privacy.engine import PrivacyEngine
+
+        self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
+        self.fmap = RandomConvFeatures(self.SHAPE, n_networks=self.BLOCKS, width=self.WIDTH, seed=0)
+        self.plan = PrivacyPlan((), self.RATE, self.BLOCKS, "replace_one")
+        self.sigma = PrivacyEngine(epsilon, delta, self.plan).sigma
+        self.sensitivity = 1.0                                   # the clip: one record's share of a step's sum
+        rng = np.random.default_rng(seed)
+        self.X = rng.random((n_records, *self.SHAPE))
+        self.y = np.full(n_records, 2)
+        self.y[0] = 0
+        self.X2, self.y2 = self.X.copy(), self.y.copy()
+        self.y2[0] = 1
+        self._sums = lambda t, X, y: sampled_block_sums(self.fmap, t, torch.as_tensor(X, dtype=torch.float32),
+                                                        torch.as_tensor(y, dtype=torch.int64), self.CLASSES,
+                                                        self.BLOCKS ** 0.5, 64)
+        self.description = (f"the subsampled release (release_sampled_embedding: secret Poisson sampler and noise; "
+                            f"{self.BLOCKS} random ConvNets, one step each at q={self.RATE:g}, {n_records} records; "
+                            f"record 0 and the canary: one image in class 0 or 1, the others in class 2; the "
+                            f"attacker sees every block)")
+
+    def prepare(self) -> float:
+        """Each step's canary direction, the others' expected share, and the measured sensitivity: the largest
+        contribution of record 0 or the canary to a step's sum, in units of the clip."""
+        gap, self._dirs, self._others, self._shifts = 0.0, [], [], []
+        for t in range(self.BLOCKS):
+            a, b = self._sums(t, self.X[:1], self.y[:1]), self._sums(t, self.X2[:1], self.y2[:1])
+            gap = max(gap, float(a.norm()), float(b.norm()))
+            d = b - a
+            d = d / d.norm().clamp_min(1e-300)
+            self._dirs.append(d)
+            self._shifts.append((float((a * d).sum()), float((b * d).sum())))   # record 0's / the canary's
+            self._others.append(self.RATE * self._sums(t, self.X[1:], self.y[1:]))
+        return gap
+
+    def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
+        from .embedding import release_sampled_embedding
+
+        X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
+        rel = release_sampled_embedding(self.fmap, X, y, epsilon=self.epsilon, delta=self.delta,
+                                        sample_rate=self.RATE, n_classes=self.CLASSES)
+        emb, width, scale = rel.tensors["embedding"], self.fmap.block, self.RATE * self.n_records * self.BLOCKS ** 0.5
+        proj = [float(((emb[t * width:(t + 1) * width].T * scale - self._others[t]) * self._dirs[t]).sum())
+                for t in range(self.BLOCKS)]
+        e = rel.ledger.entries[0]
+        return np.array(proj), f"{e.noise_source}; records per step: {e.sampler}"
+
+    def statistic(self, neg: np.ndarray, pos: np.ndarray):
+        """The test, fitted on the selection runs' per-step projections: each step's log-likelihood ratio of the
+        two Poisson mixtures at the noise level the runs show (not the claimed one: too little noise is what
+        the audit must see), the steps weighted by how much their ratio differed between D and D' (a public
+        sample: the steps that always hold record 0)."""
+        q = self.RATE
+        sd = float(np.sqrt(np.mean((neg - neg.mean(0)) ** 2))) or 1.0
+        a, b = (np.array(v) for v in zip(*self._shifts))
+
+        def llr(x):
+            no = np.log1p(-q) - x ** 2 / (2 * sd ** 2)
+            return (np.logaddexp(no, np.log(q) - (x - b) ** 2 / (2 * sd ** 2))
+                    - np.logaddexp(no, np.log(q) - (x - a) ** 2 / (2 * sd ** 2)))
+        w = np.clip(llr(pos).mean(0) - llr(neg).mean(0), 0, None)
+        w = w if w.sum() > 0 else np.ones_like(w)
+        return lambda runs: llr(runs) @ w
+
+    def optimal(self, gap: float) -> float:
+        from .privacy.calibration import epsilon_for_sigma
+
+        return epsilon_for_sigma(self.sigma / max(gap, 1e-9), self.delta, self.plan) if gap > 1e-9 else 0.0
+
+
 def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> float:
     """The smallest true epsilon of a Gaussian-shaped leak (mu-GDP, ideal likelihood-ratio test) whose
     expected rates over ``n`` held-out runs give a lower bound above ``claim``: how strong a leak
@@ -439,8 +529,9 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     """Run the distinguishing attack on ``mechanism`` calibrated to (``epsilon``, ``delta``) and
     return the epsilon lower bound it proves (see the module docstring). ``mechanism``:
     ``"release"`` (the mean-embedding release under ``feature_map``, default two random Fourier
-    features), ``"dpsgd-step"`` (one full-batch DP-SGD step of DP-KIP) or ``"dpsgd-fit"`` (a whole
-    ``DPKIP.fit``, ``duplicate_start`` for a public start of one point repeated). The noise (and
+    features), ``"dpsgd-step"`` (one full-batch DP-SGD step of DP-KIP), ``"dpsgd-fit"`` (a whole
+    ``DPKIP.fit``, ``duplicate_start`` for a public start of one point repeated) or ``"sampled-release"`` (the
+    subsampled release of dp-randconv's ``sample_rate``, whole). The noise (and
     for a fit the sample) is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
@@ -463,6 +554,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _ReleaseTarget(epsilon, delta, fmap, n_records, int(n_classes), seed)
     elif mechanism == "dpsgd-step":
         target = _DPSGDTarget(epsilon, delta, n_records, seed)
+    elif mechanism == "sampled-release":
+        target = _SampledReleaseTarget(epsilon, delta, n_records, seed)
     else:
         target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
     canary_gap = target.prepare()
@@ -475,12 +568,16 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     neg_all, pos_all = np.stack(feats[False]), np.stack(feats[True])
     alpha = (1 - float(confidence)) / 2
     k = max(1, int(trials * SELECT_FRACTION))
-    # weights of the observed coordinates (steps), learned on the selection runs only
-    weights = np.ones(neg_all.shape[1])
-    if neg_all.shape[1] > 1:
-        learned = np.clip(pos_all[:k].mean(0) - neg_all[:k].mean(0), 0, None)
-        weights = learned if learned.sum() > 0 else weights
-    scores = {False: neg_all @ weights, True: pos_all @ weights}
+    if hasattr(target, "statistic"):         # a target's own test, fitted on the selection runs only
+        score = target.statistic(neg_all[:k], pos_all[:k])
+        scores = {False: score(neg_all), True: score(pos_all)}
+    else:
+        # weights of the observed coordinates (steps), learned on the selection runs only
+        weights = np.ones(neg_all.shape[1])
+        if neg_all.shape[1] > 1:
+            learned = np.clip(pos_all[:k].mean(0) - neg_all[:k].mean(0), 0, None)
+            weights = learned if learned.sum() > 0 else weights
+        scores = {False: neg_all @ weights, True: pos_all @ weights}
     t, direction = _best_test(scores[False][:k], scores[True][:k], delta, alpha)
     neg, pos = scores[False][k:], scores[True][k:]
     n = len(neg)

@@ -45,10 +45,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--epsilon", type=float, default=1.0, help="the claimed epsilon the mechanism is calibrated to "
                                                                "(default 1)")
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
-    s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit"],
+    s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit", "sampled-release"],
                    help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
                         "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
-                        "worst-case canary at a public start point, the attacker sees every iterate)")
+                        "worst-case canary at a public start point, the attacker sees every iterate); sampled-release: "
+                        "dp-randconv's subsampled release (--sample-rate), whole, with its secret sampler")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
     s.add_argument("--feature-map", help="JSON spec of a one-block feature map for --mechanism release "

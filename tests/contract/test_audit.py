@@ -84,3 +84,22 @@ def test_cli_audit_exits_1_when_the_bound_exceeds_the_claim(monkeypatch, capsys)
     break_noise(monkeypatch, 4)
     assert cli.main(["audit", "--trials", "3000", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["passed"] is False
+
+
+def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_sample(monkeypatch):
+    """dp-randconv's subsampled release, audited whole: the honest one stays below the claim with the canary at the
+    full measured sensitivity; the same release with the sample drawn from a public seed (the issue-30 leak class:
+    the same steps hold record 0 every run) is caught, and so is one with a twentieth of the noise."""
+    from dpsynth.privacy import engine as engine_module
+    from support import PublicSampler
+
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    assert r.passed and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.sensitivity_ok
+    assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
+    monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=600)
+    assert "fixed-seed" in r.noise_source and r.epsilon_lower > 1.0 and not r.passed
+    monkeypatch.undo()
+    break_noise(monkeypatch, 20)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    assert r.epsilon_lower > 1.0 and not r.passed
