@@ -38,7 +38,7 @@ def release(method: str, eps: float, data, args):
     kwargs = {"n_classes": data.n_classes}
     if method == "dp-randconv":
         kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment,
-                      conv_pool=args.pool, sample_rate=args.sample_rate)
+                      conv_pool=args.pool, sample_rate=args.sample_rate, neighbouring=args.neighbouring)
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, noise_seed=args.noise_seed, **kwargs)
     if math.isfinite(eps):
         return model.release(data.x_train, data.y_train, dataset=data.name)
@@ -65,6 +65,8 @@ def main():
     p.add_argument("--pool", type=int, default=None, help="dp-randconv: last map averaged to pool x pool cells")
     p.add_argument("--sample-rate", type=float, default=None,
                    help="dp-randconv: each network reads its own Poisson sample at this rate (NDPDC's sampling)")
+    p.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
+                   help="dp-randconv with --sample-rate: add_remove is NDPDC's accounting")
     p.add_argument("--blocks-per-step", type=int, default=None, help="distill: networks matched per step")
     p.add_argument("--train-subset", type=int, default=None, help="release the first N training images only")
     p.add_argument("--release-cache", default=None, help="keep releases in this folder and reuse them")
@@ -82,7 +84,8 @@ def main():
                     t = time.perf_counter()
                     tag = (f"{name}_{method}_eps{eps:g}_seed{seed}_n{args.n_networks}_w{args.conv_width}"
                            f"{'_aug' if args.augment else ''}{f'_pool{args.pool}' if args.pool else ''}"
-                           f"{f'_q{args.sample_rate:g}' if args.sample_rate else ''}_sub{args.train_subset or 0}")
+                           f"{f'_q{args.sample_rate:g}' if args.sample_rate else ''}"
+                           f"{'_addrm' if args.neighbouring == 'add_remove' else ''}_sub{args.train_subset or 0}")
                     cached = Path(args.release_cache) / tag if args.release_cache else None
                     reused = cached is not None and cached.exists()
                     if reused:
@@ -105,6 +108,7 @@ def main():
                     row = {"dataset": name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
                            "per_class": args.per_class, "iterations": args.iterations, "lr": args.lr,
                            "blocks_per_step": args.blocks_per_step, "sample_rate": args.sample_rate,
+                           "neighbouring": args.neighbouring,
                            "train_subset": args.train_subset,
                            "release_reused": reused, "set": set_path,
                            "feature_spec": rel.feature_spec, "release_s": round(release_s, 1),

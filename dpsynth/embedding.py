@@ -198,7 +198,8 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
 def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float, sample_rate: float,
                               n_classes: int | None = None, accountant: str = "pld", seed: int | None = None,
                               sampler_seed: int | None = None, dataset: str = "", budget: BudgetFile | None = None,
-                              public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT) -> Release:
+                              public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT,
+                              neighbouring: str = "replace_one") -> Release:
     """Release the (class-conditional) mean embedding one block at a time, each block from its own Poisson
     sample of the records (data-touching function #1b; NDPDC's sampling: one random network per step).
 
@@ -216,6 +217,8 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     full release has (the subsampled Gaussian's sigma grows as about q sqrt(T)); the gain is more blocks, not
     less noise. ``X``: images or records in memory (not shards); ``y`` with ``n_classes`` (public) for the
     class-conditional release. ``sampler_seed`` fixes the sample for tests only (the ledger says so).
+    ``neighbouring``: "replace_one" (default, as every release) or "add_remove" (the accounting NDPDC and DP-SGD
+    papers use; m still divides as a public count, as DP-KIP's expected batch does): about half the noise.
     """
     n_blocks = int(feature_map.n_blocks)
     if n_blocks < 2:
@@ -230,7 +233,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
         raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
                                     "release_mean_embedding (sample_rate=None) for shards.")
     m = len(X)                                        # public (replace-one neighbours)
-    plan = PrivacyPlan((), q, n_blocks, "replace_one")
+    plan = PrivacyPlan((), q, n_blocks, neighbouring)
     engine = PrivacyEngine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
                            sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
     n_cols = int(n_classes) if conditional else 1

@@ -162,7 +162,8 @@ class DPRandConv(KernelGeneratorMethod):
     ``sample_rate`` (NDPDC's sampling; :func:`~dpsynth.embedding.release_sampled_embedding`): each network reads
     its own secret Poisson sample of the records (that share of them), one subsampled Gaussian step per network,
     calibrated together: ``n_networks`` networks for the compute of ``sample_rate * n_networks`` full passes, so
-    hundreds of networks fit where a full release affords a few dozen.
+    hundreds of networks fit where a full release affords a few dozen. With it, ``neighbouring="add_remove"`` is the
+    accounting NDPDC reports (about half the noise of the default replace-one; m divides as a public count).
     The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
     it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
     the views added nothing on MNIST there)."""
@@ -172,13 +173,21 @@ class DPRandConv(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
-                 conv_pool: int | None = None, sample_rate: float | None = None, **kwargs):
+                 conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
+                 **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
         self.conv_augment, self.conv_pool, self.sample_rate = conv_augment, conv_pool, sample_rate
+        self.neighbouring = neighbouring
 
     def _validate(self) -> None:
         super()._validate()
+        if self.neighbouring not in ("replace_one", "add_remove"):
+            raise InvalidParameterError(f"neighbouring must be 'replace_one' (default) or 'add_remove'; got "
+                                        f"{self.neighbouring!r}.")
+        if self.neighbouring == "add_remove" and self.sample_rate is None:
+            raise InvalidParameterError("neighbouring='add_remove' is the accounting of the subsampled release: give "
+                                        "sample_rate too (1.0 reads every record in every step).")
         if self.sample_rate is not None:
             check_probability(self.sample_rate, "sample_rate")
             if int(self.n_networks) < 2:
@@ -202,7 +211,7 @@ class DPRandConv(KernelGeneratorMethod):
             fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
             sample_rate=self.sample_rate, n_classes=int(self.n_classes) if self.conditional else None,
             accountant=self.accountant, seed=self.noise_seed, dataset=dataset, budget=budget,
-            privacy_unit=self._privacy_unit,
+            privacy_unit=self._privacy_unit, neighbouring=self.neighbouring,
             public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
                           **self._public_facts})
 

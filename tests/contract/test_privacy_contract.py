@@ -214,6 +214,30 @@ def test_sampled_release_contract(monkeypatch):
     assert largest > 0.2 * bound          # record 0 was in a sample: the test saw the worst case move something
 
 
+def test_sampled_release_add_remove_contract():
+    """neighbouring="add_remove" (NDPDC's accounting): the ledger and plan say add/remove, the plan is within
+    epsilon at that relation, and adding any adversarial record to a step's sample moves that step's sum (the
+    release's own sampled_block_sums) by <= clip = 1, the add/remove sensitivity the accountant prices."""
+    from dpsynth.embedding import release_sampled_embedding, sampled_block_sums
+    fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
+    X, y = _base(IMAGE)
+    rel = release_sampled_embedding(fmap, X, y, epsilon=1.0, delta=1e-5, n_classes=C, sample_rate=0.5, seed=0,
+                                    neighbouring="add_remove")
+    (e,) = rel.ledger.entries
+    assert e.neighbouring == "add_remove" == e.plan["neighbouring"] and e.sensitivity == 1.0
+    assert epsilon_for_sigma(e.noise_multiplier, 1e-5, PrivacyPlan((), 0.5, 3, "add_remove")) <= 1.0 + 1e-9
+    assert e.noise_multiplier < 0.6 * release_sampled_embedding(
+        fmap, X, y, epsilon=1.0, delta=1e-5, n_classes=C, sample_rate=0.5, seed=0).ledger.entries[0].noise_multiplier
+    Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
+    for what, X2, y2 in _adversarial_neighbours(fmap, X, y):
+        extra_x = torch.cat([Xt, torch.as_tensor(X2[:1], dtype=torch.float32)])
+        extra_y = torch.cat([yt, torch.as_tensor(y2[:1])])
+        for t in range(3):
+            base = sampled_block_sums(fmap, t, Xt, yt, C, 3 ** 0.5, 4)
+            more = sampled_block_sums(fmap, t, extra_x, extra_y, C, 3 ** 0.5, 4)
+            assert torch.isfinite(more).all() and float((more - base).norm()) <= 1.0 + 1e-9, (what, t)
+
+
 # -- methods -----------------------------------------------------------------------------------
 KERNEL_METHODS = {
     "dp-ntk": lambda e: DPNTK(1.0, n_classes=10, ntk_width=20, iterations=1, batch_size=10, noise_seed=0),

@@ -219,6 +219,10 @@ def test_sampled_release_refusals_come_before_calibration():
                                   sample_rate=0.5)
     with pytest.raises(Exception, match=r"labels must lie in 0..2"):
         _sampled(X, np.arange(20) % 4, 0.5)
+    with pytest.raises(Exception, match="add_remove' is the accounting of the subsampled release"):
+        DPRandConv(1.0, n_classes=3, neighbouring="add_remove").release(X, y)
+    with pytest.raises(Exception, match="neighbouring must be"):
+        DPRandConv(1.0, n_classes=3, sample_rate=0.5, neighbouring="swap").release(X, y)
     for bad in (dict(n_networks=1), dict(early_stopping=True, proxy_encoder="x")):
         with pytest.raises(Exception, match="sample_rate|early_stopping"):
             DPRandConv(1.0, n_classes=3, sample_rate=0.5, **{"n_networks": 2, **bad}).release(X, y)
