@@ -15,7 +15,7 @@ import torch
 
 from .early_stopping import release_proxy
 from .engines import Source, as_source
-from .errors import DataValidationError, InvalidParameterError
+from .errors import InvalidParameterError
 from .features.base import FeatureMap
 from .features.sums import ClassSums
 from .privacy.mechanisms import bounded_rows
@@ -249,14 +249,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
     if Xt.shape[0] != m:
         raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
-    if conditional:
-        ya = check_labels(y, m)
-        if ya.max() >= n_cols:
-            raise DataValidationError(f"labels must lie in 0..{n_cols - 1} for n_classes={n_cols}; found "
-                                      f"{int(ya.max())}.")
-        yt = torch.as_tensor(ya, dtype=torch.int64)
-    else:
-        yt = torch.zeros(m, dtype=torch.int64)
+    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if conditional else torch.zeros(m, dtype=torch.int64)
     warn_delta_vs_n(engine.delta, m)
     scale = n_blocks ** 0.5
     chunk = feature_map.batch_rows()

@@ -98,8 +98,9 @@ def check_features(X, name: str = "X") -> np.ndarray:
     return arr
 
 
-def check_labels(y, n_rows: int, name: str = "y") -> np.ndarray:
-    """Integer labels >= 0, one per row. How many classes are present is NOT checked: the labels
+def check_labels(y, n_rows: int, name: str = "y", n_classes: int | None = None) -> np.ndarray:
+    """Integer labels >= 0, one per row, and below ``n_classes`` when it is given (the input domain of a
+    class-conditional release). How many classes are present is NOT checked: the labels
     are private, and an error that depends on them (one class present, or two) would tell
     neighbouring datasets apart. The number of classes is public (``n_classes``)."""
     arr = np.asarray(y.detach().cpu().numpy() if hasattr(y, "detach") else y)
@@ -119,4 +120,7 @@ def check_labels(y, n_rows: int, name: str = "y") -> np.ndarray:
             )
     if arr.size and arr.min() < 0:
         raise DataValidationError(f"{name} must hold labels >= 0; found {int(arr.min())}.")
+    if n_classes is not None and arr.size and arr.max() >= n_classes:
+        raise DataValidationError(f"labels must lie in 0..{n_classes - 1} for n_classes={n_classes}; found "
+                                  f"{int(arr.max())}.")
     return arr.astype(np.int64)

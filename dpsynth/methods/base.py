@@ -272,14 +272,21 @@ class KernelGeneratorMethod(Method):
         if self.early_stopping and proxy is None:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); these records are not images: early_stopping=False.")
-        return release_mean_embedding(
-            fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
-            proxy_map=proxy, proxy_multiplier=self.proxy_multiplier,
-            n_classes=n_classes if self.conditional else None, accountant=self.accountant,
-            seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
+        return self._release_arrays(
+            fmap, X, y if self.conditional else None, n_classes=n_classes if self.conditional else None,
+            proxy=proxy, dataset=dataset, budget=budget,
             public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
-                          **self._public_facts},
-        )
+                          **self._public_facts})
+
+    def _release_arrays(self, fmap: FeatureMap, X, y, *, n_classes: int | None, proxy: FeatureMap | None,
+                        dataset: str, budget, public_facts: dict) -> Release:
+        """The release of array records (checked and featurised by :meth:`_release`): the one-shot mean embedding.
+        A method with another release of the same statistic (dp-randconv's ``sample_rate``) overrides this."""
+        return release_mean_embedding(
+            fmap, X, y, epsilon=self.epsilon, delta=self.delta, proxy_map=proxy,
+            proxy_multiplier=self.proxy_multiplier, n_classes=n_classes, accountant=self.accountant,
+            seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
+            public_facts=public_facts)
 
     def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
         """``data``: a DataFrame, or a :class:`~dpsynth.data.ShardedTable` (its rows are read only as

@@ -164,6 +164,9 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
         blocks_per_step = int(check_positive(blocks_per_step, "blocks_per_step", integer=True))
     encoder = encoder_of(release)
     shape = tuple(int(s) for s in release.dataset["record_shape"])
+    if smooth and (encoder is not None or len(shape) != 3):
+        raise InvalidParameterError(f"smooth blurs images (channels, height, width); this release's records have "
+                                    f"shape {list(shape)}: use smooth=False.")
     dev = default_device(device)
     fmap = build_feature_map(release.feature_spec).to(dev)
     n_blocks = int(fmap.n_blocks)
@@ -178,9 +181,6 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     rng = torch.Generator().manual_seed(int(seed))
     block_rng = torch.Generator().manual_seed(int(seed) + 1)
     params = torch.randn((len(labels),) + shape, generator=rng).to(dev).requires_grad_(True)
-    if smooth and (encoder is not None or len(shape) != 3):
-        raise InvalidParameterError(f"smooth blurs images (channels, height, width); this release's records have "
-                                    f"shape {list(shape)}: use smooth=False.")
     heads = ((lambda u: table_heads(u, encoder.n_numeric, encoder.category_sizes)) if encoder is not None
              else (lambda u: torch.sigmoid(smooth_images(u))) if smooth else torch.sigmoid)
     opt = torch.optim.Adam([params], lr=lr)

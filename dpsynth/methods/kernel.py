@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from ..data.shards import ShardedArrays
 from ..embedding import release_sampled_embedding
 from ..errors import InvalidParameterError
@@ -197,23 +195,17 @@ class DPRandConv(KernelGeneratorMethod):
                 raise InvalidParameterError("early_stopping's proxy is a full-data release; with sample_rate use "
                                             "early_stopping=False.")
 
-    def _release(self, X, y, dataset: str, budget) -> Release:
+    def _release_arrays(self, fmap, X, y, *, n_classes, proxy, dataset: str, budget, public_facts: dict) -> Release:
         if self.sample_rate is None:
-            return super()._release(X, y, dataset, budget)
+            return super()._release_arrays(fmap, X, y, n_classes=n_classes, proxy=proxy, dataset=dataset,
+                                           budget=budget, public_facts=public_facts)
         if isinstance(X, ShardedArrays):
             raise InvalidParameterError("sample_rate releases read the images in memory, not shards: load them as "
                                         "an array, or use sample_rate=None.")
-        shape = tuple(int(s) for s in np.shape(X)[1:])          # public
-        if self.conditional and y is None:
-            raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
-        fmap = self.image_feature_map(shape, int(self.n_classes) if self.conditional else 1)
         return release_sampled_embedding(
-            fmap, X, y if self.conditional else None, epsilon=self.epsilon, delta=self.delta,
-            sample_rate=self.sample_rate, n_classes=int(self.n_classes) if self.conditional else None,
+            fmap, X, y, epsilon=self.epsilon, delta=self.delta, sample_rate=self.sample_rate, n_classes=n_classes,
             accountant=self.accountant, seed=self.noise_seed, dataset=dataset, budget=budget,
-            privacy_unit=self._privacy_unit, neighbouring=self.neighbouring,
-            public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
-                          **self._public_facts})
+            privacy_unit=self._privacy_unit, neighbouring=self.neighbouring, public_facts=public_facts)
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
