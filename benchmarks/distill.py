@@ -67,6 +67,7 @@ def main():
                    help="dp-randconv: each network reads its own Poisson sample at this rate (NDPDC's sampling)")
     p.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
                    help="dp-randconv with --sample-rate: add_remove is NDPDC's accounting")
+    p.add_argument("--smooth", action="store_true", help="distill: learn images through a fixed [1, 2, 1] blur")
     p.add_argument("--blocks-per-step", type=int, default=None, help="distill: networks matched per step")
     p.add_argument("--train-subset", type=int, default=None, help="release the first N training images only")
     p.add_argument("--release-cache", default=None, help="keep releases in this folder and reuse them")
@@ -97,18 +98,18 @@ def main():
                     release_s = time.perf_counter() - t
                     t = time.perf_counter()
                     dset = distill_release(rel, args.per_class, iterations=args.iterations, lr=args.lr, seed=seed,
-                                           blocks_per_step=args.blocks_per_step)
+                                           blocks_per_step=args.blocks_per_step, smooth=args.smooth)
                     distill_s = time.perf_counter() - t
                     set_path = None
                     if args.sets_dir:
                         Path(args.sets_dir).mkdir(parents=True, exist_ok=True)
                         stamp = time.strftime("%Y%m%dT%H%M%S")
                         set_path = str(dset.save(Path(args.sets_dir) / f"{tag}_it{args.iterations}"
-                                                 f"_b{args.blocks_per_step or 0}_{stamp}.npz"))
+                                                 f"_b{args.blocks_per_step or 0}{'_smooth' if args.smooth else ''}_{stamp}.npz"))
                     row = {"dataset": name, "method": method, "epsilon": eps, "delta": 1e-5, "seed": seed,
                            "per_class": args.per_class, "iterations": args.iterations, "lr": args.lr,
                            "blocks_per_step": args.blocks_per_step, "sample_rate": args.sample_rate,
-                           "neighbouring": args.neighbouring,
+                           "neighbouring": args.neighbouring, "smooth": args.smooth,
                            "train_subset": args.train_subset,
                            "release_reused": reused, "set": set_path,
                            "feature_spec": rel.feature_spec, "release_s": round(release_s, 1),
