@@ -154,8 +154,8 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     cheaper. None (or at least ``n_blocks``) matches all blocks every step. ``smooth`` (images only): each image
     is its parameters blurred by the fixed [1, 2, 1] / 4 kernel along each axis before the sigmoid
     (:func:`smooth_images`), so Adam's steps, which move every pixel by about the learning rate whatever its
-    gradient, cannot leave pixel-level noise (CIFAR-10 at eps 1, one seed: dc protocol 39.9 against 36.0,
-    ``benchmarks/RESULTS.md``). Returns a :class:`DistilledSet` carrying the release's ledger."""
+    gradient, cannot leave pixel-level noise (CIFAR-10 at eps 1: dc protocol 39.6 over 3 seeds, against 36.0
+    without it; ``benchmarks/RESULTS.md``). Returns a :class:`DistilledSet` carrying the release's ledger."""
     n_classes = _check_release(release)
     per_class = int(check_positive(per_class, "per_class (images per class)", integer=True))
     iterations = int(check_positive(iterations, "iterations", integer=True))
