@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dpsynth import DPRandConv
+from dpsynth.errors import InvalidParameterError
 from dpsynth.features import RandomFourierFeatures, build_feature_map
 from dpsynth.features.randconv import RandomConvFeatures
 from dpsynth.methods.distill import distill_release
@@ -295,5 +296,5 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
     from sklearn.datasets import load_iris
     iris = load_iris()
     flat = DPMERF(epsilon=10, n_classes=3, n_features=20, noise_seed=0).release(iris.data / 8, iris.target)
-    with pytest.raises(Exception, match="smooth blurs images"):
+    with pytest.raises(InvalidParameterError, match="smooth blurs images"):
         distill_release(flat, 1, iterations=1, smooth=True)
