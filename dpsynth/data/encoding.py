@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from .numeric_sketch import QuantileMap
-from .private_schema import conform, inferred_columns, require_complete
+from .private_schema import conform, declared_part, inferred_columns, require_complete
 from .schema import Schema, enforce_constraints
+from .values import category_text
 
 
 #: where a missing numeric value sits in [0, 1] (public; the decoder discards it)
@@ -93,10 +94,11 @@ class TableEncoder:
         """``df`` checked against the schema (after :func:`conform` for privately inferred columns); its ID
         columns (never encoded) are checked too unless ``check_ids`` is off (generated IDs lie outside the real
         ones' range), and are not returned then."""
-        if inferred_columns(self.schema):
-            df = conform(df, self.schema)
         checked = self.schema if self.check_ids else self._learned
-        return checked.validate(df, require_label=with_label and self.schema.label is not None)
+        require_label = with_label and self.schema.label is not None
+        if inferred_columns(self.schema):       # read every value by itself first, then clip / map it
+            df = conform(declared_part(checked).validate(df, require_label=require_label), self.schema)
+        return checked.validate(df, require_label=require_label)
 
     @property
     def dtypes(self) -> dict[str, str]:
@@ -136,7 +138,7 @@ class TableEncoder:
                 u = (values - lo) / (hi - lo)
             parts.append(np.where(np.isnan(values), MISSING_PLACEHOLDER, u)[:, None])
         for c in self.categorical:
-            lookup = {str(v): i for i, v in enumerate(c.categories)}
+            lookup = {category_text(v): i for i, v in enumerate(c.categories)}
             codes = clean[c.name].map(lookup).fillna(len(c.categories)).to_numpy(dtype=np.int64)  # missing: last
             parts.append(np.eye(len(c.categories) + c.nullable)[codes])
         for c in self.missing_blocks:

@@ -174,18 +174,20 @@ def inferred_columns(schema: Schema) -> list[str]:
 
 
 def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
-    """The table fitted to an inferred schema: numbers clipped to the inferred bounds and
-    categories that were not kept mapped to ``OTHER``. Applied to the private rows inside the
-    fit (a per-record transformation, so the sensitivity of later releases holds) and to real
-    test rows before evaluation. Columns with declared bounds and categories are left as is."""
+    """A table already read against the declared part of ``schema`` (:func:`declared_part`, so every
+    value is parsed by itself: numbers and dates as floats, categories as text) fitted to the inferred
+    schema: numbers clipped to the inferred bounds and categories that were not kept mapped to
+    ``OTHER``. Applied to the private rows inside the fit (a per-record transformation, so the
+    sensitivity of later releases holds) and to real test rows before evaluation. Columns with
+    declared bounds and categories are left as is."""
     df = df.copy()
     for name in inferred_columns(schema):
         col = schema.column(name)
         if col.kind == "numeric":
-            df[name] = pd.to_numeric(df[name]).clip(*col.bounds)
+            df[name] = df[name].astype("float64").clip(*col.bounds)
         else:
-            values = df[name].astype(str)
-            df[name] = values.where(values.isin(set(col.categories)) | df[name].isna(), OTHER).where(df[name].notna(), None)
+            present = df[name].notna()
+            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, OTHER).where(present, None)
     return df
 
 

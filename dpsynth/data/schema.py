@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataValidationError, SchemaError
+from .values import category_text, category_texts, date_seconds, dates, numbers
 
 
 #: the resolutions a datetime column may declare (pandas frequency aliases)
@@ -28,20 +29,16 @@ COLUMN_KEYS = {"name", "type", "bounds", "categories", "integer", "nullable", "r
 
 
 def _seconds(value, name: str, fmt: str | None = None) -> float:
-    """A declared date (ISO text, or text in ``fmt``) as seconds since 1970-01-01 UTC."""
-    try:
-        try:
-            t = pd.to_datetime(value, format=fmt or "ISO8601")
-        except (ValueError, TypeError):
-            if fmt is None:
-                raise
-            t = pd.to_datetime(value, format="ISO8601")  # as to_dict writes bounds back
-    except (ValueError, TypeError) as exc:
-        raise SchemaError(f"datetime column {name!r}: bound {value!r} is not a date ({exc}); write it as "
-                          f"ISO text, e.g. \"2020-01-31\" or \"2020-01-31T12:00:00\".") from None
-    if t.tzinfo is not None:
-        t = t.tz_convert("UTC").tz_localize(None)
-    return (t - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+    """A declared date (ISO text, or text in ``fmt``) as seconds since 1970-01-01 UTC, read exactly as a
+    value of the column is (:func:`~dpsynth.data.values.date_seconds`). Bounds are public: the message
+    may quote them."""
+    seconds = date_seconds(value, fmt) if isinstance(value, str) else None
+    if seconds is None and fmt is not None and isinstance(value, str):
+        seconds = date_seconds(value)          # ISO, as to_dict writes bounds back
+    if seconds is None:
+        raise SchemaError(f"datetime column {name!r}: bound {value!r} is not a date; write it as "
+                          f"ISO text, e.g. \"2020-01-31\" or \"2020-01-31T12:00:00\".")
+    return seconds
 
 
 def _date_text(seconds: float) -> str:
@@ -107,7 +104,7 @@ class Column:
                     f"categorical column {self.name!r}: 'categories' must be a non-empty list, or left "
                     f"out to have them inferred privately (schema_share=0.1)."
                 )
-            if len(set(map(str, self.categories))) != len(self.categories):
+            if len(set(map(category_text, self.categories))) != len(self.categories):
                 raise SchemaError(f"categorical column {self.name!r} lists a category twice.")
             if any(c is None or (isinstance(c, float) and math.isnan(c)) for c in self.categories):
                 raise SchemaError(f"categorical column {self.name!r} lists a missing value as a category; declare "
@@ -335,42 +332,36 @@ class Schema:
 
     def label_codes(self, df: pd.DataFrame) -> np.ndarray:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
-        lookup = {str(c): i for i, c in enumerate(self.label_categories)}
-        return df[self.label].astype(str).map(lookup).to_numpy(dtype=np.int64)
+        lookup = {category_text(c): i for i, c in enumerate(self.label_categories)}
+        return category_texts(df[self.label]).map(lookup).to_numpy(dtype=np.int64)
 
 
 def _checked_values(col: Column, s: pd.Series) -> pd.Series:
-    """The non-missing values of one column checked against its declaration: categories as text (checked
-    on distinct values, not per row: big shards), numbers and dates (as seconds) as floats in bounds,
-    IDs in their range or without the synthetic prefix."""
+    """The non-missing values of one column, each read by itself (:mod:`dpsynth.data.values`: nothing is
+    decided from the column) and checked against the declaration: categories as their text, numbers
+    and dates (as seconds) as floats in bounds, IDs in their range or without the synthetic prefix.
+    A refusal names the column, the rule and a count, never a value."""
     if col.kind == "id":
         return _checked_ids(col, s)
-    if col.boolean:              # True / "true" / 1 -> "True", False / "false" / 0 -> "False"
-        s = s.map(lambda v: {"true": "True", "1": "True", "1.0": "True", "false": "False", "0": "False",
-                             "0.0": "False"}.get(str(v).strip().lower(), v))
     if col.kind == "categorical":
-        text = s if s.dtype == object else s.astype(str).astype(object)
-        distinct = pd.unique(text)
-        if not all(isinstance(v, str) for v in distinct):
-            text = text.astype(str).astype(object)
-            distinct = pd.unique(text)
+        text = category_texts(s, boolean=col.boolean)
         if col.categories is not None:          # (None: categories to be inferred privately)
-            bad = sorted(set(distinct) - {str(c) for c in col.categories})
-            if bad:
+            bad = ~text.isin({category_text(c) for c in col.categories})
+            if bad.any():
+                n_bad, n_distinct = int(bad.sum()), int(text[bad].nunique())
                 raise DataValidationError(
-                    f"column {col.name!r} holds value(s) {bad[:5]} not among its declared categories "
-                    f"{list(col.categories)[:10]}; add them to the schema or clean the data."
-                )
+                    f"{col.type} column {col.name!r} has {n_bad} value(s) ({n_distinct} distinct) not among its "
+                    f"declared categories {list(col.categories)[:10]}{' ...' if len(col.categories) > 10 else ''}; "
+                    f"add them to the schema or clean the data.")
         return text
     if col.datetime:
         values = datetime_seconds(col, s)
     else:
-        try:
-            values = pd.to_numeric(s)
-        except (ValueError, TypeError) as exc:
-            raise DataValidationError(f"numeric column {col.name!r} holds non-numbers: {exc}") from exc
-        if not np.all(np.isfinite(values.to_numpy(dtype=float))):
-            raise DataValidationError(f"numeric column {col.name!r} holds infinite values.")
+        values, bad = numbers(s)
+        if bad.any():
+            raise DataValidationError(
+                f"numeric column {col.name!r} has {int(bad.sum())} value(s) that are not finite numbers; numbers "
+                f"are read value by value (digits, a decimal point, an exponent); fix or remove them.")
     if col.bounds is not None:
         lo, hi = col.bounds
         n_out = int(((values < lo) | (values > hi)).sum())
@@ -384,28 +375,28 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
 
 
 def datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
-    """Dates (pandas datetimes, or text in the column's format / ISO) as seconds since 1970-01-01 UTC.
-    Numbers are taken as such seconds already (Unix time; a validated table holds them)."""
-    if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
-        return s.astype("float64")
-    try:
-        t = pd.to_datetime(s, format=col.format) if not pd.api.types.is_datetime64_any_dtype(s) else s
-    except (ValueError, TypeError) as exc:
-        raise DataValidationError(
-            f"datetime column {col.name!r} holds values that are not dates"
-            f"{' in format ' + repr(col.format) if col.format else ''}: {exc}") from None
-    if getattr(t.dt, "tz", None) is not None:
-        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
-    return (t - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+    """Dates as seconds since 1970-01-01 UTC, each read by itself (:func:`~dpsynth.data.values.date_seconds`):
+    pandas datetimes, numbers (Unix seconds: a validated table holds them), or text in the column's
+    declared ``format``, else ISO 8601 (an offset converts its value to UTC; none means UTC). A value that
+    is not a date is refused with a count, never quoted."""
+    values, bad = dates(s, col.format)
+    if bad.any():
+        rule = (f"in its declared format {col.format!r}" if col.format else
+                "as ISO 8601 text (e.g. 2020-01-31, 2020-01-31T12:00:00, 2020-01-31T12:00:00+01:00); for another "
+                "text layout declare the column's \"format\" (e.g. \"%d/%m/%Y\"): dpsynth never guesses one "
+                "from the values")
+        raise DataValidationError(f"datetime column {col.name!r} has {int(bad.sum())} value(s) that are not dates "
+                                  f"{rule}.")
+    return values
 
 
 def _checked_ids(col: Column, s: pd.Series) -> pd.Series:
     """Real IDs are never learned; they are checked so that no generated ID can equal one: integer IDs
     lie in the declared range (generated ones are drawn above it), text IDs do not start with the
-    prefix every generated one starts with."""
+    prefix every generated one starts with. Each ID is read by itself."""
     if col.integer:
-        values = pd.to_numeric(s, errors="coerce")
-        if values.isna().any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
+        values, bad = numbers(s)
+        if bad.any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
             raise DataValidationError(f"integer id column {col.name!r} holds values that are not integers.")
         lo, hi = col.bounds
         n_out = int(((values < lo) | (values > hi)).sum())
@@ -413,18 +404,18 @@ def _checked_ids(col: Column, s: pd.Series) -> pd.Series:
             raise DataValidationError(f"id column {col.name!r} has {n_out} ID(s) outside its declared range "
                                       f"[{lo:g}, {hi:g}]; widen the range (generated IDs are drawn above it).")
         return values.astype("int64")
-    text = s.astype(str)
+    text = category_texts(s)
     clash = int(text.str.startswith(col.prefix).sum())
     if clash:
         raise DataValidationError(f"id column {col.name!r} has {clash} real ID(s) starting with {col.prefix!r}, the "
                                   f"prefix of generated IDs; declare another \"prefix\" for the column.")
-    return text.astype(object)
+    return text
 
 
 def _combination_key(schema: "Schema", columns: list):
     """A function turning a combination of ``columns`` into comparable values: numbers as floats,
     categories as strings (the columns' kinds looked up once)."""
-    casts = [float if schema.column(name).kind == "numeric" else str for name in columns]
+    casts = [float if schema.column(name).kind == "numeric" else category_text for name in columns]
     return lambda values: tuple(cast(v) for cast, v in zip(casts, values))
 
 
@@ -446,7 +437,7 @@ def _checked_constraint(k, columns: dict) -> dict:
     for v in values:
         for value, name in zip(v, cols):
             col = columns[name]
-            if col.kind == "categorical" and col.categories is not None and str(value) not in map(str, col.categories):
+            if col.kind == "categorical" and col.categories is not None and category_text(value) not in map(category_text, col.categories):
                 raise SchemaError(f"fixed_combinations of {cols}: {value!r} is not a category of {name!r}.")
             if col.kind == "numeric" and col.bounds is not None and not col.bounds[0] <= float(value) <= col.bounds[1]:
                 raise SchemaError(f"fixed_combinations of {cols}: {value!r} is outside the bounds of {name!r}.")
@@ -495,7 +486,7 @@ def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: l
                 hi = lo + 1.0
             cols.append(Column(name, "numeric", (lo, hi), integer=name in integer))
         elif name in categorical:
-            cats = sorted(full[name].dropna().astype(str).unique().tolist())
+            cats = sorted(category_texts(full[name].dropna()).unique().tolist())
             cols.append(Column(name, "categorical", categories=cats))
     return Schema(cols, label, list(label_categories), source)
 

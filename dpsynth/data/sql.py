@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
 from .schema import Schema
-from .user import _category_str, check_listed
+from .user import check_listed
 
 
 def _sqlalchemy():
@@ -74,17 +73,22 @@ def read_sql(url: str, query: str, schema: Schema | str | Path, *, label: str | 
         with engine.connect() as conn:
             df = pd.read_sql(sa.text(query), conn)
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as exc:
-        cause = exc.__cause__ if isinstance(exc, pd.errors.DatabaseError) and exc.__cause__ else exc
-        raise DataValidationError(f"the query failed on {shown(url)}: "
-                                  f"{getattr(cause, 'orig', None) or cause}") from exc
+        raise DataValidationError(f"the query failed on {shown(url)} ({database_error(exc)}); the database's own "
+                                  f"message is not shown, as it may quote a private value: run the query in the "
+                                  f"database's client to read it.") from None
     finally:
         engine.dispose()
-    for name in [c.name for c in schema.columns if c.kind == "categorical"] + ([schema.label] if schema.label else []):
-        if name in df.columns:           # database integers / booleans as category strings; missing stays missing
-            df[name] = df[name].map(lambda v: v if v is None or (isinstance(v, float) and np.isnan(v))
-                                    else _category_str(v))
     check_listed(df, schema, f"the query result from {shown(url)}", drop_unlisted)
     return schema.validate(df)
+
+
+def database_error(exc: BaseException) -> str:
+    """What a database error was, without its text (which may quote a value of the table): the driver's
+    exception class and, where the driver gives one, its SQLSTATE code."""
+    cause = exc.__cause__ if isinstance(exc, pd.errors.DatabaseError) and exc.__cause__ else exc
+    orig = getattr(cause, "orig", None) or cause
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return f"{type(orig).__module__.split('.')[0]}.{type(orig).__name__}" + (f", SQLSTATE {code}" if code else "")
 
 
 def write_sql(df: pd.DataFrame, url: str, table: str, *, replace: bool = False) -> int:

@@ -62,12 +62,7 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
                 f"{path} holds an array of shape {arr.shape}; the schema needs 2-D with {len(names)} "
                 f"columns ({names[:5]}...) in schema order."
             )
-        df = pd.DataFrame(arr, columns=names)
-        for c in schema.columns:
-            if c.kind == "categorical":
-                df[c.name] = df[c.name].map(_category_str)
-        if schema.label:
-            df[schema.label] = df[schema.label].map(_category_str)
+        df = pd.DataFrame(arr, columns=names)     # categories read value by value: 1.0 -> "1" (Schema.validate)
     check_listed(df, schema, path, drop_unlisted)
     return schema.validate(df)
 
@@ -82,9 +77,3 @@ def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) ->
             f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
             f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
 
-
-def _category_str(v) -> str:
-    """NumPy numbers as category strings: 1.0 -> '1', 'a' -> 'a'."""
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return str(int(v))
-    return str(v)
