@@ -183,8 +183,9 @@ def test_boolean_columns_are_declared_checked_and_generated_as_bool(tmp_path):
     df = _bool_table()
     spelled = df.assign(smoker=np.where(df["smoker"], "true", "FALSE"))
     assert sorted(schema.validate(spelled)["smoker"].unique()) == ["False", "True"]
-    with pytest.raises(DataValidationError, match=r"'smoker' holds value\(s\) \['maybe'\]"):
+    with pytest.raises(DataValidationError, match=r"boolean column 'smoker' has 1 value\(s\) \(1 distinct\) not among") as err:
         schema.validate(df.assign(smoker=["maybe"] + list(df["smoker"][1:])))
+    assert "maybe" not in str(err.value)
     with pytest.raises(SchemaError, match=r"boolean column .smoker. takes no \[.categories.\]"):
         Schema.from_dict({**BOOL_SCHEMA, "columns": [{"name": "smoker", "type": "boolean", "categories": ["a"]}]})
     m = DPMERF(**{**DPMERF.defaults_for("table"), "iterations": 50}).fit(df, label="y", schema=BOOL_SCHEMA)
