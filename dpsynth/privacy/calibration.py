@@ -35,8 +35,28 @@ NEIGHBOURING = {
     "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
 }
-#: PLD discretisation of the privacy loss; 1e-4 keeps sigma within ~1e-5 of exact.
+#: PLD discretisation of the privacy loss; 1e-4 keeps sigma within ~1e-5 of exact. Above epsilon 1 it grows with
+#: epsilon (the same relative precision): the PLD's size, hence its cost, grows like 1 / (interval x sigma^2), and
+#: sigma^2 shrinks like 1 / epsilon, so a fixed interval made `budget --epsilon 1000` take six minutes
 PLD_DISCRETIZATION = 1e-4
+#: the largest epsilon calibrated: beyond it a release is protected by a likelihood ratio above e^1000, no privacy
+MAX_EPSILON = 1000.0
+
+
+def pld_interval(epsilon: float) -> float:
+    """The PLD discretisation for a plan spending about ``epsilon``: 1e-4, times epsilon above 1 (cost bounded)."""
+    return PLD_DISCRETIZATION * max(1.0, float(epsilon))
+
+
+def check_calibrated_epsilon(epsilon) -> float:
+    """``epsilon`` checked as a privacy level the library calibrates: finite, > 0 and at most MAX_EPSILON."""
+    epsilon = check_epsilon(epsilon)
+    if epsilon > MAX_EPSILON:
+        raise InvalidParameterError(
+            f"epsilon={epsilon:g} is above {MAX_EPSILON:g}: such a guarantee bounds the likelihood ratio of two "
+            f"neighbouring datasets by e^{epsilon:g}, which protects nothing. Use epsilon <= 10 for a meaningful "
+            f"guarantee (1 is common).")
+    return epsilon
 
 
 @dataclass(frozen=True)
@@ -122,10 +142,10 @@ def _check_accountant(name: str, plan: PrivacyPlan) -> str:
     return name
 
 
-def _accountant(name: str, plan: PrivacyPlan):
+def _accountant(name: str, plan: PrivacyPlan, epsilon: float = 1.0):
     relation = NEIGHBOURING[plan.neighbouring] if plan.subsampled else NEIGHBOURING["add_remove"]
     if name == "pld":
-        return pld.PLDAccountant(relation, value_discretization_interval=PLD_DISCRETIZATION)
+        return pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon))
     # RDP drops orders whose series does not converge (a valid, looser bound) and
     # says so through absl at WARNING for every call: keep that out of user logs.
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -141,7 +161,10 @@ def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = Non
     _check_accountant(accountant, plan)
     if accountant == "exact":
         return analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers), delta)
-    acc = _accountant(accountant, plan)
+    # the discretisation follows the epsilon spent (its exact value for plans of plain Gaussian releases)
+    hint = 1.0 if plan.subsampled else analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers),
+                                                             delta)
+    acc = _accountant(accountant, plan, hint)
     acc.compose(plan.event(sigma))
     return float(acc.get_epsilon(delta))
 
@@ -155,7 +178,7 @@ def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = Non
     (after validation, keyed by the validated floats).
     """
     plan = plan or PrivacyPlan()
-    epsilon = check_epsilon(epsilon)
+    epsilon = check_calibrated_epsilon(epsilon)
     delta = check_delta(delta)
     _check_accountant(accountant, plan)
     try:
@@ -176,7 +199,7 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
         guess = None
 
     def make_accountant():
-        return _accountant(accountant, plan)
+        return _accountant(accountant, plan, epsilon)
 
     def eps_of(s: float) -> float:
         acc = make_accountant()

@@ -108,3 +108,27 @@ def test_plan_validation():
         PrivacyPlan((1.0,), steps=3)
     with pytest.raises(InvalidParameterError, match="multipliers\\[i\\] must be a finite number > 0"):
         PrivacyPlan((1.0, 0.0))
+
+
+def test_large_epsilon_is_calibrated_within_bounded_cost_or_refused():
+    """Issue 46: `budget --epsilon 1000` took 364 s (the PLD grew like 1 / sigma^2 at a fixed discretisation) and
+    1e9 crashed in brentq. The discretisation now follows epsilon (same relative precision), so the PLD holds
+    about as many points at epsilon 1000 as at 1; above MAX_EPSILON a clear refusal."""
+    import dp_accounting
+    from dpsynth.privacy import analytic
+    from dpsynth.privacy.calibration import MAX_EPSILON, PrivacyPlan, _accountant, pld_interval
+
+    def pld_points(eps):
+        acc = _accountant("pld", PrivacyPlan((1.0,)), eps)
+        acc.compose(dp_accounting.GaussianDpEvent(analytic.sigma_for(eps, 1e-5)))
+        return acc._pld._pmf_remove.size          # noqa: SLF001 - the cost of every accountant call
+
+    assert pld_interval(0.5) == pld_interval(1.0) == 1e-4       # epsilon <= 1: the numbers of before, unchanged
+    assert pld_points(1000.0) < 3 * pld_points(1.0)
+    for eps in (10.0, 1000.0):
+        sigma = gaussian_sigma(eps, 1e-5)
+        assert epsilon_for_sigma(sigma, 1e-5) <= eps                     # verified, as at any epsilon
+        assert sigma == pytest.approx(analytic.sigma_for(eps, 1e-5), rel=1e-3)
+    with pytest.raises(InvalidParameterError, match=r"epsilon=1e\+09 is above 1000: .* protects nothing"):
+        gaussian_sigma(1e9, 1e-5)
+    assert MAX_EPSILON == 1000.0
