@@ -117,6 +117,8 @@ def check_release_pin(directory, pin: dict | None, what: str) -> None:
         path = directory / name
         actual = sha256_file(path) if path.exists() else "missing"
         if actual != digest:
+            if name == META_FILE and path.exists():
+                read_sealed_json(path, "release")    # a corrupt or edited file is named as such, not as "replaced"
             raise ArtifactError(
                 f"the release in {directory} is not the one the {what} was trained on ({name}: "
                 f"{actual[:12]}..., pinned {digest[:12]}...): it was replaced (e.g. by `dpsynth demo` or "

@@ -19,8 +19,15 @@ from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exporte
 COMMANDS = (datasets, budget, inspect, fit, sample, distill, pretrain, evaluate, report, audit, demo)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the message and where to read more, not the whole usage first."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data "
+    p = Parser(prog="dpsynth", description="Differentially private synthetic data "
                                 "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP, DP-RandConv).")
     p.add_argument("--version", action="version", version=f"dpsynth {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
@@ -52,6 +59,13 @@ def cli_message(message: str) -> str:
     return re.sub(rf"^({names}) must", lambda m: f"{CLI_FLAGS[m.group(1)]} must", message)
 
 
+class _LineFormatter(logging.Formatter):
+    """Log records in the same one-line form as warnings and errors: ``dpsynth: warning: ...``."""
+
+    def format(self, record):
+        return f"dpsynth: {record.levelname.lower()}: {cli_message(record.getMessage())}"
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     """Warnings on the command line: one line, no source."""
     print(f"dpsynth: warning: {cli_message(str(message))}", file=sys.stderr if file is None else file)
@@ -67,18 +81,34 @@ def main(argv=None) -> int:
         return 130
 
 
+def _after_release(args) -> str:
+    """What a Ctrl-C during `fit` leaves behind, once its release is on disk: the budget is spent, and how to go
+    on without spending more."""
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    if args.command != "fit" or not out or not (Path(out) / "release" / "release.json").exists():
+        return ""
+    return (f" after the private release was written to {Path(out) / 'release'}: its privacy budget is spent. "
+            f"Train from it without spending more: dpsynth fit --resume --out {out}")
+
+
 def _main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "fit" in argv[:3]:                        # fit's method options come from the registered methods
         add_method_options(parser.fit_parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler], force=True)
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"dpsynth: interrupted{_after_release(args)}", file=sys.stderr)
+        return 130
     except DpsynthError as exc:
         print(f"dpsynth: error: {cli_message(str(exc))}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
+from ._types import positive_int
 
 
 def cmd_evaluate(args) -> int:
@@ -168,7 +169,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("model", help="model folder written by `dpsynth fit`, or a set.npz written by `dpsynth distill`")
     s.add_argument("--json", action="store_true", help="print the whole result as one JSON object (for scripts) "
                    "instead of the summary; MODEL/evaluation.json holds it either way")
-    s.add_argument("--n", type=int, default=None, help="synthetic training samples (default 6000 images with "
+    s.add_argument("--n", type=positive_int, default=None, help="synthetic training samples (default 6000 images with "
                    "balanced labels; tables: as many as the private training rows)")
     s.add_argument("--test", help="tables fitted with --csv: real test split (same schema)")
     s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row")

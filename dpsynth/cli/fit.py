@@ -24,7 +24,7 @@ FLAG_PARAMS = {
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
 NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
-              "label_categories", "nullable", "drop_unlisted", "shards",
+              "label_categories", "nullable", "drop_unlisted", "shards", "encoding",
               "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every", "release_only"}
@@ -156,7 +156,7 @@ def _fit_inputs(args):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
         schema = _schema(args)
-        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted)
+        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
             _method(args).defaults_for("table"), {}
     if not args.dataset:
@@ -202,7 +202,7 @@ def _shard_inputs(args):
     if schema is not None and args.label != schema.label:
         raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
     src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
-                      drop_unlisted=args.drop_unlisted)
+                      drop_unlisted=args.drop_unlisted, encoding=args.encoding)
     shards = Path(str(args.shards))
     name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
@@ -259,7 +259,7 @@ def _method_options(args, cls) -> dict:
     names = set(cls.param_names())
     given, wrong = {}, []
     for dest, value in vars(args).items():
-        if dest in NOT_PARAMS or value is None or value is False and dest not in FLAG_PARAMS:
+        if dest in NOT_PARAMS or value is None:        # a value given (false too) is applied or refused
             continue
         param, convert = FLAG_PARAMS.get(dest, (dest, None))
         value = convert(value) if convert is not None else value
@@ -304,7 +304,38 @@ def add_method_options(fit_parser) -> None:
         if param in taken or param in RUN_DEFAULTS or param in TESTING_ONLY or param in ("progress", "device"):
             continue
         text = "; ".join(f"{m}: default {d!r}" for m, d in where)
-        group.add_argument(_flag(param), dest=param, type=_json_value, default=None, metavar="VALUE", help=text)
+        kind = _value_kind([d for _, d in where])
+        group.add_argument(_flag(param), dest=param, type=_typed(param, kind), default=None,
+                           metavar={"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"),
+                           help=text)
+
+
+def _value_kind(defaults: list) -> str:
+    """What a generated flag takes, from the methods' defaults for its parameter: bool, int, float or json."""
+    known = [d for d in defaults if d is not None and d is not inspect.Parameter.empty]
+    if known and all(isinstance(d, bool) for d in known):
+        return "bool"
+    if known and all(isinstance(d, int) and not isinstance(d, bool) for d in known):
+        return "int"
+    if known and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in known):
+        return "float"
+    return "json"
+
+
+def _typed(param: str, kind: str):
+    """The argparse type of a generated flag: its value parsed as ``kind``, anything else refused naming the
+    allowed values (never read as true, never dropped)."""
+    def parse(text: str):
+        value = _json_value(text)
+        if kind == "bool" and not isinstance(value, bool):
+            raise argparse.ArgumentTypeError(f"takes true or false; got {text!r}")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise argparse.ArgumentTypeError(f"takes a whole number; got {text!r}")
+        if kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise argparse.ArgumentTypeError(f"takes a number; got {text!r}")
+        return value
+    parse.__name__ = kind
+    return parse
 
 
 def _json_value(text: str):
@@ -343,6 +374,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "declares no label (SDV metadata)")
     s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "
                    "(SDV metadata does not say which)")
+    s.add_argument("--encoding", default="utf-8", help="--csv / CSV --shards: the files' text encoding (default "
+                   "utf-8; e.g. latin-1, cp1252)")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
                    "(default: refuse, naming them)")
     s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "

@@ -24,6 +24,8 @@ from .values import category_text, category_texts, date_seconds, dates, numbers
 RESOLUTIONS = ("D", "h", "min", "s", "ms", "us")
 #: the length of each resolution in seconds
 RESOLUTION_SECONDS = {"D": 86400.0, "h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: the widest numeric bounds declared (hi - lo): wider ones encode every real value into a sliver of [0, 1]
+MAX_SPAN = 1e15
 #: keys a column declaration may hold
 COLUMN_KEYS = {"name", "type", "bounds", "categories", "integer", "nullable", "resolution", "format", "prefix"}
 
@@ -116,6 +118,12 @@ class Column:
                     f"numeric column {self.name!r}: bounds must be two finite numbers lo < hi; "
                     f"got {list(self.bounds)}."
                 )
+            if self.kind == "numeric" and hi - lo > MAX_SPAN:
+                raise SchemaError(
+                    f"numeric column {self.name!r}: bounds {list(self.bounds)} span {hi - lo:.3g}, more than "
+                    f"{MAX_SPAN:.0e}: values would be encoded as a sliver of that range and generated across all of "
+                    f"it. Declare the range the values really take (it is public), or leave the bounds out and "
+                    f"release them privately (schema_share / --infer-schema).")
             if self.datetime:           # whole microseconds: the ISO text to_dict writes reads back exactly
                 lo, hi = round(lo, 6), round(hi, 6)
             self.bounds = (lo, hi)

@@ -20,7 +20,7 @@ import pandas as pd
 from ..engines import Engine, Source, StreamEngine, get_engine
 from ..errors import DataValidationError, DpsynthError, InvalidParameterError
 from .schema import Schema
-from .user import check_listed
+from .user import check_listed, read_csv_text
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -71,7 +71,8 @@ def _check_n_records(n_records) -> int:
     return int(n_records)
 
 
-def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unlisted: bool = False):
+def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unlisted: bool = False,
+                encoding: str = "utf-8"):
     """A :class:`ShardedTable` (CSV / Parquet shards; needs ``schema``) or :class:`ShardedArrays`
     (.npy / .npz shards) by the shards' file type."""
     files = shard_files(spec, TABLE_SUFFIXES + ARRAY_SUFFIXES)
@@ -79,7 +80,8 @@ def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unli
         if schema is None:
             raise InvalidParameterError(f"table shards ({files[0].name}, ...) need their schema: --schema FILE.json "
                                         f"and --label COLUMN.")
-        return ShardedTable(files, schema, n_records=n_records, engine=engine, drop_unlisted=drop_unlisted)
+        return ShardedTable(files, schema, n_records=n_records, engine=engine, drop_unlisted=drop_unlisted,
+                            encoding=encoding)
     if schema is not None:
         raise InvalidParameterError("array shards (.npy / .npz) have no schema; --schema applies to CSV / Parquet "
                                     "shards.")
@@ -114,11 +116,12 @@ class ShardedTable(_Sharded):
     list instead of refusing them (as :func:`~dpsynth.data.read_table`)."""
 
     def __init__(self, files, schema: Schema | dict | str | Path, *, n_records: int, engine="stream",
-                 drop_unlisted: bool = False, batch_rows: int = BATCH_ROWS):
+                 drop_unlisted: bool = False, batch_rows: int = BATCH_ROWS, encoding: str = "utf-8"):
         super().__init__(files, TABLE_SUFFIXES, n_records, engine, batch_rows)
         self.schema = (schema if isinstance(schema, Schema) else Schema.from_dict(schema) if isinstance(schema, dict)
                        else Schema.from_json(schema))
         self.drop_unlisted = drop_unlisted
+        self.encoding = encoding
 
     @property
     def columns(self) -> list[str]:
@@ -127,7 +130,7 @@ class ShardedTable(_Sharded):
 
     def _raw_batches(self, path: Path):
         if path.suffix.lower() == ".csv":
-            yield from pd.read_csv(path, dtype=str, keep_default_na=True, chunksize=self.batch_rows)
+            yield from read_csv_text(path, self.encoding, chunksize=self.batch_rows)
             return
         try:
             import pyarrow.parquet as pq

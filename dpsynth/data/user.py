@@ -17,7 +17,7 @@ SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy
 
 
 def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
-               drop_unlisted: bool = False) -> pd.DataFrame:
+               drop_unlisted: bool = False, encoding: str = "utf-8") -> pd.DataFrame:
     """Read a user table and validate it against a declared schema.
 
     A column of the file that the schema does not list is refused, naming it (it would otherwise
@@ -25,7 +25,8 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
 
     NumPy arrays have no column names: their columns are taken in schema order
     (feature columns, then the label if the schema has one). ``.npz`` files must
-    hold a single array. Returns the validated DataFrame.
+    hold a single array. ``encoding``: the text encoding of a CSV file (e.g. "latin-1", "cp1252").
+    Returns the validated DataFrame.
     """
     path = Path(path)
     if not isinstance(schema, Schema):
@@ -42,7 +43,7 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
     if not path.is_file():
         raise DataValidationError(f"data file {path} does not exist.")
     if kind == "csv":
-        df = pd.read_csv(path, dtype=str, keep_default_na=True)
+        df = read_csv_text(path, encoding)
     elif kind == "parquet":
         try:
             df = pd.read_parquet(path)
@@ -77,3 +78,22 @@ def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) ->
             f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
             f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
 
+
+def read_csv_text(path, encoding: str = "utf-8", **kwargs):
+    """A CSV file as text cells (every value read later by itself), with the errors a file can give as one
+    typed line each: an empty file, a file that is not in ``encoding``, an unknown encoding."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise InvalidParameterError(f"unknown text encoding {encoding!r}; give one Python knows, e.g. utf-8, "
+                                    f"latin-1, cp1252.") from None
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=True, encoding=encoding, **kwargs)
+    except pd.errors.EmptyDataError:
+        raise DataValidationError(f"{path} is empty (no header, no rows); give a CSV file with a header line and "
+                                  f"at least one row.") from None
+    except UnicodeDecodeError as exc:
+        raise DataValidationError(f"{path} is not {encoding} text (byte {exc.start} cannot be decoded); give its "
+                                  f"encoding (CLI --encoding, e.g. --encoding latin-1; Python encoding=...).") from None

@@ -68,6 +68,15 @@ class DPMERF(KernelGeneratorMethod):
     def dataset_defaults(cls, dataset: str, kind: str) -> dict:
         return presets.dpmerf_table(dataset) if kind == "table" else {}
 
+    def _validate(self) -> None:
+        super()._validate()
+        for name in ("categorical_pairs", "numeric_categorical"):
+            value = getattr(self, name)
+            if not (isinstance(value, bool) or value == "auto"):
+                raise InvalidParameterError(f"{name} must be 'auto' (default), True or False; got {value!r}.")
+        if self.rff_inputs not in ("numeric", "all"):
+            raise InvalidParameterError(f"rff_inputs must be 'numeric' (default) or 'all'; got {self.rff_inputs!r}.")
+
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
 
@@ -124,11 +133,15 @@ class DPHP(KernelGeneratorMethod):
 
     method = "dp-hp"
     #: user tables: the adult preset's kernel and schedule (the image defaults, length scale 0.07 and
-    #: sum weight 20, are the authors' MNIST setting); its code size is adult's, so it is left out
-    kind_defaults = {"table": {k: v for k, v in presets.dphp_table("adult").items() if k != "code_dim"}}
+    #: sum weight 20, are the authors' MNIST setting); its code size is adult's, so it is left out, and its
+    #: product dimensions (5) become None: as many, at most the table's encoded inputs (a public shape)
+    kind_defaults = {"table": {**{k: v for k, v in presets.dphp_table("adult").items() if k != "code_dim"},
+                               "product_dims": None}}
+    #: product dimensions of a table fit that leaves them to the method (None): the adult preset's
+    TABLE_PRODUCT_DIMS = 5
 
     def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, order: int = 100, length_scale=0.0707,
-                 n_product: int = 10, product_dims: int = 2, product_order: int = 20, product_length_scale=None,
+                 n_product: int = 10, product_dims: int | None = 2, product_order: int = 20, product_length_scale=None,
                  sum_share: float = 0.8, sum_weight: float = 20.0, product_weight: float = 1.0, hp_seed: int = 0,
                  iterations: int = 3000, batch_size: int = 200, lr: float = 0.01, lr_step: int = 300, **kwargs):
         super().__init__(epsilon, delta, iterations=iterations, batch_size=batch_size, lr=lr, lr_step=lr_step,
@@ -145,7 +158,8 @@ class DPHP(KernelGeneratorMethod):
         return hermite_noise_multipliers(int(self.n_product), float(self.sum_share))
 
     def feature_map(self, input_dim: int, n_classes: int) -> HermiteFeatures:
-        return HermiteFeatures(input_dim, self.order, self.length_scale, self.n_product, self.product_dims,
+        dims = self.product_dims if self.product_dims is not None else min(self.TABLE_PRODUCT_DIMS, input_dim)
+        return HermiteFeatures(input_dim, self.order, self.length_scale, self.n_product, dims,
                                self.product_order, self.product_length_scale, self.sum_share, self.sum_weight,
                                self.product_weight, seed=self.hp_seed)
 

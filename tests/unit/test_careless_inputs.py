@@ -1,0 +1,81 @@
+"""Issue 46: careless inputs a new user makes, one table: each gets exit status 2 and a one-line message that
+names the problem (or does what the user asked), and leaves no half-written output behind."""
+import json
+
+import pytest
+
+from dpsynth.cli import main
+
+from support import SCHEMA, WIDE, heavy_table, toy_table
+
+
+@pytest.fixture
+def files(tmp_path):
+    heavy_table(200).to_csv(tmp_path / "train.csv", index=False)
+    (tmp_path / "wide.json").write_text(json.dumps(WIDE))
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "latin.csv").write_bytes("amount,month,rate,y\n1,2,0.5,a\n".encode() + "3,4,0.5,\xe9\n".encode("latin-1"))
+    (tmp_path / "huge.json").write_text(json.dumps({**WIDE, "columns": [
+        {"name": "amount", "type": "numeric", "bounds": [0, 1e304]}] + WIDE["columns"][1:]}))
+    toy_table(60).to_csv(tmp_path / "toy.csv", index=False)
+    (tmp_path / "toy.json").write_text(json.dumps(SCHEMA))
+    return tmp_path
+
+
+FIT = ["fit", "--method", "dp-merf", "--schema", "{d}/wide.json", "--label", "y", "--epsilon", "1"]
+CASES = [  # (argv, first words of the one-line message)
+    (FIT + ["--csv", "{d}/empty.csv", "--out", "{d}/o"], "dpsynth: error: {d}/empty.csv is empty"),
+    (FIT + ["--csv", "{d}/latin.csv", "--out", "{d}/o"], "dpsynth: error: {d}/latin.csv is not utf-8 text"),
+    (FIT + ["--csv", "{d}/train.csv", "--epsilon", "1e9", "--out", "{d}/o"], "dpsynth: error: --epsilon 1e+09 is above 1000"),
+    (FIT + ["--csv", "{d}/train.csv", "--iterations", "many", "--out", "{d}/o"],
+     "dpsynth fit: error: argument --iterations: invalid int value: 'many'"),
+    (FIT + ["--csv", "{d}/train.csv", "--categorical-pairs", "maybe", "--out", "{d}/o"],
+     "dpsynth: error: categorical_pairs must be 'auto' (default), True or False; got 'maybe'"),
+    (FIT + ["--csv", "{d}/train.csv", "--conditional", "maybe", "--out", "{d}/o"],
+     "dpsynth fit: error: argument --conditional: takes true or false; got 'maybe'"),
+    (["fit", "--method", "dp-merf", "--csv", "{d}/train.csv", "--schema", "{d}/huge.json", "--label", "y",
+      "--epsilon", "1", "--out", "{d}/o"], "dpsynth: error: numeric column 'amount': bounds [0, 1e+304] span 1e+304"),
+    (FIT + ["--csv", "{d}/train.csv", "--conditional", "false", "--out", "{d}/o"],   # was dropped: now applied, so refused
+     "dpsynth: error: tables are modelled class-conditionally: use conditional=True"),
+    (["evaluate", "{d}/o", "--n", "0"], "dpsynth evaluate: error: argument --n: takes a whole number >= 1; got '0'"),
+    (["sample", "{d}/o", "--n", "-3"], "dpsynth sample: error: argument --n: takes a whole number >= 1; got '-3'"),
+    (["budget", "--epsilon", "1e4", "--delta", "1e-5"], "dpsynth: error: --epsilon 10000 is above 1000"),
+]
+
+
+@pytest.mark.parametrize("argv, first", CASES, ids=[" ".join(a[:2] + a[-4:-2]) for a, _ in CASES])
+def test_a_careless_input_gets_one_line_naming_the_problem_and_leaves_nothing(files, capsys, argv, first):
+    argv = [a.format(d=files) for a in argv]
+    with pytest.raises(SystemExit) if "error: argument" in first else _no_exit() as exited:
+        code = main(argv)
+    if exited is not None and exited.value is not None:
+        code = exited.value.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith(first.format(d=files)), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "usage:" not in err
+    assert not (files / "o").exists()
+
+
+class _no_exit:
+    value = None
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("flag, param, value", [("--categorical-pairs", "categorical_pairs", False),
+                                                 ("--numeric-categorical", "numeric_categorical", False),
+                                                 ("--categorical-pairs", "categorical_pairs", True),
+                                                 ("--rff-inputs", "rff_inputs", "all")])
+def test_a_generated_flag_given_is_applied_false_too(files, capsys, flag, param, value):
+    """`--conditional false` and friends were dropped as if absent (issue 46): the fitted model holds the value."""
+    out = files / "m"
+    code = main(["fit", "--method", "dp-merf", "--csv", str(files / "toy.csv"), "--schema", str(files / "toy.json"),
+                 "--label", "y", "--epsilon", "1", "--iterations", "2", "--n-features", "50", "-q", "--noise-seed",
+                 "0", "--out", str(out), flag, json.dumps(value) if not isinstance(value, str) else value])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((out / "model.json").read_text())["params"][param] == value
