@@ -14,7 +14,10 @@ private state (the support set after private steps) and is deleted when training
 Which records a step reads is as secret as the noise (:class:`~dpsynth.privacy.sampling.PoissonSampler`):
 ``seed`` fixes public things only (the N(0, I) start); ``sampler_seed`` and ``noise_seed`` exist for
 tests, the CLI never sets them, and the ledger says they void the guarantee. Neighbours are
-replace-one (N public) as for every other release; ``neighbouring="add_remove"`` is the paper's. The result is saved as a release: ``support_x``, ``support_y``,
+replace-one (N public) as for every other release; ``neighbouring="add_remove"`` is the paper's accounting, which
+holds here for zero-out neighbours only (a record replaced by a null record, N public: the clipped sum is divided
+by the public expected batch q N), and its ledger entry says so beside the replace-one epsilon of the same sigma.
+The result is saved as a release: ``support_x``, ``support_y``,
 the kernel spec and the DP-SGD ledger entry.
 
 Inputs are mapped to the kernel's space by a fixed, data-independent affine map: images in
@@ -45,7 +48,7 @@ from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import PrivacyPlan
 from ..privacy.engine import PrivacyEngine
-from ..privacy.ledger import PRIVACY_UNIT, LedgerEntry
+from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
@@ -84,7 +87,8 @@ class DPKIP(Method):
     public initialisation only. ``noise_seed`` fixes the privacy noise and ``sampler_seed`` the
     Poisson sample (testing only, each on its own: the ledger records that they void the
     guarantee). ``neighbouring``: ``"replace_one"`` (default, N public, like every release) or
-    ``"add_remove"`` (the paper's accounting). Tables share the other methods' preparation
+    ``"add_remove"`` (the paper's accounting; with N public and the sum divided by q N it holds for zero-out
+    neighbours, and the ledger entry prints the replace-one epsilon of the same sigma beside it). Tables share the other methods' preparation
     (:mod:`dpsynth.methods.tables`): ``schema_share`` releases the bounds / categories a schema leaves
     out, ``numeric_encoding="quantile"`` the numeric columns' CDFs (``numeric_share``), both in the
     same plan as the DP-SGD steps; the default ``"minmax"`` scales by the declared bounds.
@@ -205,21 +209,52 @@ class DPKIP(Method):
             return PixelFeatures(int(np.prod(shape)))
         return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)   # images: checked in fit
 
-    def _private_start(self, engine: PrivacyEngine, X, y, shape, table_state, dataset: str) -> torch.Tensor:
-        """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
-        class-conditional mean embedding under :meth:`_start_map` (:func:`~dpsynth.embedding.release_mean_embedding`,
-        the release every kernel method makes), then ``images_per_class`` records per class distilled from it
-        (:func:`~dpsynth.methods.distill.distill_release`: post-processing), in kernel space, class by class."""
-        encoder, _, facts = table_state or (None, {}, {})
-        release = release_mean_embedding(
-            self._start_map(shape), X, None if encoder is not None else y, n_classes=int(self.n_classes),
-            engine=engine, dataset=dataset, encoder=encoder,
-            public_facts={**facts, "record_shape": list(shape), "method": self.method})
-        small = distill_release(release, int(self.images_per_class), iterations=START_ITERATIONS,
-                                seed=self.seed or 0, blocks_per_step=2 if self.start == "random-conv" else None,
-                                device=self.device)
+    def _start_parts(self, shape, table_state) -> tuple:
+        """What the start's release is built from, all public: (feature map, table encoder or None, the
+        release's public facts, the tensors it carries beside the embedding: a table's schema / sketch
+        releases, which its encoder is rebuilt from)."""
+        encoder, prior, facts = table_state or (None, {}, {})
+        return (self._start_map(shape), encoder, {**facts, "record_shape": list(shape), "method": self.method},
+                dict(prior))
+
+    def _distil_start(self, release: Release, encoder, iterations: int) -> torch.Tensor:
+        """``images_per_class`` records per class distilled from the start's release, in kernel space, class by
+        class (:func:`~dpsynth.methods.distill.distill_release`: post-processing)."""
+        small = distill_release(release, int(self.images_per_class), iterations=iterations, seed=self.seed or 0,
+                                blocks_per_step=2 if self.start == "random-conv" else None, device=self.device)
         x = encoder.encode(small.x)[0] if encoder is not None else small.x
         return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self.dtype))
+
+    def _rehearse_start(self, parts, engine: PrivacyEngine, n_records: int, dataset: str) -> None:
+        """Run the start's post-processing once on a public placeholder release (a zero embedding with the real
+        release's spec, facts and carried tensors), before the charge: whatever would fail after the release
+        (rebuilding a table's encoder from the release, distillation's checks, encoding the distilled rows) fails
+        here, with nothing read from the private data and nothing charged (issue 45, item 5)."""
+        fmap, encoder, facts, prior = parts
+        engine.multiplier(START_RELEASE)                 # the start's release is in the plan
+        n_classes = int(self.n_classes)
+        placeholder = Release({"embedding": torch.zeros(fmap.out_dim, n_classes, dtype=torch.float64), **prior},
+                              fmap.spec(), {"name": dataset, "n_records": n_records, "n_classes": n_classes,
+                                            "conditional": True, **facts}, Ledger())
+        self._distil_start(placeholder, encoder, iterations=1)
+
+    def _private_start(self, engine: PrivacyEngine, X, y, parts, dataset: str) -> torch.Tensor:
+        """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
+        class-conditional mean embedding under :meth:`_start_map` (:func:`~dpsynth.embedding.release_mean_embedding`,
+        the release every kernel method makes; a table's release carries the schema / sketch tensors its encoder is
+        rebuilt from), then ``images_per_class`` records per class distilled from it (:meth:`_distil_start`)."""
+        fmap, encoder, facts, prior = parts
+        release = release_mean_embedding(
+            fmap, X, None if encoder is not None else y, n_classes=int(self.n_classes), engine=engine,
+            dataset=dataset, encoder=encoder, public_facts=facts, prior_tensors=prior)
+        return self._distil_start(release, encoder, START_ITERATIONS)
+
+    def _encode(self, X, y, table_state, n_records: int) -> tuple:
+        """The records and labels as arrays (a table through its prepared encoder), with the input-domain checks
+        (finite numbers, labels in 0..n_classes-1): run before the charge, so a refusal charges nothing."""
+        if table_state is not None:
+            return table_state[0].encode(X)
+        return check_features(X), check_labels(y, n_records, n_classes=int(self.n_classes))
 
     def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
         """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
@@ -252,7 +287,7 @@ class DPKIP(Method):
                                 f"continue it, or use a new folder.")
         if resume and not ckpt:
             raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
-        state = None
+        state, encoded = None, None
         if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
             state = _KIPState.load(out, self.device)
             self.__dict__.update({k: v for k, v in state.model_params.items() if k not in ("progress", "device")})
@@ -298,18 +333,25 @@ class DPKIP(Method):
                 shape = [table_state[0].dim]
             description = (f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD on the KRR loss: "
                            f"{plan.describe()}, clip {self.clip:g}; start: {self._start_words(public_init)}")
-            if self.start == "noise":
-                start_x = self._public_start(public_init, shape)
-            else:
+            # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
+            # records' input domain, and the private start's post-processing rehearsed on a placeholder
+            start_x = self._public_start(public_init, shape) if self.start == "noise" else None
+            encoded = self._encode(X, y, table_state, n_records)
+            if self.start != "noise":
+                parts = self._start_parts(shape, table_state)
+                self._rehearse_start(parts, engine, n_records, dataset)
                 engine.charge(description)          # the whole plan, before the start's release reads a record
-                start_x = self._private_start(engine, X, y, shape, table_state, dataset)
+                start_x = self._private_start(engine, X, y, parts, dataset)
             entry = engine.declare_dpsgd(
                 clip=self.clip, n_records=n_records, description=description,
                 assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
                          "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
                                         "moves the sum by <= 2 clip (the accountant's replace-one relation: "
                                         "mixtures at +-clip)" if self.neighbouring == "replace_one" else
-                                        "clip (one record added or removed)",
+                                        "clip: one record zeroed out (replaced by a null record that adds "
+                                        "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
+                                        "so the add/remove accounting holds for zero-out neighbours only, not for "
+                                        "adding or removing a record",
                          "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N"},
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
@@ -325,12 +367,7 @@ class DPKIP(Method):
         facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
                  "record_shape": shape, "method": self.method, **table_facts, **(public_facts or {})}
         # ---- private data from here on, through private_gradient only -----------------------
-        if encoder is not None:
-            Xa, ya = encoder.encode(X)
-        else:
-            Xa, ya = check_features(X), check_labels(y, n_records)
-            if ya.size and ya.max() >= self.n_classes:
-                raise InvalidParameterError(f"labels must lie in 0..{self.n_classes - 1}; found {int(ya.max())}.")
+        Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
         x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes)).to(self.device)
         self._train(state, x_all, y_all, plan, out)

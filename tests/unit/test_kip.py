@@ -356,6 +356,59 @@ def test_private_start_on_a_table_and_bad_starts(digits, tmp_path):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels", start_share=1.5)).fit(X, y)
 
 
+def test_quantile_table_with_the_default_private_start_releases_and_is_charged_once(tmp_path):
+    """Issue 45, item 5: the start's release carries the numeric sketch's tensors, so its table encoder is rebuilt
+    (it was a KeyError after the charge: (1, 1e-5) spent and nothing released)."""
+    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+    m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, numeric_encoding="quantile")
+    out = m.fit(toy_table(300), label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget,
+                dataset="toy").sample()
+    assert len(out) == 6 and out["age"].between(17, 90).all() and out["score"].between(-1, 1).all()
+    assert m.encoder_.numeric_encoding == "quantile"
+    entries = m.release_.ledger.entries
+    assert [e.mechanism for e in entries] == ["gaussian", "gaussian", "dp-sgd"]      # sketch, start, steps
+    assert len({e.budget_id for e in entries}) == 1
+    again = dpsynth.BudgetFile.open(tmp_path / "b.json")
+    assert again.spent == (1.0, 1e-5) and len(again.charges) == 1
+
+
+@pytest.mark.parametrize("where", ["rebuild-encoder", "distill", "encode-start", "labels"])
+def test_a_failure_between_the_plan_and_the_charge_leaves_the_budget_unspent(digits, tmp_path, monkeypatch, where):
+    """Every check that can fail runs before the charge (issue 45, item 5): a fault injected into the start's
+    post-processing (rebuilding a table's encoder from the start's release, distillation, encoding the distilled
+    rows) or records outside the input domain (a label >= n_classes) refuse the fit with nothing charged."""
+    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+
+    def broken(*a, **k):
+        raise RuntimeError("injected")
+    kw = dict(images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, start="pixels")
+    if where == "labels":
+        X, y = digits.x_train.numpy(), digits.y_train.numpy().copy()
+        y[0] = 10
+        with pytest.raises(dpsynth.errors.DataValidationError, match=r"labels must lie in 0\.\.9"):
+            DPKIP(1.0, 1e-5, **dict(kw, n_classes=10)).fit(X, y, budget=budget)
+    else:
+        from dpsynth.data.encoding import TableEncoder
+        from dpsynth.methods import tables as tables_module
+        if where == "rebuild-encoder":
+            monkeypatch.setattr(tables_module, "encoder_from", broken)
+        elif where == "distill":
+            monkeypatch.setattr(kip_module, "distill_release", broken)
+        else:     # encoding the distilled start (its 2 classes x 3 rows), not the private records
+            real = TableEncoder.encode
+
+            def encode(self, df, *a, **k):
+                if len(df) == 6:
+                    raise RuntimeError("injected")
+                return real(self, df, *a, **k)
+            monkeypatch.setattr(TableEncoder, "encode", encode)
+        with pytest.raises(RuntimeError, match="injected"):
+            DPKIP(1.0, 1e-5, **dict(kw, numeric_encoding="quantile")).fit(
+                toy_table(300), label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget)
+    again = dpsynth.BudgetFile.open(tmp_path / "b.json")
+    assert again.spent == (0.0, 0.0) and not again.charges
+
+
 def test_the_default_start_is_private_pixels_unless_a_public_set_is_given(digits):
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     kw = {k: v for k, v in KIP_TINY.items() if k != "start"}
