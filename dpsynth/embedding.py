@@ -218,7 +218,9 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     less noise. ``X``: images or records in memory (not shards); ``y`` with ``n_classes`` (public) for the
     class-conditional release. ``sampler_seed`` fixes the sample for tests only (the ledger says so).
     ``neighbouring``: "replace_one" (default, as every release) or "add_remove" (the accounting NDPDC and DP-SGD
-    papers use; m still divides as a public count, as DP-KIP's expected batch does): about half the noise.
+    papers use; m still divides as a public count, as DP-KIP's expected batch does, so it holds for zero-out
+    neighbours, a record replaced by a null record with m unchanged, not for adding or removing one: the ledger
+    entry says so and prints the replace-one epsilon of the same sigma): about half the noise.
     """
     n_blocks = int(feature_map.n_blocks)
     if n_blocks < 2:

@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..privacy.ledger import replace_one_words, zero_out_plan
 from ._common import release_folder
 
 def cmd_inspect(args) -> int:
@@ -52,8 +53,16 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
              + (f", {classes} classes" if classes else "") + f") in {path}"]
     if entries:
         e = entries[0]
-        lines.append(f"privacy spent: epsilon={eps:g}, delta={delta:g} ({e.neighbouring.replace('_', '-')} neighbours; "
-                     f"one record = {e.privacy_unit})")
+        zero_out = [x for x in entries if zero_out_plan(x.plan)]
+        if zero_out:       # add/remove accounting with the sums divided by the public m: zero-out neighbours
+            ro = zero_out[-1]
+            lines.append(f"privacy spent: epsilon={eps:g}, delta={delta:g} (add/remove accounting, which holds for "
+                         f"zero-out neighbours with m public, NOT for adding or removing a record; one record = "
+                         f"{e.privacy_unit})")
+            lines.append(f"replace-one neighbours, the same noise: {replace_one_words(ro)}")
+        else:
+            lines.append(f"privacy spent: epsilon={eps:g}, delta={delta:g} ({e.neighbouring.replace('_', '-')} "
+                         f"neighbours; one record = {e.privacy_unit})")
         sources = sorted({x.noise_source.split(" (")[0] for x in entries})
         lines.append(f"noise: {', '.join(sources)}; accountant {e.accountant}")
         lines.append("")

@@ -175,7 +175,9 @@ class DPRandConv(KernelGeneratorMethod):
     its own secret Poisson sample of the records (that share of them), one subsampled Gaussian step per network,
     calibrated together: ``n_networks`` networks for the compute of ``sample_rate * n_networks`` full passes, so
     hundreds of networks fit where a full release affords a few dozen. With it, ``neighbouring="add_remove"`` is the
-    accounting NDPDC reports (about half the noise of the default replace-one; m divides as a public count).
+    accounting NDPDC reports (about half the noise of the default replace-one; m divides as a public count, so it
+    holds for zero-out neighbours, a record replaced by a null record, not for adding or removing one: the ledger
+    entry says so and prints the replace-one epsilon of the same sigma beside it).
     The release serves a generator like the others, and `dpsynth distill` (a small set per class, NDPDC's use of
     it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
     the views added nothing on MNIST there)."""

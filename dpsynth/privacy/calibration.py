@@ -153,8 +153,10 @@ def _accountant(name: str, plan: PrivacyPlan, epsilon: float = 1.0):
 
 
 def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = None,
-                      accountant: str = "pld") -> float:
-    """Epsilon spent by ``plan`` run with base noise multiplier ``sigma`` at ``delta``."""
+                      accountant: str = "pld", *, epsilon_hint: float | None = None) -> float:
+    """Epsilon spent by ``plan`` run with base noise multiplier ``sigma`` at ``delta``. ``epsilon_hint``: about
+    how much a subsampled plan spends, where the caller knows it is large: the PLD grid follows it
+    (:func:`pld_interval`; the estimate stays pessimistic, only coarser and faster)."""
     plan = plan or PrivacyPlan()
     sigma = check_positive(sigma, "sigma")
     delta = check_delta(delta)
@@ -162,11 +164,21 @@ def epsilon_for_sigma(sigma: float, delta: float, plan: PrivacyPlan | None = Non
     if accountant == "exact":
         return analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers), delta)
     # the discretisation follows the epsilon spent (its exact value for plans of plain Gaussian releases)
-    hint = 1.0 if plan.subsampled else analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers),
-                                                             delta)
+    hint = (epsilon_hint or 1.0) if plan.subsampled else \
+        analytic.epsilon_for(sigma * analytic.effective_multiplier(plan.multipliers), delta)
     acc = _accountant(accountant, plan, hint)
     acc.compose(plan.event(sigma))
     return float(acc.get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=128)
+def replace_one_epsilon(sigma: float, delta: float, plan: PrivacyPlan) -> float:
+    """The epsilon that ``plan``'s base noise multiplier ``sigma`` gives under replace-one neighbours (the same
+    releases, sampling rate and steps; the PLD accountant's replace-one relation, under which one record changed
+    moves a step's clipped sum by up to twice the clip). For a plan accounted add/remove this is what its sigma
+    buys for the library's own relation: e.g. q 0.5, 32 steps, add/remove epsilon 1 -> replace-one 2.12."""
+    ro = PrivacyPlan(plan.multipliers, plan.sample_rate, plan.steps, "replace_one")
+    return epsilon_for_sigma(sigma, delta, ro, "pld")
 
 
 def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = None,

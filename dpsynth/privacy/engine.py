@@ -16,7 +16,9 @@ DP-SGD schedule (the plan's sample rate and steps). :class:`PrivacyEngine` then
    :func:`~dpsynth.privacy.mechanisms.gaussian_mechanism` on private data;
 4. builds every ledger entry (the only place that constructs :class:`LedgerEntry`), all sharing
    one budget id, with one neighbouring relation (replace-one unless a DP-SGD plan asks for
-   add/remove by name);
+   add/remove by name: then every entry of the plan also records the replace-one epsilon of the same
+   sigma, since the sums are divided by the public m and the add/remove figure holds only for zero-out
+   neighbours, :data:`~dpsynth.privacy.ledger.ZERO_OUT`);
 5. charges the budget once (:meth:`charge`).
 
 The sums themselves are computed where the data lives by the data-touching functions
@@ -34,7 +36,7 @@ import torch
 from ..errors import InvalidParameterError
 from ..validation import check_delta, check_epsilon
 from .budget import BudgetFile
-from .calibration import PrivacyPlan, calibrate_sigma
+from .calibration import PrivacyPlan, calibrate_sigma, replace_one_epsilon
 from .ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from .mechanisms import NoiseSource, gaussian_mechanism
 from .sampling import PoissonSampler
@@ -70,6 +72,8 @@ class PrivacyEngine:
         else:
             self.sigma = calibrate_sigma(self.epsilon, self.delta - reserved_delta, plan, accountant) \
                 if self.private else 0.0
+        self.reserved_delta = float(reserved_delta)
+        self._replace_one_epsilon = None
         self.budget = budget
         if budget is not None:
             budget.check(self.epsilon, self.delta)
@@ -111,6 +115,18 @@ class PrivacyEngine:
         eps = epsilon_for_sigma(sigma, delta, plan) if sigma >= 0.05 else math.inf   # ~noise-free test reads
         return cls(eps, delta, plan, multipliers=multipliers, noise_seed=noise_seed, sampler_seed=sampler_seed,
                    sigma=sigma)
+
+    @property
+    def replace_one_epsilon(self) -> float | None:
+        """For a plan accounted add/remove (which holds for zero-out neighbours only, m public): the epsilon its
+        sigma gives under replace-one neighbours, at the delta it was calibrated for (same plan, same sampling
+        rate and steps, the accountant's replace-one relation; PLD, as RDP has no replace-one subsampling). None
+        for replace-one plans and the non-private baseline. Computed once, when the first entry is recorded."""
+        if not (self.private and self.plan.subsampled and self.plan.neighbouring == "add_remove"):
+            return None
+        if self._replace_one_epsilon is None:
+            self._replace_one_epsilon = replace_one_epsilon(self.sigma, self.delta - self.reserved_delta, self.plan)
+        return self._replace_one_epsilon
 
     # -- releases ------------------------------------------------------------------------------------
     def multiplier(self, name: str) -> float:
@@ -166,7 +182,7 @@ class PrivacyEngine:
             plan=self.plan.to_dict(), noise_source=self.noise.policy, dataset=self.dataset,
             n_records=None if n_records is None else int(n_records), neighbouring=relation,
             privacy_unit=self.privacy_unit, assumed=dict(assumed), computation=dict(computation or {}),
-            budget_id=self.budget_id, sampler=sampler, notes=tuple(notes))
+            budget_id=self.budget_id, sampler=sampler, notes=tuple(notes), replace_one_epsilon=self.replace_one_epsilon)
         self.entries.append(entry)
         return entry
 

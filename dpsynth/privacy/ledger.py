@@ -27,7 +27,8 @@ class LedgerEntry:
     dataset: str = ""
     n_records: int | None = None
     #: which datasets count as neighbours: "replace_one" (every release by default: the record
-    #: count is public) or "add_remove" (DP-SGD only, when asked for by name to reproduce a paper)
+    #: count is public) or "add_remove" (subsampled steps only, when asked for by name to reproduce a paper;
+    #: the sums are divided by the public m, so it holds as zero-out neighbours: :func:`neighbouring_statement`)
     neighbouring: str = "replace_one"
     #: what one record is: the unit whose change the guarantee covers
     privacy_unit: str = PRIVACY_UNIT
@@ -43,6 +44,10 @@ class LedgerEntry:
     sampler: str = ""
     #: what else the guarantee rests on that the fields above do not say (checks and their reach)
     notes: tuple = ()
+    #: plans accounted add/remove (DP-SGD or a subsampled release asked for it by name): the epsilon the same
+    #: sigma gives under replace-one neighbours (same plan, the accountant's replace-one relation), at ``delta``;
+    #: None for every other plan (already replace-one)
+    replace_one_epsilon: float | None = None
     library_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
@@ -99,7 +104,7 @@ class Ledger:
                 f"    noise multiplier sigma={e.noise_multiplier:.6g} sensitivity={e.sensitivity:.6g} "
                 f"noise std={e.noise_std:.6g}\n"
                 f"    plan={e.plan}\n"
-                f"    neighbouring={e.neighbouring}; privacy unit: {e.privacy_unit}\n"
+                f"    {neighbouring_statement(e)}{sep(e)}privacy unit: {e.privacy_unit}\n"
                 + (f"    assumed public: {_facts(e.assumed)}\n" if e.assumed else "") +
                 f"    dataset={e.dataset or '-'} n={e.n_records} noise={e.noise_source}\n"
                 + (f"    records per step: {e.sampler}\n" if e.sampler else "")
@@ -120,6 +125,51 @@ class Ledger:
                              f"delta={entries[0].delta:g}, calibrated together (their noise composes exactly to "
                              f"it); they are not separate charges.")
         return "\n".join(lines + notes)
+
+
+#: what an add/remove accounting holds for when the sums are divided by the public record count m
+ZERO_OUT = ("zero-out neighbours with m public (one record replaced by a null record that adds nothing to any sum, "
+            "the record count m unchanged); the released sums are divided by the public m, so adding or removing "
+            "a record, which changes m, is NOT covered")
+
+
+def zero_out_plan(plan: dict) -> bool:
+    """The plan's subsampled steps are accounted add/remove: its (epsilon, delta) holds for zero-out neighbours."""
+    return plan.get("neighbouring") == "add_remove" and plan.get("sample_rate") is not None
+
+
+def sep(e: LedgerEntry) -> str:
+    return "\n    " if zero_out_plan(e.plan) else "; "
+
+
+def replace_one_of(e: LedgerEntry) -> float | None:
+    """The replace-one epsilon of the entry's sigma for a plan accounted add/remove: as recorded, or for an entry
+    written before dpsynth recorded it, computed from the entry (its sigma, plan and delta). None otherwise."""
+    if not zero_out_plan(e.plan) or not e.noise_multiplier > 0:
+        return None
+    if e.replace_one_epsilon is not None:
+        return e.replace_one_epsilon
+    from .calibration import PrivacyPlan, replace_one_epsilon
+
+    plan = PrivacyPlan(tuple(e.plan.get("multipliers", ())), e.plan["sample_rate"], e.plan["steps"], "add_remove")
+    return replace_one_epsilon(e.noise_multiplier, e.delta, plan)
+
+
+def replace_one_words(e: LedgerEntry) -> str:
+    ro = replace_one_of(e)
+    return (f"epsilon={ro:.3f} at delta={e.delta:g}" if ro is not None else "no guarantee (no noise)") + \
+        " (one record changed, m public: the relation of every other release)"
+
+
+def neighbouring_statement(e: LedgerEntry) -> str:
+    """Which neighbours the entry's (epsilon, delta) holds for, in words: the relation, and for a plan accounted
+    add/remove what that means here (zero-out, m public) and the replace-one epsilon of the same sigma."""
+    if not zero_out_plan(e.plan):
+        return f"neighbouring={e.neighbouring}"
+    own = "" if e.neighbouring == "add_remove" else \
+        f" (this release's own sensitivity: {e.neighbouring}; the plan's subsampled steps: add_remove)"
+    return (f"neighbouring=add_remove{own}, which holds as {ZERO_OUT}\n"
+            f"    replace-one neighbours, the same sigma: {replace_one_words(e)}")
 
 
 def _computed(c: dict) -> str:

@@ -10,6 +10,7 @@
 
 The old behaviours live on as test doubles (``tests/doubles``) so the checks are shown to catch them.
 """
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from dpsynth.kip.krr import centred_one_hot
 from dpsynth.kip.per_record import factored_clipped_sum
 from dpsynth.methods.kip import to_kernel_space
 from dpsynth.privacy import engine as engine_module
+from dpsynth.privacy.ledger import Ledger
 from dpsynth.privacy.sampling import PoissonSampler
 from dpsynth.release import Release
 
@@ -164,6 +166,73 @@ def test_budget_cli_defaults_to_replace_one(capsys):
     cli.main(["budget", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0.01", "--steps", "100",
               "--neighbouring", "add_remove", "--json"])
     assert default["sigma"] > json.loads(capsys.readouterr().out)["sigma"]
+
+
+def test_add_remove_entries_say_zero_out_with_m_public_and_print_the_replace_one_epsilon(tmp_path, capsys):
+    """Issue 45, item 6: DP-KIP under add_remove and dp-randconv's sampled release divide by the public m, so literal
+    add/remove neighbours (which change m) cannot hold; the entry says zero-out with m public and prints the
+    replace-one epsilon of the same sigma (the library's accountant, same plan, replace-one relation), and
+    `dpsynth inspect` shows both. Known value: q 0.5, 32 steps, add/remove epsilon 1 -> replace-one 2.116."""
+    from dpsynth.embedding import release_sampled_embedding
+    from dpsynth.features import RandomConvFeatures
+    from dpsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
+
+    digits = dpsynth.load_dataset("digits")
+    X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
+    (e,) = DPKIP(1.0, 1e-5, **TINY, neighbouring="add_remove").fit(X, y).release_.ledger.entries
+    plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")
+    assert e.replace_one_epsilon == pytest.approx(epsilon_for_sigma(e.noise_multiplier, 1e-5, plan), rel=1e-9)
+    assert e.replace_one_epsilon > 1.0
+    text = Ledger((e,)).format()
+    assert "neighbouring=add_remove, which holds as zero-out neighbours with m public" in text
+    assert "adding or removing a record, which changes m, is NOT covered" in text
+    assert f"replace-one neighbours, the same sigma: epsilon={e.replace_one_epsilon:.3f} at delta=1e-05" in text
+    assert "one record zeroed out" in e.assumed["sensitivity"] and "added or removed" not in e.assumed["sensitivity"]
+    replace = DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.entries[0]      # the default: nothing to add
+    assert replace.replace_one_epsilon is None and "zero-out" not in Ledger((replace,)).format()
+
+    rng = torch.Generator().manual_seed(0)
+    images, labels = torch.rand(40, 1, 8, 8, generator=rng).numpy(), (torch.arange(40) % 2).numpy()
+    rel = release_sampled_embedding(RandomConvFeatures((1, 8, 8), n_networks=32, width=2), images, labels,
+                                    epsilon=1.0, delta=1e-5, n_classes=2, sample_rate=0.5, neighbouring="add_remove")
+    (s,) = rel.ledger.entries
+    assert s.noise_multiplier == pytest.approx(10.7138, abs=1e-3) and s.replace_one_epsilon == pytest.approx(2.116, abs=1e-3)
+    rel.save(tmp_path / "r")
+    capsys.readouterr()
+    assert cli.main(["inspect", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "zero-out neighbours with m public, NOT for adding or removing a record" in out
+    assert "replace-one neighbours, the same noise: epsilon=2.116 at delta=1e-05" in out
+    assert cli.main(["inspect", str(tmp_path / "r"), "--ledger"]) == 0
+    assert "replace-one neighbours, the same sigma: epsilon=2.116" in capsys.readouterr().out
+    old = dataclasses.replace(s, replace_one_epsilon=None)          # an entry saved before it was recorded
+    assert "epsilon=2.116" in Ledger((old,)).format()
+
+
+def test_replace_one_epsilon_matches_dp_accounting_directly():
+    """The replace-one epsilon of a known (q, T, sigma), here the CIFAR-10 "37.8 at eps 1" release's (q 0.5, 32
+    networks, sigma 10.7138 calibrated add/remove at eps 1), against dp_accounting called directly: its PLD
+    accountant under REPLACE_ONE, and RDP bounds (replace-one is at most add/remove at half the noise, a
+    replacement being a removal and an addition, and at least add/remove at the same noise)."""
+    import dp_accounting
+    from dp_accounting import pld, rdp
+
+    from dpsynth.privacy.calibration import PrivacyPlan, dpsgd_sigma, replace_one_epsilon
+
+    q, steps, delta = 0.5, 32, 1e-5
+    sigma = dpsgd_sigma(1.0, delta, q, steps, neighbouring="add_remove")
+    assert sigma == pytest.approx(10.7138, abs=1e-3)                      # RESULTS.md records sigma 10.71
+
+    def event(s):
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), steps)
+    acc = pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE, value_discretization_interval=1e-4)
+    direct = acc.compose(event(sigma)).get_epsilon(delta)
+    ours = replace_one_epsilon(sigma, delta, PrivacyPlan((), q, steps, "add_remove"))
+    assert ours == pytest.approx(direct, rel=1e-6) and ours == pytest.approx(2.116, abs=1e-3)
+    upper = rdp.RdpAccountant().compose(event(sigma / 2)).get_epsilon(delta)
+    lower = pld.PLDAccountant(value_discretization_interval=1e-4).compose(event(sigma)).get_epsilon(delta)
+    assert lower == pytest.approx(1.0, abs=1e-3) and lower < ours < upper
 
 
 # -- 4. the audit has teeth ---------------------------------------------------------------------------
