@@ -23,6 +23,10 @@ def cmd_audit(args) -> int:
     extra = {"duplicate_start": True} if args.duplicate_start else {}
     if args.duplicate_start and args.mechanism != "dpsgd-fit":
         raise InvalidParameterError("--duplicate-start applies to --mechanism dpsgd-fit only.")
+    if args.neighbouring != "replace_one":
+        if args.mechanism != "sampled-release":
+            raise InvalidParameterError("--neighbouring add_remove applies to --mechanism sampled-release only.")
+        extra["neighbouring"] = args.neighbouring
     result = audit(args.epsilon, args.delta, mechanism=args.mechanism, feature_map=fmap, n_records=args.records,
                    trials=args.trials, confidence=args.confidence, **extra)
     if args.out:
@@ -52,6 +56,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "dp-randconv's subsampled release (--sample-rate), whole, with its secret sampler")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
+    s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
+                   help="sampled-release: the relation audited (default replace_one; add_remove: the release's "
+                        "add/remove accounting, on zero-out neighbours with m public: the canary replaces record 0 "
+                        "by a null record whose features are zero)")
     s.add_argument("--feature-map", help="JSON spec of a one-block feature map for --mechanism release "
                                          "(default: 2 random Fourier features of 2-d records)")
     s.add_argument("--records", type=int, default=None, help="records in the audited dataset (default 10; "

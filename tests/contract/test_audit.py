@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import beta
 
 from dpsynth import cli
-from dpsynth.audit import SELECT_FRACTION, audit, clopper_pearson, epsilon_bounds
+from dpsynth.audit import SELECT_FRACTION, _SampledReleaseTarget, audit, clopper_pearson, epsilon_bounds
 from dpsynth.errors import InvalidParameterError
 
 from support import break_noise
@@ -103,3 +103,43 @@ def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_samp
     break_noise(monkeypatch, 20)
     r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
     assert r.epsilon_lower > 1.0 and not r.passed
+
+
+def test_sampled_release_does_not_promise_power_it_lacks(monkeypatch):
+    """Issue 45, item 7: with a quarter of the noise (accounted epsilon 21 for the claimed 1) the sampled-release audit
+    of 300 trials used to pass while printing "a leak of true epsilon >= 3.79 would have been flagged" (the Gaussian-
+    shaped bound). Its power is now its own subsampled mechanism's, simulated: either the injected leak is flagged
+    or the statement puts the detectable epsilon above the injected leak's, and it says why the Gaussian bound does not
+    apply."""
+    from dpsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
+
+    break_noise(monkeypatch, 4)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    injected = epsilon_for_sigma(r.sigma / 4, 1e-5, PrivacyPlan((), 0.02, 100, "replace_one"))
+    assert injected == pytest.approx(21.04, abs=0.01)
+    assert r.epsilon_lower > 1.0 or (r.detectable_epsilon > injected and r.detectable_noise_divisor > 4)
+    text = r.format()
+    assert "Gaussian-shaped bound of the other targets does not apply" in text
+    assert f"noise divided by {r.detectable_noise_divisor:.3g} (accounted epsilon {r.detectable_epsilon:.3f})" in text
+    assert "would have been flagged" not in text
+    plain = audit(1.0, 1e-5, trials=200)                  # the Gaussian release keeps its Gaussian-shaped bound
+    assert plain.power_note == "" and plain.detectable_noise_divisor is None and "would have been flagged" in plain.format()
+
+
+def test_sampled_release_add_remove_variant_passes_the_real_release(monkeypatch, capsys):
+    """The add/remove variant: zero-out neighbours with m public (record 0 against the null record, a constant image
+    whose features are exactly zero), the release's own add/remove accounting; the real release stays within the
+    claim with the canary at the full clip. The CLI passes --neighbouring through and refuses it elsewhere."""
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300, neighbouring="add_remove")
+    assert r.passed and r.neighbouring == "add_remove" and r.canary_gap == pytest.approx(1.0, abs=1e-6)
+    assert "null record" in r.description and "records per step: secure" in r.noise_source
+    assert r.sigma < _SampledReleaseTarget(1.0, 1e-5, 10, 0).sigma          # add/remove: less noise
+    assert r.power_note and math.isfinite(r.detectable_epsilon)
+    with pytest.raises(InvalidParameterError, match="applies to mechanism='sampled-release' only"):
+        audit(1.0, 1e-5, mechanism="release", neighbouring="add_remove")
+    seen = {}
+    monkeypatch.setattr("dpsynth.audit.audit", lambda *a, **k: seen.update(k) or r)
+    assert cli.main(["audit", "--mechanism", "sampled-release", "--neighbouring", "add_remove", "--trials", "100"]) == 0
+    assert seen["neighbouring"] == "add_remove" and "add_remove" in capsys.readouterr().out
+    assert cli.main(["audit", "--neighbouring", "add_remove"]) != 0
+    assert "--neighbouring add_remove applies to --mechanism sampled-release only" in capsys.readouterr().err

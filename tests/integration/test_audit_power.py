@@ -38,3 +38,20 @@ def test_fit_audit_catches_the_old_public_sampler(monkeypatch):
     monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
     leaky = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=300, n_records=40)
     assert leaky.epsilon_lower > 1.0 and not leaky.passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
+def test_sampled_release_power_statement_holds_on_the_real_release(monkeypatch, neighbouring):
+    """Issue 45, item 7: the sampled-release audit's power is simulated from its own output distribution; the real
+    release with its noise divided by a quarter more than the stated divisor (simulated: flagged in >= 18 of 20 at
+    the divisor itself) is flagged by the real audit of as many trials, and the add/remove variant catches the old
+    public sampler as the replace-one one does."""
+    honest = audit(1.0, 1e-5, mechanism="sampled-release", trials=300, neighbouring=neighbouring)
+    assert honest.passed and honest.detectable_noise_divisor is not None
+    break_noise(monkeypatch, 1.25 * honest.detectable_noise_divisor)
+    assert audit(1.0, 1e-5, mechanism="sampled-release", trials=300, neighbouring=neighbouring).epsilon_lower > 1.0
+    monkeypatch.undo()
+    monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
+    leaky = audit(1.0, 1e-5, mechanism="sampled-release", trials=600, neighbouring=neighbouring)
+    assert "fixed-seed" in leaky.noise_source and not leaky.passed
