@@ -12,7 +12,17 @@ from .calibration import (
     plan_sigma,
 )
 from .ledger import Ledger, LedgerEntry
-from .mechanisms import NoiseSource, gaussian_mechanism
+
+#: names loaded on first use: the mechanisms need torch, which the calculators (`dpsynth budget`) never do
+_LAZY = {"NoiseSource": "mechanisms", "gaussian_mechanism": "mechanisms"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ACCOUNTANTS", "BudgetFile", "Ledger", "LedgerEntry", "NoiseSource", "PrivacyPlan",
