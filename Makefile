@@ -18,15 +18,15 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	rm -rf runs/demo
-	$(BIN)/dpsynth fit --method dp-ntk --dataset digits --epsilon 10 --delta 1e-5 --iterations 600 \
+	$(BIN)/mmdsynth fit --method dp-ntk --dataset digits --epsilon 10 --delta 1e-5 --iterations 600 \
 		--batch-size 500 --out runs/demo
-	$(BIN)/dpsynth evaluate runs/demo --n 2000
-	$(BIN)/dpsynth inspect runs/demo
+	$(BIN)/mmdsynth evaluate runs/demo --n 2000
+	$(BIN)/mmdsynth inspect runs/demo
 
 # two pytest-xdist workers, one compute thread each (tests/conftest.py), a test file per worker at a
 # time (module fixtures such as the PostgreSQL server and the Ray cluster start once)
 test: $(STAMP)
-	DPSYNTH_DATA_DIR=$${DPSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	MMDSYNTH_DATA_DIR=$${MMDSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"

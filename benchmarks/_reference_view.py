@@ -1,6 +1,6 @@
 """How the reference code scored tables, for reading published numbers only.
 
-dpsynth's protocol (:mod:`dpsynth.evaluation.tabular`) trains each of the 12 classifiers
+mmdsynth's protocol (:mod:`mmdsynth.evaluation.tabular`) trains each of the 12 classifiers
 once with a fixed setting and scores binary tasks from probabilities. The DP-HP / DP-MERF
 reference code (``ParkLabML/DP-HP``, ``dp_mehp/all_aux_files_tab_data.py``, ``test_models``)
 did two things that move its numbers, both listed as mistakes in REFERENCE_NOTES:
@@ -9,9 +9,9 @@ did two things that move its numbers, both listed as mistakes in REFERENCE_NOTES
 - each classifier refit with several settings and the best TEST score kept; for multi-class
   Gaussian naive Bayes over the 14 ``var_smoothing`` values below.
 
-This module reproduces those two pieces on dpsynth's samples so a gap to a paper column can
+This module reproduces those two pieces on mmdsynth's samples so a gap to a paper column can
 be measured rather than guessed. Its numbers select on the test split: they are biased
-upward, never a result to report as dpsynth's.
+upward, never a result to report as mmdsynth's.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from sklearn.naive_bayes import GaussianNB
 
-from dpsynth.evaluation.tabular import TABLE_CLASSIFIERS
+from mmdsynth.evaluation.tabular import TABLE_CLASSIFIERS
 
 # the reference's multi-class GaussianNB refits (its priors are the training proportions,
 # which is GaussianNB's default)
@@ -58,7 +58,7 @@ def hard_label_scores(Xs, ys, Xt, yt, seed: int) -> dict:
 def reference_view(train, test, encoder, scores: dict, seed: int = 0) -> dict:
     """The reference's scoring of the same synthetic rows (see the module docstring).
 
-    ``scores`` is :func:`~dpsynth.evaluation.tabular.table_classifier_scores`' result for
+    ``scores`` is :func:`~mmdsynth.evaluation.tabular.table_classifier_scores`' result for
     these rows. Binary: the 12 classifiers' hard-label ROC / PR. Multi-class: Gaussian NB
     selected on the test split, and the 12-classifier mean with that one score substituted.
     """

@@ -1,4 +1,4 @@
-"""`dpsynth audit` at several claimed epsilons, honest and with a deliberately broken mechanism.
+"""`mmdsynth audit` at several claimed epsilons, honest and with a deliberately broken mechanism.
 
 For each claimed epsilon: the real release (secure noise, as a fit uses it), then the same
 release with every noise std divided by ``--break-factor`` (patched into the noise source from
@@ -14,8 +14,8 @@ import json
 import platform
 import time
 
-from dpsynth.audit import audit
-from dpsynth.privacy.mechanisms import NoiseSource
+from mmdsynth.audit import audit
+from mmdsynth.privacy.mechanisms import NoiseSource
 
 
 def main() -> None:

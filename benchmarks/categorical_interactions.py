@@ -14,11 +14,11 @@ import argparse
 import json
 import time
 
-from dpsynth import DPMERF
-from dpsynth.data import Schema, load_preset
-from dpsynth.evaluation.fidelity import table_fidelity
-from dpsynth.evaluation.tabular import table_classifier_scores
-from dpsynth.methods.presets import method_preset
+from mmdsynth import DPMERF
+from mmdsynth.data import Schema, load_preset
+from mmdsynth.evaluation.fidelity import table_fidelity
+from mmdsynth.evaluation.tabular import table_classifier_scores
+from mmdsynth.methods.presets import method_preset
 
 
 def main():

@@ -5,13 +5,13 @@ of rows, a colour missing in about half the rows over 60 and never below, a visi
 age), DP-MERF at its table defaults with 600 iterations, epsilon 1, with and without the numeric x
 categorical block; fidelity against a second 3,000-row draw. One JSON line per configuration.
 
-    DPSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/column_types.py
+    MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/column_types.py
 """
 import sys, json, numpy as np, pandas as pd
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests"))
 from support import MIXED_SCHEMA, mixed_table
-from dpsynth import DPMERF, Schema
-from dpsynth.evaluation.fidelity import table_fidelity
+from mmdsynth import DPMERF, Schema
+from mmdsynth.evaluation.fidelity import table_fidelity
 schema = Schema.from_dict(MIXED_SCHEMA)
 df = mixed_table(3000)
 test = schema.validate(mixed_table(3000, seed=7))

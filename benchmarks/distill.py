@@ -1,9 +1,9 @@
 """Distillation from a release (issue 34): K images per class learned from a class-conditional release, scored by
-the ConvNet on the real test split, under dpsynth's fixed protocol and/or the dataset-condensation one (``dc``: 1,000
+the ConvNet on the real test split, under mmdsynth's fixed protocol and/or the dataset-condensation one (``dc``: 1,000
 epochs with DSA augmentation, as NDPDC and Dosser report).
 
 For each (dataset, method, epsilon, seed): one real release (the engine, secure noise unless --noise-seed), then
-``dpsynth distill``'s ``distill_release`` (post-processing), then the ConvNet protocols. One JSON line per run is
+``mmdsynth distill``'s ``distill_release`` (post-processing), then the ConvNet protocols. One JSON line per run is
 appended to ``--out`` with the release, distillation and evaluation times.
 
     python benchmarks/distill.py --dataset mnist --method dp-ntk --epsilon 1 10 --seeds 0 1 2 \
@@ -23,13 +23,13 @@ from pathlib import Path
 
 from _rows import emit
 
-from dpsynth.data import load_dataset
-from dpsynth.embedding import mean_embedding
-from dpsynth.evaluation.convnet import cnn_scores
-from dpsynth.methods import METHODS
-from dpsynth.methods.distill import distill_release
-from dpsynth.privacy.ledger import Ledger
-from dpsynth.release import Release
+from mmdsynth.data import load_dataset
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.evaluation.convnet import cnn_scores
+from mmdsynth.methods import METHODS
+from mmdsynth.methods.distill import distill_release
+from mmdsynth.privacy.ledger import Ledger
+from mmdsynth.release import Release
 
 FEATURES = {"dp-ntk": {}, "dp-merf": {}, "dp-randconv": {}}
 
@@ -71,7 +71,7 @@ def main():
     p.add_argument("--blocks-per-step", type=int, default=None, help="distill: networks matched per step")
     p.add_argument("--train-subset", type=int, default=None, help="release the first N training images only")
     p.add_argument("--release-cache", default=None, help="keep releases in this folder and reuse them")
-    p.add_argument("--sets-dir", default=None, help="write each distilled set here as .npz (dpsynth distill's format)")
+    p.add_argument("--sets-dir", default=None, help="write each distilled set here as .npz (mmdsynth distill's format)")
     p.add_argument("--noise-seed", type=int, default=None, help="fixed noise (testing only; default: secure)")
     p.add_argument("--out", default="benchmarks/out/distill.jsonl")
     args = p.parse_args()

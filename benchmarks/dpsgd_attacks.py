@@ -9,7 +9,7 @@ runs the library as it is. Three measurements per behaviour:
   ``seed=0`` as the CLI passes): how many of their batches are identical (old: all of them);
 * ``clip``: the largest contribution of one record, in units of C, to the clipped sum of a step on
   a public start of one digit repeated (20 points), over lambda 1e-6/1e-7, all labels;
-* ``audit``: ``dpsynth.audit.audit(mechanism="dpsgd-fit")`` at a claimed epsilon 1, with a public
+* ``audit``: ``mmdsynth.audit.audit(mechanism="dpsgd-fit")`` at a claimed epsilon 1, with a public
   start of distinct points (catches the sample) and of one point repeated (catches the clipping):
   the empirical lower bound, the measured sensitivity (canary gap) and the verdict.
 
@@ -28,15 +28,15 @@ from pathlib import Path
 
 import torch
 
-import dpsynth
-from dpsynth import DPKIP
-from dpsynth.audit import audit
-from dpsynth.kip import dpsgd
-from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.kip.krr import centred_one_hot
-from dpsynth.methods.kip import to_kernel_space
-from dpsynth.privacy import engine as engine_module
-from dpsynth.privacy.sampling import PoissonSampler
+import mmdsynth
+from mmdsynth import DPKIP
+from mmdsynth.audit import audit
+from mmdsynth.kip import dpsgd
+from mmdsynth.kip.kernels import FCReLUKernel
+from mmdsynth.kip.krr import centred_one_hot
+from mmdsynth.methods.kip import to_kernel_space
+from mmdsynth.privacy import engine as engine_module
+from mmdsynth.privacy.sampling import PoissonSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def put_back_old_behaviour() -> None:
 
 
 def identical_batches() -> dict:
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     runs = []
     for offset in (0, 300):
         seen = []
@@ -77,7 +77,7 @@ def identical_batches() -> dict:
 
 
 def worst_clip() -> dict:
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     x = to_kernel_space(digits.x_train[:40]).double()
     xs, ys = x[:1].repeat(20, 1), centred_one_hot(torch.arange(20) // 2, 10).double()
     xb, yb = x[1:30], centred_one_hot(digits.y_train[1:30], 10).double()

@@ -4,7 +4,7 @@ The reference (DP-NTK authors' code) computes features one sample at a time with
 torch.autograd.grad in a Python loop. Both are timed in the same run on the same
 MNIST images (fc_1l, width 800, 10 outputs) and report samples/s.
 
-    DPSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/entk_speed.py [--n-ref 500 --rounds 3]
+    MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/entk_speed.py [--n-ref 500 --rounds 3]
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from dpsynth.data import load_dataset
-from dpsynth.embedding import mean_embedding
-from dpsynth.features import ENTKFeatures
+from mmdsynth.data import load_dataset
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.features import ENTKFeatures
 
 
 def reference_embedding(fm: ENTKFeatures, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> torch.Tensor:

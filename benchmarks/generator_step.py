@@ -20,9 +20,9 @@ import time
 def one_run(batch_size: int, steps: int, width: int, bf16: bool = False) -> dict:
     import torch
 
-    from dpsynth.features import ENTKFeatures
-    from dpsynth.generators import ConvGenerator
-    from dpsynth.training import embedding_loss
+    from mmdsynth.features import ENTKFeatures
+    from mmdsynth.generators import ConvGenerator
+    from mmdsynth.training import embedding_loss
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     torch.manual_seed(0)
@@ -33,7 +33,7 @@ def one_run(batch_size: int, steps: int, width: int, bf16: bool = False) -> dict
     for _ in range(steps + 1):  # the first step warms up
         t = time.perf_counter()
         labels = gen.draw_labels(batch_size)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):   # a probe, not a dpsynth option
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):   # a probe, not an mmdsynth option
             loss = embedding_loss(fmap, target, gen.generate(labels), labels, 10)
         opt.zero_grad()
         loss.float().backward()

@@ -22,11 +22,11 @@ import time
 import torch
 from _rows import emit
 
-from dpsynth.data import load_dataset
-from dpsynth.features import HermiteFeatures
-from dpsynth.features.base import FeatureMap
-from dpsynth.generators import build_generator, default_generator_spec
-from dpsynth.training import TrainConfig, default_device, train_generator
+from mmdsynth.data import load_dataset
+from mmdsynth.features import HermiteFeatures
+from mmdsynth.features.base import FeatureMap
+from mmdsynth.generators import build_generator, default_generator_spec
+from mmdsynth.training import TrainConfig, default_device, train_generator
 
 
 class StackedHermite(HermiteFeatures):

@@ -11,12 +11,12 @@ appended to ``--out``, with the fit wall time and peak resident memory.
         --seeds 0 1 2 --iterations 2000 --batch-size 1000 --out benchmarks/out/image.jsonl
 
 DP-HP at the authors' settings (10 epochs of batch 200 = 3,000 iterations, lr 0.01 x0.9 per epoch;
-length scale and gamma per dataset from ``dpsynth.methods.presets.DPHP_IMAGE``):
+length scale and gamma per dataset from ``mmdsynth.methods.presets.DPHP_IMAGE``):
 
     python benchmarks/image_utility.py --dataset mnist --method dp-hp --epsilon 1 --seeds 0 1 2 \
         --iterations 3000 --batch-size 200 --lr 0.01 --lr-step 300 --out benchmarks/out/dphp.jsonl
 
-DP-MEPF needs ``--encoder`` (a PUBLIC encoder from ``dpsynth pretrain-encoder``); with DP early
+DP-MEPF needs ``--encoder`` (a PUBLIC encoder from ``mmdsynth pretrain-encoder``); with DP early
 stopping (default) the row also scores the final checkpoint (``final_*``) beside the selected one.
 
     python benchmarks/image_utility.py --dataset mnist --method dp-mepf --encoder ENC.safetensors \
@@ -35,17 +35,17 @@ import numpy as np
 import torch
 from _rows import add_set_option, emit, set_overrides
 
-from dpsynth import DPHP, DPMEPF, DPMERF, DPNTK
-from dpsynth.methods import KernelGeneratorMethod
-from dpsynth.data import load_dataset
-from dpsynth.embedding import mean_embedding
-from dpsynth.evaluation import image_classifier_scores, save_image_grid
-from dpsynth.evaluation.convnet import cnn_scores
-from dpsynth.evaluation.frechet import frechet_report
-from dpsynth.methods.presets import image_preset
-from dpsynth.privacy.ledger import Ledger
-from dpsynth.release import Release
-from dpsynth.training import Selection
+from mmdsynth import DPHP, DPMEPF, DPMERF, DPNTK
+from mmdsynth.methods import KernelGeneratorMethod
+from mmdsynth.data import load_dataset
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.evaluation import image_classifier_scores, save_image_grid
+from mmdsynth.evaluation.convnet import cnn_scores
+from mmdsynth.evaluation.frechet import frechet_report
+from mmdsynth.methods.presets import image_preset
+from mmdsynth.privacy.ledger import Ledger
+from mmdsynth.release import Release
+from mmdsynth.training import Selection
 
 METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-mepf": DPMEPF}
 
@@ -162,9 +162,9 @@ def main():
     p.add_argument("--lr-step", type=int, default=1500, help="StepLR step size (lr x 0.9 every N iterations)")
     p.add_argument("--generator", default=None,
                    help='generator spec as JSON, e.g. \'{"name": "conv", "upsample": "bilinear"}\' '
-                        "(default: dpsynth's conv generator)")
+                        "(default: mmdsynth's conv generator)")
     p.add_argument("--lr", type=float, default=None, help="generator learning rate (default: the method's)")
-    p.add_argument("--encoder", default=None, help="dp-mepf: PUBLIC encoder weights (dpsynth pretrain-encoder)")
+    p.add_argument("--encoder", default=None, help="dp-mepf: PUBLIC encoder weights (mmdsynth pretrain-encoder)")
     p.add_argument("--loss", default="mavg", choices=["mavg", "direct"], help="dp-mepf: generator loss")
     p.add_argument("--mavg-lr", type=float, default=None, help="dp-mepf: moving-average learning rate")
     p.add_argument("--moments", nargs="+", type=int, default=[1, 2], help="dp-mepf: 1 2 (phi1, phi2) or 1")
@@ -175,7 +175,7 @@ def main():
     p.add_argument("--sum-weight", type=float, default=None, help="dp-hp: gamma (default: the authors' per dataset)")
     p.add_argument("--hp-order", type=int, default=None, help="dp-hp: sum-kernel order (default 100)")
     p.add_argument("--product-releases", type=int, default=None, help="dp-hp: product releases (default 10)")
-    p.add_argument("--fd", action="store_true", help="also the Frechet distance on dpsynth's named network")
+    p.add_argument("--fd", action="store_true", help="also the Frechet distance on mmdsynth's named network")
     p.add_argument("--trace-fd", action="store_true", help="dp-mepf: also the true FD (real test split) of "
                    "every checkpoint the proxy scores (benchmark-only, for the early-stopping table)")
     p.add_argument("--unconditional", action="store_true", help="unlabelled generation")

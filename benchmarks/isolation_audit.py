@@ -22,13 +22,13 @@ claimed (epsilon 1, delta 1e-5), replace-one, SECURE noise (the default source).
 
 Per pair it reports: how the two sides ended (released / refused, the message); for released sides the
 exact (noise-free) embeddings, computed by the release's own statistic
-(:class:`~dpsynth.features.sums.ClassSums` with the release's encoder and feature map), their distance
+(:class:`~mmdsynth.features.sums.ClassSums` with the release's encoder and feature map), their distance
 over the ledger's recorded sensitivity (``sensitivity_ratio``: <= 1 for a correct release), and how many
 of the other 399 rows encode differently; the distinguisher: project every released embedding on the
 direction (exact B - exact A), flag "B" above the midpoint of the two exact projections (direction and
 threshold come from the exact embeddings alone, never from a release), count TP (B releases flagged) and
 FP (A releases flagged), and turn them into the Clopper-Pearson epsilon lower bound at 95 % (each rate at
-97.5 %, as ``dpsynth audit``): :func:`dpsynth.audit.epsilon_bounds`. ``detectable_ratio`` is the test's
+97.5 %, as ``mmdsynth audit``): :func:`mmdsynth.audit.epsilon_bounds`. ``detectable_ratio`` is the test's
 power: the smallest exact move (in sensitivities) whose expected counts would prove epsilon > 1 with these
 many releases. A pair whose sides are both refused with the same message releases nothing, so there is
 nothing to distinguish; one refused and one released is a leak by itself (the test "was it refused" then
@@ -36,7 +36,7 @@ gives the bound). ``message_quotes_a_date``: whether a refusal quotes any date o
 
 ``numeric_encoding="minmax"`` keeps the exact embedding a function of the table (the quantile encoding
 adds a noisy numeric sketch whose CDFs the encoder then uses). Run on the code before the fix by putting
-its worktree first on the path (the script prints which ``dpsynth`` it imported)::
+its worktree first on the path (the script prints which ``mmdsynth`` it imported)::
 
     git worktree add /tmp/before fe83c28
     PYTHONPATH=/tmp/before .venv/bin/python benchmarks/isolation_audit.py --label before
@@ -62,11 +62,11 @@ import pandas as pd
 import torch
 from scipy.stats import norm
 
-import dpsynth
-from dpsynth import DPMERF, Schema
-from dpsynth.audit import epsilon_bounds
-from dpsynth.features.base import build_feature_map
-from dpsynth.features.sums import ClassSums
+import mmdsynth
+from mmdsynth import DPMERF, Schema
+from mmdsynth.audit import epsilon_bounds
+from mmdsynth.features.base import build_feature_map
+from mmdsynth.features.sums import ClassSums
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _rows import emit  # noqa: E402
@@ -248,12 +248,12 @@ def measure(pairs=tuple(PAIRS), releases: int = 200, n_features: int = 10000, se
 
 
 def _commit() -> str:
-    """The commit of the imported dpsynth's tree, with "+dirty" when its dpsynth/ has uncommitted changes."""
-    root = Path(dpsynth.__file__).resolve().parents[1]
+    """The commit of the imported mmdsynth's tree, with "+dirty" when its mmdsynth/ has uncommitted changes."""
+    root = Path(mmdsynth.__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "dpsynth"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "mmdsynth"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -271,13 +271,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "isolation_audit.jsonl"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    logging.getLogger("dpsynth").setLevel(logging.ERROR)
+    logging.getLogger("mmdsynth").setLevel(logging.ERROR)
     commit = _commit()
-    print(f"dpsynth imported from {dpsynth.__file__} (commit {commit})", file=sys.stderr, flush=True)
+    print(f"mmdsynth imported from {mmdsynth.__file__} (commit {commit})", file=sys.stderr, flush=True)
     t = time.perf_counter()
     results = measure(args.pairs.split(","), args.releases, args.n_features, args.seed,
                       log=lambda s: print(s, file=sys.stderr, flush=True))
-    emit({"label": args.label, "commit": commit, "dpsynth_file": dpsynth.__file__, "date": time.strftime("%Y-%m-%d"),
+    emit({"label": args.label, "commit": commit, "mmdsynth_file": mmdsynth.__file__, "date": time.strftime("%Y-%m-%d"),
           "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s)", "epsilon": EPSILON,
           "delta": DELTA, "confidence": CONFIDENCE, "releases": args.releases, "n_features": args.n_features,
           "rows": N_ROWS, "seed": args.seed, "seconds": round(time.perf_counter() - t, 1), "pairs": results}, args.out)

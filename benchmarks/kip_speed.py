@@ -1,6 +1,6 @@
 """Where one DP-KIP step's time goes (MNIST-sized problem: 784 dims, batch 500 real MNIST records).
 
-    DPSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/kip_speed.py --ipc 10 [--device cuda]
+    MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/kip_speed.py --ipc 10 [--device cuda]
 
 Times, as medians over ``--rounds`` repeats after one warm-up: the support-set terms (NTK and its
 element-wise partials, Cholesky), the per-record factors (cross kernel, solves), the per-record
@@ -18,14 +18,14 @@ import time
 import torch
 from _rows import emit
 
-from dpsynth import load_dataset
-from dpsynth.kip.dpsgd import clipped_sum, private_gradient
-from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.kip.krr import centred_one_hot
-from dpsynth.kip.per_record import _support_terms, gradient_matrices, per_record_factors, squared_norms
-from dpsynth.methods.kip import to_kernel_space
-from dpsynth.privacy import NoiseSource
-from dpsynth.privacy.engine import PrivacyEngine
+from mmdsynth import load_dataset
+from mmdsynth.kip.dpsgd import clipped_sum, private_gradient
+from mmdsynth.kip.kernels import FCReLUKernel
+from mmdsynth.kip.krr import centred_one_hot
+from mmdsynth.kip.per_record import _support_terms, gradient_matrices, per_record_factors, squared_norms
+from mmdsynth.methods.kip import to_kernel_space
+from mmdsynth.privacy import NoiseSource
+from mmdsynth.privacy.engine import PrivacyEngine
 
 
 def timed(fn, device, rounds):

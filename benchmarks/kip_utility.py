@@ -1,7 +1,7 @@
 """DP-KIP at the paper's hyper-parameters (Tables 5/6): KRR test accuracy, and optionally the
 ConvNet protocol (``cnn_acc``, 3 training seeds) on the support set.
 
-    DPSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/kip_utility.py --dataset mnist \
+    MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/kip_utility.py --dataset mnist \
         --epsilon 1 10 --ipc 10 --seeds 0 1 2 [--cnn] [--device cuda] [--out benchmarks/out/kip.jsonl]
 
 One row per (dataset, epsilon, ipc, seed): settings, KRR test accuracy (same kernel, support set as
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from _rows import emit
 
-from dpsynth import DPKIP, load_dataset
-from dpsynth.evaluation import image_classifier_scores, save_image_grid
-from dpsynth.evaluation.convnet import cnn_scores
+from mmdsynth import DPKIP, load_dataset
+from mmdsynth.evaluation import image_classifier_scores, save_image_grid
+from mmdsynth.evaluation.convnet import cnn_scores
 
 #: paper Tables 5 (eps 1) and 6 (eps 10): (dataset, ipc) -> epochs, batch, lr, C, lambda
 PAPER = {
@@ -121,7 +121,7 @@ def main():
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol (cnn_acc, 3 training seeds)")
     p.add_argument("--neighbouring", choices=["add_remove", "replace_one"], default="add_remove",
                    help="add_remove (default here: the paper's accounting, which its tables use) or replace_one "
-                        "(dpsynth's default since 2026-11-24: more noise for the same epsilon)")
+                        "(mmdsynth's default since 2026-11-24: more noise for the same epsilon)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--progress", action="store_true")

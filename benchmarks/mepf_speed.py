@@ -23,11 +23,11 @@ import types
 import torch
 from _rows import emit
 
-from dpsynth.data import load_dataset
-from dpsynth.features.base import FeatureMap
-from dpsynth.features.perceptual import PerceptualFeatures
-from dpsynth.generators import build_generator, default_generator_spec
-from dpsynth.training import TrainConfig, default_device, train_generator
+from mmdsynth.data import load_dataset
+from mmdsynth.features.base import FeatureMap
+from mmdsynth.features.perceptual import PerceptualFeatures
+from mmdsynth.generators import build_generator, default_generator_spec
+from mmdsynth.training import TrainConfig, default_device, train_generator
 
 
 def rss_gib() -> float:

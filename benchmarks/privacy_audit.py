@@ -1,6 +1,6 @@
 """Worst-case-neighbour audit of the release path (issue 18): one number per defect.
 
-Each check builds two neighbouring inputs D, D' and compares what dpsynth releases for them,
+Each check builds two neighbouring inputs D, D' and compares what mmdsynth releases for them,
 through the public API only, so the same script runs on the code before and after a fix:
 
 * ``dtype``: does the release metadata differ when one age is 30.5 instead of 30?
@@ -31,12 +31,12 @@ import pandas as pd
 import torch
 from scipy.stats import beta
 
-import dpsynth
-from dpsynth import DPMERF, release_mean_embedding
-from dpsynth.data import registry
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.embedding import mean_embedding
-from dpsynth.features import ENTKFeatures, MixedRFF, RandomFourierFeatures
+import mmdsynth
+from mmdsynth import DPMERF, release_mean_embedding
+from mmdsynth.data import registry
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.features import ENTKFeatures, MixedRFF, RandomFourierFeatures
 
 warnings.filterwarnings("ignore")
 
@@ -62,7 +62,7 @@ def check_dtype() -> dict:
     metas, dtypes = [], []
     for frame in (df, df2):
         m = DPMERF(epsilon=1, delta=1e-5, iterations=1, batch_size=20, n_features=20, noise_seed=0)
-        m.fit(frame, label="y", schema=dpsynth.Schema.from_dict(schema))
+        m.fit(frame, label="y", schema=mmdsynth.Schema.from_dict(schema))
         metas.append(json.dumps(m.release_.dataset, sort_keys=True))
         dtypes.append(str(m.sample(5, seed=0)["age"].dtype))
     return {"metadata_identical": metas[0] == metas[1], "sample_age_dtype": dtypes}
@@ -127,13 +127,13 @@ def check_drift(sizes=(10_000, 60_000)) -> dict:
 def _preset_pair(name: str, mutate, seed: int = 0):
     """The preset's training split on the raw file and on the raw file changed by ``mutate``."""
     real = registry.load_dataset
-    raw = real(dpsynth.data.presets.PRESETS[name].dataset)
+    raw = real(mmdsynth.data.presets.PRESETS[name].dataset)
     mutated = mutate(raw)
     splits = []
     for data in (raw, mutated):
         registry.load_dataset = lambda *a, _d=data, **k: _d   # noqa: E731
         try:
-            splits.append(dpsynth.load_preset(name, seed=seed))
+            splits.append(mmdsynth.load_preset(name, seed=seed))
         finally:
             registry.load_dataset = real
     return splits
@@ -210,7 +210,7 @@ def main() -> None:
     checks = {"dtype": check_dtype, "huge": lambda: check_huge(args.trials), "one_class": check_one_class,
               "drift": check_drift, "preset": check_presets, "ledger": check_ledger}
     row = {"label": args.label, "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
-           "dpsynth": dpsynth.__version__}
+           "mmdsynth": mmdsynth.__version__}
     for name, fn in checks.items():
         if name in args.skip.split(","):
             continue

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from _rows import emit
 
-from dpsynth.privacy.calibration import PrivacyPlan, dpsgd_sigma, replace_one_epsilon
+from mmdsynth.privacy.calibration import PrivacyPlan, dpsgd_sigma, replace_one_epsilon
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ TRAIN_SIZE = {"mnist": 60000, "fashion-mnist": 60000, "cifar10": 50000}      # p
 
 
 def kip_rows(path: str, out: str, commit: str) -> None:
-    from dpsynth.privacy.calibration import epsilon_for_sigma
+    from mmdsynth.privacy.calibration import epsilon_for_sigma
 
     seen = {}
     for line in Path(path).read_text().splitlines():

@@ -32,7 +32,7 @@ SHARDS = {"intrusion": 8, "census": 4}
 
 def write_shards(name: str, root: Path, copies: int) -> tuple[Path, int, dict]:
     """(folder of Parquet shards, row count, schema dict) of a table; written once."""
-    from dpsynth.data.tabular import load_census, load_intrusion
+    from mmdsynth.data.tabular import load_census, load_intrusion
 
     folder = root / (f"replicated-{copies}" if name == "replicated" else name)
     meta = folder / "meta.json"
@@ -57,8 +57,8 @@ def write_shards(name: str, root: Path, copies: int) -> tuple[Path, int, dict]:
 
 
 def model_for(table: str):
-    from dpsynth import DPMERF
-    from dpsynth.methods.presets import method_preset
+    from mmdsynth import DPMERF
+    from mmdsynth.methods.presets import method_preset
 
     preset = method_preset("dp-merf", "census" if table == "census" else "intrusion")
     keep = {k: preset[k] for k in ("n_features", "epsilon", "delta")}
@@ -69,7 +69,7 @@ def one(config: str, table: str, folder: Path, n: int) -> dict:
     """Runs in its own process: the release of ``table`` by ``config``; prints one JSON line."""
     import pandas as pd
 
-    from dpsynth.data import Schema, ShardedTable
+    from mmdsynth.data import Schema, ShardedTable
 
     meta = json.loads((folder / "meta.json").read_text())
     schema = Schema.from_dict(meta["schema"])
@@ -83,7 +83,7 @@ def one(config: str, table: str, folder: Path, n: int) -> dict:
         if config.startswith("ray"):
             import ray
 
-            from dpsynth.engines.ray_engine import RayEngine
+            from mmdsynth.engines.ray_engine import RayEngine
 
             t = time.perf_counter()
             ray.init(num_cpus=int(config.split("-")[1]), include_dashboard=False, log_to_driver=False)
@@ -136,7 +136,7 @@ def main():
     p.add_argument("--copies", type=int, default=40, help="replicated: copies of the intrusion table")
     p.add_argument("--skip-memory-above", type=int, default=5_000_000,
                    help="rows above which the in-memory config is not run (it would not fit in RAM)")
-    p.add_argument("--shards-dir", default="/tmp/dpsynth-shards")
+    p.add_argument("--shards-dir", default="/tmp/mmdsynth-shards")
     p.add_argument("--out", default="benchmarks/out/scaling.jsonl")
     p.add_argument("--summary", action="store_true", help="print the table of --out and stop")
     p.add_argument("--one", nargs=4, metavar=("CONFIG", "TABLE", "FOLDER", "N"), help=argparse.SUPPRESS)

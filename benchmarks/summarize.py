@@ -55,7 +55,7 @@ PAPER_TABLE2 = {
                       1: {"dp-ntk": (0.760, 0.765), "dp-merf": (0.728, 0.738), "dp-hp": (0.739, 0.722)},
                       0.2: {"dp-ntk": (0.634, 0.694), "dp-merf": (0.714, 0.696)}},
 }
-#: the runs the Table 2 comparison uses, per method: (iterations, generator batch) with dpsynth's
+#: the runs the Table 2 comparison uses, per method: (iterations, generator batch) with mmdsynth's
 #: current generator and schedule. DP-MERF runs at batch 1,000: with 10,000 random features its
 #: loss costs 78 GFLOP per step at batch 5,000 (3.1-3.4 s on one shared core here; RESULTS.md).
 PAPER_SETUP = {"dp-ntk": (2000, 5000), "dp-merf": (2000, 1000), "dp-hp": (3000, 200)}
@@ -70,7 +70,7 @@ def _current_setup(method, ds) -> str:
 
 
 def image_comparison_table(rows) -> str:
-    """Paper Table 2 next to dpsynth's runs at the paper's settings (LogReg / MLP accuracy)."""
+    """Paper Table 2 next to mmdsynth's runs at the paper's settings (LogReg / MLP accuracy)."""
     def cell(method, ds, eps):
         rs = [r for r in rows if r["dataset"] == ds and r["method"] == method and r["epsilon"] == eps
               and (r["iterations"], r["batch_size"]) == PAPER_SETUP[method] and _setup(r) == _current_setup(method, ds)]
@@ -83,8 +83,8 @@ def image_comparison_table(rows) -> str:
     def setup(method):
         return "{:,} x {:,}".format(*PAPER_SETUP[method])
 
-    out = [f"| dataset | epsilon | paper DP-NTK | dpsynth DP-NTK ({setup('dp-ntk')}) | paper DP-MERF | "
-           f"dpsynth DP-MERF ({setup('dp-merf')}) | paper DP-HP | dpsynth DP-HP ({setup('dp-hp')}) |",
+    out = [f"| dataset | epsilon | paper DP-NTK | mmdsynth DP-NTK ({setup('dp-ntk')}) | paper DP-MERF | "
+           f"mmdsynth DP-MERF ({setup('dp-merf')}) | paper DP-HP | mmdsynth DP-HP ({setup('dp-hp')}) |",
            "|---|---|---|---|---|---|---|---|"]
     for ds in PAPER_TABLE2:
         for eps in [float("inf"), *PAPER_TABLE2[ds]]:
@@ -113,7 +113,7 @@ PAPER_MEPF = {"mnist": {10: (0.834, 0.898), 1: (0.825, 0.893), 0.2: (0.758, 0.79
 
 
 def mepf_table(rows, baseline) -> str:
-    """DP-MEPF (selected and final checkpoint) next to the paper and dpsynth's DP-NTK / DP-MERF at their
+    """DP-MEPF (selected and final checkpoint) next to the paper and mmdsynth's DP-NTK / DP-MERF at their
     paper settings (LogReg / MLP accuracy; same evaluation protocol)."""
     groups = defaultdict(list)
     for r in rows:
@@ -127,8 +127,8 @@ def mepf_table(rows, baseline) -> str:
               and (r["iterations"], r["batch_size"]) == PAPER_SETUP[method] and _setup(r) == _current_setup(method, ds)]
         return _metric_cell([[r["logreg_acc"] for r in rs], [r["mlp_acc"] for r in rs]])
 
-    out = ["| dataset | epsilon | public encoder, moments | iterations x batch, loss | paper DP-MEPF | dpsynth DP-MEPF "
-           "(proxy-selected) | (final checkpoint) | selected iterations | dpsynth DP-NTK | dpsynth DP-MERF |",
+    out = ["| dataset | epsilon | public encoder, moments | iterations x batch, loss | paper DP-MEPF | mmdsynth DP-MEPF "
+           "(proxy-selected) | (final checkpoint) | selected iterations | mmdsynth DP-NTK | mmdsynth DP-MERF |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for (ds, eps, enc, it, b, loss), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         paper = " / ".join(f"{v:.3f}" for v in PAPER_MEPF.get(ds, {}).get(eps, ())) or "-"
@@ -177,7 +177,7 @@ def comparison_table(ours, peers) -> str:
         rs = [r for r in rows if r["dataset"] == ds and r["method"] == method]
         keys = ["f1"] if rs and "f1" in rs[0]["mean"] else ["roc_auc", "pr_auc"]
         return _metric_cell([[r["mean"][k] for r in rs] for k in keys])
-    out = ["| dataset (metric) | paper DP-NTK | dpsynth DP-NTK | dpsynth DP-MERF | paper DP-HP | dpsynth DP-HP | MST | "
+    out = ["| dataset (metric) | paper DP-NTK | mmdsynth DP-NTK | mmdsynth DP-MERF | paper DP-HP | mmdsynth DP-HP | MST | "
            "AIM | real (ours) |", "|---|---|---|---|---|---|---|---|---|"]
     for ds, paper in PAPER_TABLE4.items():
         metric = "F1" if len(paper["dp-ntk"]) == 1 else "ROC / PR"
@@ -189,7 +189,7 @@ def comparison_table(ours, peers) -> str:
 
 
 def reference_view_table(rows) -> str:
-    """dpsynth's scores beside the reference code's scoring of the same samples (table_utility
+    """mmdsynth's scores beside the reference code's scoring of the same samples (table_utility
     --reference-view): hard-label ROC / PR for binary tasks, Gaussian NB selected on the test split
     for multi-class ones. The second column selects on the test split: it is for reading paper columns."""
     groups = defaultdict(list)
@@ -197,7 +197,7 @@ def reference_view_table(rows) -> str:
         if "reference_view" in r:
             under = ",".join(f"{k}:{v}" for k, v in sorted((r.get("undersample") or {}).items())) or "-"
             groups[(r["dataset"], under, r["method"])].append(r)
-    out = ["| dataset | undersampling | method | dpsynth protocol | the reference's scoring (biased) | seeds |",
+    out = ["| dataset | undersampling | method | mmdsynth protocol | the reference's scoring (biased) | seeds |",
            "|---|---|---|---|---|---|"]
     for (ds, under, method), rs in sorted(groups.items()):
         if rs[0]["binary"]:

@@ -4,7 +4,7 @@ For each (dataset, method, seed): the preset's seeded undersampling and split, t
 method's preset settings (DP-NTK Table 5; epsilon 1, delta 1e-5), a fit on the training
 split, as many synthetic rows as training rows, the 12 classifiers trained on them and
 tested on the real test split, and the fidelity metrics against the real test split
-(:func:`dpsynth.evaluation.fidelity.table_fidelity`). ``--real`` adds the row of classifiers
+(:func:`mmdsynth.evaluation.fidelity.table_fidelity`). ``--real`` adds the row of classifiers
 trained on the real training split. ``--bounds wide`` replaces the preset's numeric bounds (the
 published files' ranges) by the wide ones a user would write (``benchmarks/wide_bounds.json``);
 ``--numeric-encoding minmax quantile`` runs both encodings. One JSON line per run is appended to ``--out``.
@@ -21,15 +21,15 @@ from pathlib import Path
 
 import torch
 
-from dpsynth import DPHP, DPKIP, DPMERF, DPNTK
-from dpsynth.data import load_preset
+from mmdsynth import DPHP, DPKIP, DPMERF, DPNTK
+from mmdsynth.data import load_preset
 from dataclasses import replace
 
-from dpsynth.data import Schema
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.evaluation.fidelity import table_fidelity
-from dpsynth.evaluation.tabular import table_classifier_scores
-from dpsynth.methods.presets import method_preset
+from mmdsynth.data import Schema
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.evaluation.fidelity import table_fidelity
+from mmdsynth.evaluation.tabular import table_classifier_scores
+from mmdsynth.methods.presets import method_preset
 from _reference_view import reference_view
 from _rows import add_set_option, set_overrides
 

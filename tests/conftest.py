@@ -3,36 +3,36 @@ from pathlib import Path
 
 import pytest
 
-# Never touch the network from tests; real data comes from DPSYNTH_DATA_DIR.
-os.environ.setdefault("DPSYNTH_OFFLINE", "1")
+# Never touch the network from tests; real data comes from MMDSYNTH_DATA_DIR.
+os.environ.setdefault("MMDSYNTH_OFFLINE", "1")
 # `make test` runs the suite in two pytest-xdist workers on this 2-core machine: one compute thread
 # each, so the two do not fight over the cores (set before torch is imported).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-if "DPSYNTH_DATA_DIR" not in os.environ and SHARED.is_dir():
-    os.environ["DPSYNTH_DATA_DIR"] = str(SHARED)
+if "MMDSYNTH_DATA_DIR" not in os.environ and SHARED.is_dir():
+    os.environ["MMDSYNTH_DATA_DIR"] = str(SHARED)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DPSYNTH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMDSYNTH_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="session")
 def digits():
     """scikit-learn's digits (ships with a dependency: always available)."""
-    from dpsynth.data import load_dataset
+    from mmdsynth.data import load_dataset
 
     return load_dataset("digits")
 
 
 def require_data(name: str):
-    from dpsynth.data import is_available
+    from mmdsynth.data import is_available
 
     if is_available(name) is None:
-        if os.environ.get("CI") or os.environ.get("DPSYNTH_REQUIRE_DATA") == "1":
+        if os.environ.get("CI") or os.environ.get("MMDSYNTH_REQUIRE_DATA") == "1":
             pytest.fail(f"dataset {name} is required in CI but was not found")
         pytest.skip(f"dataset {name} not available locally")
 
@@ -41,7 +41,7 @@ def assert_learns_digits_and_noise_shows(make_model, digits):
     """Fit ``make_model(epsilon)`` on digits at eps 10 and 0.01: eps 10 must learn the classes (LogReg on
     1,500 samples > 0.6) and eps 0.01, whose release is mostly noise, must score clearly lower (silently
     disabled noise would not). Returns the eps-0.01 model."""
-    from dpsynth.evaluation.downstream import image_classifier_scores
+    from mmdsynth.evaluation.downstream import image_classifier_scores
 
     scores = {}
     for eps in (10.0, 0.01):

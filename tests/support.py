@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from dpsynth import Schema
-from dpsynth.privacy.mechanisms import NoiseSource
-from dpsynth.privacy.sampling import PoissonSampler
+from mmdsynth import Schema
+from mmdsynth.privacy.mechanisms import NoiseSource
+from mmdsynth.privacy.sampling import PoissonSampler
 
 
 SCHEMA = {

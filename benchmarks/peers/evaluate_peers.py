@@ -1,4 +1,4 @@
-"""Score synthetic CSVs (peers' and dpsynth's) with dpsynth's 12-classifier protocol (main venv).
+"""Score synthetic CSVs (peers' and mmdsynth's) with mmdsynth's 12-classifier protocol (main venv).
 
 Reads ``synth_{method}_eps{epsilon:g}.csv`` from each split folder (``synth_{method}.csv`` without
 ``--epsilon``, the files of earlier sessions), so every method is scored from its file by the same code:
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpsynth.data import Schema
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.evaluation.fidelity import table_fidelity
-from dpsynth.evaluation.tabular import table_classifier_scores
+from mmdsynth.data import Schema
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.evaluation.fidelity import table_fidelity
+from mmdsynth.evaluation.tabular import table_classifier_scores
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,7 +36,7 @@ def main():
     p.add_argument("folders", nargs="+")
     p.add_argument("--method", nargs="+", default=["mst", "aim"])
     p.add_argument("--epsilon", type=float, default=None, help="read synth_{method}_eps{epsilon:g}.csv")
-    p.add_argument("--tag", default="", help="read synth_{method}_eps{epsilon:g}{tag}.csv (run_dpsynth.py --tag)")
+    p.add_argument("--tag", default="", help="read synth_{method}_eps{epsilon:g}{tag}.csv (run_mmdsynth.py --tag)")
     p.add_argument("--tvd-only", action="store_true", help="only the marginal TVDs (no classifiers, no table_fidelity)")
     p.add_argument("--out", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()

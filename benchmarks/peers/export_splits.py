@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sys
 
-from dpsynth.data import load_preset
+from mmdsynth.data import load_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from table_utility import with_bounds  # noqa: E402

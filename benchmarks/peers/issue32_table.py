@@ -1,8 +1,8 @@
-"""Issue 32's peer table: fit times (run_smartnoise.py / run_dpsynth.py JSON lines) joined with the scores
+"""Issue 32's peer table: fit times (run_smartnoise.py / run_mmdsynth.py JSON lines) joined with the scores
 of evaluate_peers.py, one row per (dataset, epsilon, method), as Markdown.
 
     python3 benchmarks/peers/issue32_table.py --fits benchmarks/out/peers_issue32_fit.jsonl \
-        benchmarks/out/dpsynth_issue32_fit.jsonl --scores benchmarks/out/fidelity_issue32.jsonl
+        benchmarks/out/mmdsynth_issue32_fit.jsonl --scores benchmarks/out/fidelity_issue32.jsonl
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 ORDER = {"dp-merf": 0, "dp-hp": 1, "mst": 2, "aim": 3, "real": 4}
-NAMES = {"dp-merf": "dpsynth DP-MERF", "dp-hp": "dpsynth DP-HP", "mst": "MST", "aim": "AIM",
+NAMES = {"dp-merf": "mmdsynth DP-MERF", "dp-hp": "mmdsynth DP-HP", "mst": "MST", "aim": "AIM",
          "real": "real train split (floor)"}
 
 
@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--scores", nargs="+", required=True)
     ap.add_argument("--tvd", nargs="*", default=[], help="evaluate_peers.py --tvd-only lines: their marginal_tvd "
                     "replaces the one in --scores (adds the categorical-pairs column)")
-    ap.add_argument("--reference", default="dp-merf", help="the dpsynth method the speed ratio divides by")
+    ap.add_argument("--reference", default="dp-merf", help="the mmdsynth method the speed ratio divides by")
     args = ap.parse_args()
     fits = {}
     for r in _load(args.fits):
@@ -45,7 +45,7 @@ def main():
             scores[(r["folder"], r["method"], eps)]["marginal_tvd"] = r["marginal_tvd"]
     keys = set(fits) | set(scores)
     print("| dataset | eps | method | 1-way TVD (deciles / grid32) | 2-way TVD (deciles / grid32) | "
-          "2-way TVD, categorical pairs only | ML efficacy ROC / PR (12 clf.) | fit s | peer / dpsynth time |")
+          "2-way TVD, categorical pairs only | ML efficacy ROC / PR (12 clf.) | fit s | peer / mmdsynth time |")
     print("|---|---|---|---|---|---|---|---|---|")
     for folder, method, eps in sorted(keys, key=lambda k: (k[0], k[2] if k[2] is not None else 1e9, ORDER.get(k[1], 9))):
         fit = fits.get((folder, method, eps), [])

@@ -10,7 +10,7 @@ Two discretisations of the numeric columns (categorical columns: their declared 
 else one extra "other" cell):
 
 * ``deciles``: 10 bins at the deciles of the *real* table passed in (repeated deciles merge), the bins of
-  :func:`dpsynth.evaluation.fidelity.numeric_marginal`, so the 1-way numeric part equals its TV;
+  :func:`mmdsynth.evaluation.fidelity.numeric_marginal`, so the 1-way numeric part equals its TV;
 * ``grid32``: 32 equal-width bins over the schema's declared (public) bounds, the grid the peers
   (MST / AIM in ``run_smartnoise.py``) are fitted on, values outside the bounds in the end bins.
 
@@ -23,7 +23,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from dpsynth.data import Schema
+from mmdsynth.data import Schema
 
 DECILES = 10
 GRID = 32

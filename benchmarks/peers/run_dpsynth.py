@@ -1,4 +1,4 @@
-"""dpsynth's table methods on the exported preset splits, written as CSVs the peers' evaluation reads.
+"""mmdsynth's table methods on the exported preset splits, written as CSVs the peers' evaluation reads.
 
 The same fit as ``benchmarks/table_utility.py`` (the method's tabular preset, ``--epsilon`` overriding
 the preset's 1, the preset's seeded split), timed around ``fit`` only; ``len(train)`` rows are then
@@ -7,8 +7,8 @@ sampled and written as ``synth_{method}_eps{epsilon:g}.csv`` in the split folder
 the same functions. The training split is checked against the folder's ``train.csv`` / ``test.csv``
 (a different split would make the comparison meaningless).
 
-    DPSYNTH_DATA_DIR=... .venv/bin/python benchmarks/peers/run_dpsynth.py benchmarks/out/splits/adult_s0 \\
-        --method dp-merf dp-hp --epsilon 1 --out benchmarks/out/dpsynth_issue32_fit.jsonl
+    MMDSYNTH_DATA_DIR=... .venv/bin/python benchmarks/peers/run_mmdsynth.py benchmarks/out/splits/adult_s0 \\
+        --method dp-merf dp-hp --epsilon 1 --out benchmarks/out/mmdsynth_issue32_fit.jsonl
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dpsynth import DPHP, DPMERF, DPNTK
-from dpsynth.data import load_preset
-from dpsynth.methods.presets import method_preset
+from mmdsynth import DPHP, DPMERF, DPNTK
+from mmdsynth.data import load_preset
+from mmdsynth.methods.presets import method_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _rows import add_set_option, set_overrides  # noqa: E402

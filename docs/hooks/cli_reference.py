@@ -11,15 +11,15 @@ MARKER = "<!-- cli-reference -->"
 
 def reference() -> str:
     os.environ["COLUMNS"] = "100"              # argparse wraps help at the terminal width
-    from dpsynth.cli import add_method_options, build_parser
+    from mmdsynth.cli import add_method_options, build_parser
 
     parser = build_parser()
-    out = ["## dpsynth", "", "```text", parser.format_help().rstrip(), "```", ""]
+    out = ["## mmdsynth", "", "```text", parser.format_help().rstrip(), "```", ""]
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name, p in sub.choices.items():
         if name == "fit":
             add_method_options(p)
-        out += [f"## dpsynth {name}", "", "```text", p.format_help().rstrip(), "```", ""]
+        out += [f"## mmdsynth {name}", "", "```text", p.format_help().rstrip(), "```", ""]
     return "\n".join(out)
 
 

@@ -4,16 +4,16 @@ import json
 
 import pytest
 
-import dpsynth
-from dpsynth import cli
-from dpsynth.methods import METHODS
+import mmdsynth
+from mmdsynth import cli
+from mmdsynth.methods import METHODS
 
 
 @pytest.fixture
 def toy():
     # --- the README's example, verbatim ------------------------------------------------------
-    from dpsynth.features import RandomFourierFeatures
-    from dpsynth.methods import KernelGeneratorMethod, register
+    from mmdsynth.features import RandomFourierFeatures
+    from mmdsynth.methods import KernelGeneratorMethod, register
 
     @register
     class ToyRFF(KernelGeneratorMethod):
@@ -37,18 +37,18 @@ def test_the_toy_method_keeps_the_contract(toy):
     assert "width" in toy.param_names() and "iterations" in toy.param_names()
     m = toy(1.0, n_classes=10, width=32, iterations=3, batch_size=50, noise_seed=0)
     assert toy(**m.get_params()).get_params() == m.get_params()
-    with pytest.raises(dpsynth.InvalidParameterError, match="takes image data, not tables"):
+    with pytest.raises(mmdsynth.InvalidParameterError, match="takes image data, not tables"):
         toy.defaults_for("table")
 
 
 def test_the_toy_method_fits_saves_loads_and_goes_through_the_engine(toy, tmp_path):
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     m = toy(1.0, n_classes=10, width=32, iterations=3, batch_size=50).fit(digits.x_train, digits.y_train,
                                                                            out=tmp_path / "m")
     entry = m.release_.ledger.entries[0]
     assert entry.noise_source.startswith("secure") and entry.neighbouring == "replace_one"
     assert m.release_.feature_spec["n_features"] == 32
-    again = dpsynth.load(tmp_path / "m")
+    again = mmdsynth.load(tmp_path / "m")
     assert type(again) is toy and again.width == 32
     x, y = again.sample(20, seed=0)
     assert x.shape == (20, 1, 8, 8)

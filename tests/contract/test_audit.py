@@ -1,4 +1,4 @@
-"""The empirical privacy audit (`dpsynth audit`): it passes the real mechanisms and catches broken ones.
+"""The empirical privacy audit (`mmdsynth audit`): it passes the real mechanisms and catches broken ones.
 
 An audit that cannot fail proves nothing, so every "passes" test has a twin that breaks the noise
 (from outside, by patching the noise source the library uses) and expects the bound above the claim.
@@ -9,9 +9,9 @@ import math
 import pytest
 from scipy.stats import beta
 
-from dpsynth import cli
-from dpsynth.audit import SELECT_FRACTION, _SampledReleaseTarget, audit, clopper_pearson, epsilon_bounds
-from dpsynth.errors import InvalidParameterError
+from mmdsynth import cli
+from mmdsynth.audit import SELECT_FRACTION, _SampledReleaseTarget, audit, clopper_pearson, epsilon_bounds
+from mmdsynth.errors import InvalidParameterError
 
 from support import break_noise
 
@@ -90,7 +90,7 @@ def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_samp
     """dp-randconv's subsampled release, audited whole: the honest one stays below the claim with the canary at the
     full measured sensitivity; the same release with the sample drawn from a public seed (the issue-30 leak class:
     the same steps hold record 0 every run) is caught, and so is one with a twentieth of the noise."""
-    from dpsynth.privacy import engine as engine_module
+    from mmdsynth.privacy import engine as engine_module
     from support import PublicSampler
 
     r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
@@ -111,7 +111,7 @@ def test_sampled_release_does_not_promise_power_it_lacks(monkeypatch):
     shaped bound). Its power is now its own subsampled mechanism's, simulated: either the injected leak is flagged
     or the statement puts the detectable epsilon above the injected leak's, and it says why the Gaussian bound does not
     apply."""
-    from dpsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
+    from mmdsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
 
     break_noise(monkeypatch, 4)
     r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
@@ -138,7 +138,7 @@ def test_sampled_release_add_remove_variant_passes_the_real_release(monkeypatch,
     with pytest.raises(InvalidParameterError, match="applies to mechanism='sampled-release' only"):
         audit(1.0, 1e-5, mechanism="release", neighbouring="add_remove")
     seen = {}
-    monkeypatch.setattr("dpsynth.audit.audit", lambda *a, **k: seen.update(k) or r)
+    monkeypatch.setattr("mmdsynth.audit.audit", lambda *a, **k: seen.update(k) or r)
     assert cli.main(["audit", "--mechanism", "sampled-release", "--neighbouring", "add_remove", "--trials", "100"]) == 0
     assert seen["neighbouring"] == "add_remove" and "add_remove" in capsys.readouterr().out
     assert cli.main(["audit", "--neighbouring", "add_remove"]) != 0

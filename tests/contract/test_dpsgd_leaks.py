@@ -18,20 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-import dpsynth
-from dpsynth import DPKIP, cli
-from dpsynth.audit import audit
-from dpsynth.errors import ArtifactError
-from dpsynth.features.base import FeatureMap
-from dpsynth.kip import dpsgd
-from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.kip.krr import centred_one_hot
-from dpsynth.kip.per_record import factored_clipped_sum
-from dpsynth.methods.kip import to_kernel_space
-from dpsynth.privacy import engine as engine_module
-from dpsynth.privacy.ledger import Ledger
-from dpsynth.privacy.sampling import PoissonSampler
-from dpsynth.release import Release
+import mmdsynth
+from mmdsynth import DPKIP, cli
+from mmdsynth.audit import audit
+from mmdsynth.errors import ArtifactError
+from mmdsynth.features.base import FeatureMap
+from mmdsynth.kip import dpsgd
+from mmdsynth.kip.kernels import FCReLUKernel
+from mmdsynth.kip.krr import centred_one_hot
+from mmdsynth.kip.per_record import factored_clipped_sum
+from mmdsynth.methods.kip import to_kernel_space
+from mmdsynth.privacy import engine as engine_module
+from mmdsynth.privacy.ledger import Ledger
+from mmdsynth.privacy.sampling import PoissonSampler
+from mmdsynth.release import Release
 
 from support import PublicSampler
 
@@ -55,7 +55,7 @@ def _samples(monkeypatch, **params):
         seen.append(tuple(idx.tolist()))
         return idx
     monkeypatch.setattr(PoissonSampler, "sample", logged)
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     DPKIP(1.0, 1e-5, **{**TINY, **params}).fit(digits.x_train[:300].numpy(), digits.y_train[:300].numpy())
     return seen
 
@@ -69,7 +69,7 @@ def test_the_sample_is_fresh_every_run_whatever_seed_and_noise_seed(monkeypatch)
 
 def test_a_reproducible_sample_needs_the_testing_only_sampler_seed(monkeypatch):
     assert _samples(monkeypatch, sampler_seed=5) == _samples(monkeypatch, sampler_seed=5)
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
     secure = DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.entries[0]
     fixed = DPKIP(1.0, 1e-5, **TINY, sampler_seed=5).fit(X, y).release_.ledger.entries[0]
@@ -81,7 +81,7 @@ def test_a_reproducible_sample_needs_the_testing_only_sampler_seed(monkeypatch):
 def test_the_secure_sampler_draws_from_the_os_csprng(monkeypatch):
     calls = []
     real = __import__("os").urandom
-    monkeypatch.setattr("dpsynth.privacy.sampling.os.urandom", lambda n: calls.append(n) or real(n))
+    monkeypatch.setattr("mmdsynth.privacy.sampling.os.urandom", lambda n: calls.append(n) or real(n))
     idx = PoissonSampler().sample(1000, 0.5)
     assert calls == [8000] and 350 < len(idx) < 650 and torch.all(idx[1:] > idx[:-1])
     assert PoissonSampler().get_state() is None                       # nothing to save, nothing to leak
@@ -93,7 +93,7 @@ def test_the_cli_never_fixes_the_sample(tmp_path, capsys):
                      "--batch-size", "100", "--clip", "1e-2", "--seed", "0", "--out", str(tmp_path / "m"), "-q"]) == 0
     params = json.loads((tmp_path / "m" / "model.json").read_text())["params"]
     assert params["sampler_seed"] is None and params["noise_seed"] is None
-    assert dpsynth.load(tmp_path / "m").release_.ledger.entries[-1].sampler.startswith("secure")
+    assert mmdsynth.load(tmp_path / "m").release_.ledger.entries[-1].sampler.startswith("secure")
     with pytest.raises(SystemExit) as exc:
         cli.main(["fit", "--method", "dp-kip", "--dataset", "digits", "--sampler-seed", "1", "--out", str(tmp_path)])
     assert exc.value.code == 2
@@ -109,7 +109,7 @@ def test_the_old_public_sampler_is_the_same_every_run(monkeypatch):
 def _worst_contribution(clipped_sum, reg: float, spread: float, clip: float) -> float:
     """Largest |sum(batch + record) - sum(batch)| / clip over records equal to a start point, all
     labels, with a support set of one digit repeated (plus ``spread`` noise)."""
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     x = to_kernel_space(digits.x_train[:40]).double()
     g = torch.Generator().manual_seed(0)
     xs = x[:1].repeat(20, 1) + spread * torch.randn(20, 64, generator=g, dtype=torch.float64)
@@ -136,7 +136,7 @@ def test_the_old_factored_clipping_fails_the_same_check():
 
 
 def test_benign_support_sets_keep_the_fast_closed_form(monkeypatch):
-    from dpsynth.kip import per_record
+    from mmdsynth.kip import per_record
 
     monkeypatch.setattr(per_record, "explicit_clipped_sum", lambda *a: pytest.fail("explicit path on a benign set"))
     g = torch.Generator().manual_seed(1)
@@ -148,14 +148,14 @@ def test_benign_support_sets_keep_the_fast_closed_form(monkeypatch):
 
 # -- 3. one neighbouring relation ------------------------------------------------------------------
 def test_dpsgd_is_replace_one_by_default_and_add_remove_by_name():
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
     e = DPKIP(1.0, 1e-5, **TINY).fit(X, y).release_.ledger.entries[0]
     paper = DPKIP(1.0, 1e-5, **TINY, neighbouring="add_remove").fit(X, y).release_.ledger.entries[0]
     assert e.neighbouring == e.plan["neighbouring"] == "replace_one"
     assert paper.neighbouring == paper.plan["neighbouring"] == "add_remove"
     assert e.noise_multiplier > paper.noise_multiplier            # replace-one needs more noise
-    with pytest.raises(dpsynth.errors.InvalidParameterError, match="neighbouring must be"):
+    with pytest.raises(mmdsynth.errors.InvalidParameterError, match="neighbouring must be"):
         DPKIP(1.0, 1e-5, **TINY, neighbouring="swap").fit(X, y)
 
 
@@ -172,12 +172,12 @@ def test_add_remove_entries_say_zero_out_with_m_public_and_print_the_replace_one
     """Issue 45, item 6: DP-KIP under add_remove and dp-randconv's sampled release divide by the public m, so literal
     add/remove neighbours (which change m) cannot hold; the entry says zero-out with m public and prints the
     replace-one epsilon of the same sigma (the library's accountant, same plan, replace-one relation), and
-    `dpsynth inspect` shows both. Known value: q 0.5, 32 steps, add/remove epsilon 1 -> replace-one 2.116."""
-    from dpsynth.embedding import release_sampled_embedding
-    from dpsynth.features import RandomConvFeatures
-    from dpsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
+    `mmdsynth inspect` shows both. Known value: q 0.5, 32 steps, add/remove epsilon 1 -> replace-one 2.116."""
+    from mmdsynth.embedding import release_sampled_embedding
+    from mmdsynth.features import RandomConvFeatures
+    from mmdsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
 
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     X, y = digits.x_train[:300].numpy(), digits.y_train[:300].numpy()
     (e,) = DPKIP(1.0, 1e-5, **TINY, neighbouring="add_remove").fit(X, y).release_.ledger.entries
     plan = PrivacyPlan((), e.plan["sample_rate"], e.plan["steps"], "replace_one")
@@ -217,7 +217,7 @@ def test_replace_one_epsilon_matches_dp_accounting_directly():
     import dp_accounting
     from dp_accounting import pld, rdp
 
-    from dpsynth.privacy.calibration import PrivacyPlan, dpsgd_sigma, replace_one_epsilon
+    from mmdsynth.privacy.calibration import PrivacyPlan, dpsgd_sigma, replace_one_epsilon
 
     q, steps, delta = 0.5, 32, 1e-5
     sigma = dpsgd_sigma(1.0, delta, q, steps, neighbouring="add_remove")
@@ -280,12 +280,12 @@ def test_a_model_refuses_a_replaced_release(tmp_path, capsys):
                      "--out", str(out), "-q"]) == 0
     pin = json.loads((out / "model.json").read_text())["release"]
     assert set(pin) == {"release.json", "release.safetensors"}
-    dpsynth.load(out)                                                     # intact: loads
+    mmdsynth.load(out)                                                     # intact: loads
     other = tmp_path / "d"
     assert cli.main(["demo", "--out", str(other)]) == 0
-    Release.load(other / "release").save(out / "release")                # the old `dpsynth demo` did this
+    Release.load(other / "release").save(out / "release")                # the old `mmdsynth demo` did this
     with pytest.raises(ArtifactError, match="not the one the model .* was trained on"):
-        dpsynth.load(out)
+        mmdsynth.load(out)
     capsys.readouterr()
     assert cli.main(["evaluate", str(out), "--n", "200"]) != 0
     assert cli.main(["inspect", str(out)]) != 0
@@ -304,7 +304,7 @@ def test_demo_refuses_a_folder_holding_a_model_or_release(tmp_path, capsys):
 
 # -- 6. the ledger says what the checks establish ------------------------------------------------------
 def test_kip_ledger_says_the_checkpoint_holds_private_state():
-    digits = dpsynth.load_dataset("digits")
+    digits = mmdsynth.load_dataset("digits")
     e = DPKIP(1.0, 1e-5, **TINY).fit(digits.x_train[:300].numpy(), digits.y_train[:300].numpy()).release_.ledger
     assert any("checkpoint" in n and "private state" in n for n in e.entries[0].notes)
     assert "note: an interrupted run's checkpoint" in e.format()

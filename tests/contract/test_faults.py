@@ -15,11 +15,11 @@ import time
 import pytest
 import torch
 
-import dpsynth
-from dpsynth import DPMERF
-from dpsynth.errors import ArtifactError
-from dpsynth.methods import base as base_module
-from dpsynth.release import Release
+import mmdsynth
+from mmdsynth import DPMERF
+from mmdsynth.errors import ArtifactError
+from mmdsynth.methods import base as base_module
+from mmdsynth.release import Release
 
 KW = dict(epsilon=1.0, n_classes=10, n_features=40, batch_size=50, noise_seed=0, checkpoint_every=2)
 
@@ -47,7 +47,7 @@ def _same(a, b):
     ("model.json", "truncate"), ("model.json", "edit"), ("model.json", "delete-file-entry")])
 def test_damaged_artifacts_are_refused_naming_the_file(digits, tmp_path, name, damage):
     _fit(digits, tmp_path)
-    dpsynth.load(tmp_path)                                   # intact: loads
+    mmdsynth.load(tmp_path)                                   # intact: loads
     path = tmp_path / name
     data = path.read_bytes()
     if damage == "truncate":
@@ -66,7 +66,7 @@ def test_damaged_artifacts_are_refused_naming_the_file(digits, tmp_path, name, d
         meta["files"] = {}
         path.write_text(json.dumps(meta))
     with pytest.raises(ArtifactError) as info:
-        dpsynth.load(tmp_path)
+        mmdsynth.load(tmp_path)
     assert path.name in str(info.value)
 
 
@@ -84,8 +84,8 @@ def test_checkpoint_from_another_save_is_refused_with_the_fix(digits, tmp_path):
 # -- kill -9 ---------------------------------------------------------------------------------
 SCRIPT = textwrap.dedent("""
     import os, sys
-    from dpsynth import DPMERF
-    from dpsynth.data import load_dataset
+    from mmdsynth import DPMERF
+    from mmdsynth.data import load_dataset
     out, iterations, crash_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if crash_at:                          # die like kill -9 (no cleanup) at the crash_at-th file move
         real, calls = os.replace, [0]
@@ -123,23 +123,23 @@ def test_kill_9_during_training_leaves_a_resumable_folder(tmp_path):
     proc.wait()
     release = (out / "release" / "release.safetensors").read_bytes()
     with pytest.raises(ArtifactError, match="resume=True"):
-        dpsynth.load(out)                                     # no model yet: says how to continue
+        mmdsynth.load(out)                                     # no model yet: says how to continue
     step = json.loads((out / "checkpoint.json").read_text())["iteration"]
     model = _resume(out, step + 2)                            # reads no data, spends nothing
     assert (out / "release" / "release.safetensors").read_bytes() == release
-    assert len(dpsynth.load(out).release_.ledger.entries) == len(model.release_.ledger.entries)
+    assert len(mmdsynth.load(out).release_.ledger.entries) == len(model.release_.ledger.entries)
 
 
 def test_kill_at_every_file_move_of_a_resumed_fit_never_leaves_a_loadable_mix(digits, tmp_path):
     base = tmp_path / "base"
     _fit(digits, base, iterations=2)
-    before = _state(dpsynth.load(base))
+    before = _state(mmdsynth.load(base))
     count = tmp_path / "count"                              # an uninterrupted resume: its moves and result
     subprocess.run(["cp", "-r", str(base), str(count)], check=True)
     stdout, stderr = _run(count, 4, crash_at=10**6).communicate()
     moves = int(stdout.split()[-1])
     assert moves >= 4, stderr                               # checkpoint (2 files), generator, model.json
-    after = _state(dpsynth.load(count))
+    after = _state(mmdsynth.load(count))
     assert not _same(before, after)
     for crash_at in range(1, moves + 1):
         out = tmp_path / f"crash{crash_at}"
@@ -148,12 +148,12 @@ def test_kill_at_every_file_move_of_a_resumed_fit_never_leaves_a_loadable_mix(di
         proc.communicate()
         assert proc.returncode == 137
         try:
-            state = _state(dpsynth.load(out))
+            state = _state(mmdsynth.load(out))
             assert _same(state, before) or _same(state, after), crash_at   # the old model or the new one
         except ArtifactError as exc:
             assert "generator.safetensors" in str(exc) and "resume=True" in str(exc), crash_at
         assert _same(_state(_resume(out, 4)), after), crash_at             # and a resume finishes the job
-        assert _same(_state(dpsynth.load(out)), after), crash_at
+        assert _same(_state(mmdsynth.load(out)), after), crash_at
 
 
 # -- a full disk ------------------------------------------------------------------------------
@@ -167,18 +167,18 @@ def _full_disk_after(nbytes):
 
 def test_full_disk_during_save_keeps_the_previous_model(digits, tmp_path, monkeypatch):
     _fit(digits, tmp_path, iterations=2)
-    before = _state(dpsynth.load(tmp_path))
+    before = _state(mmdsynth.load(tmp_path))
     files = sorted(p.name for p in tmp_path.iterdir())
     more = DPMERF(**{**KW, "iterations": 2, "seed": 5}).fit(digits.x_train, digits.y_train)   # in memory
     monkeypatch.setattr(base_module, "save_file", _full_disk_after(100))
     with pytest.raises(OSError, match="No space left"):
         more.save(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == files              # nothing half-written left
-    assert _same(_state(dpsynth.load(tmp_path)), before) and not _same(_state(more), before)
+    assert _same(_state(mmdsynth.load(tmp_path)), before) and not _same(_state(more), before)
 
 
 def test_full_disk_during_release_save_leaves_no_release(digits, tmp_path, monkeypatch):
-    import dpsynth.release as release_module
+    import mmdsynth.release as release_module
 
     monkeypatch.setattr(release_module, "save_file", _full_disk_after(100))
     with pytest.raises(OSError, match="No space left"):
@@ -191,7 +191,7 @@ def test_full_disk_during_release_save_leaves_no_release(digits, tmp_path, monke
 
 @pytest.mark.parametrize("damage", ["weights", "spec"])
 def test_damaged_encoder_is_refused_naming_the_file(tmp_path, damage):
-    from dpsynth.features.encoders import build_encoder, load_encoder, save_encoder
+    from mmdsynth.features.encoders import build_encoder, load_encoder, save_encoder
 
     path = save_encoder(build_encoder("vgg_small", 1, 10), {"arch": "vgg_small", "in_channels": 1, "n_classes": 10,
                                                              "dataset": "fashion-mnist"}, tmp_path / "enc.safetensors")

@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth.privacy import engine as engine_module
-from dpsynth.privacy.engine import PrivacyEngine
+from mmdsynth.privacy import engine as engine_module
+from mmdsynth.privacy.engine import PrivacyEngine
 
-from dpsynth import release_mean_embedding
-from dpsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures, PixelFeatures,
+from mmdsynth import release_mean_embedding
+from mmdsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures, PixelFeatures,
                               PooledFeatures, RandomConvFeatures, RandomFourierFeatures, build_feature_map)
-from dpsynth.features.encoders import build_encoder, save_encoder
-from dpsynth.kip.dpsgd import private_gradient
-from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
-from dpsynth.methods.kernel import DPRandConv
-from dpsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
+from mmdsynth.features.encoders import build_encoder, save_encoder
+from mmdsynth.kip.dpsgd import private_gradient
+from mmdsynth.kip.kernels import FCReLUKernel
+from mmdsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
+from mmdsynth.methods.kernel import DPRandConv
+from mmdsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
 
 from conftest import Guarded
 
@@ -189,7 +189,7 @@ def test_sampled_release_contract(monkeypatch):
     reading; T draws of std sigma x clip, as its ledger says; the plan within epsilon; on every adversarial
     neighbour (same test sampler and noise seeds on both, so the difference of the releases is the difference of
     the sampled sums) each step's sum moves by <= 2 x clip (replace-one), i.e. block t by <= 2 / (q m sqrt(T))."""
-    from dpsynth.embedding import release_sampled_embedding
+    from mmdsynth.embedding import release_sampled_embedding
     fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
     X, y = _base(IMAGE)
     flag = _watch_calibration(monkeypatch, engine_module)
@@ -218,7 +218,7 @@ def test_sampled_release_add_remove_contract():
     """neighbouring="add_remove" (NDPDC's accounting): the ledger and plan say add/remove, the plan is within
     epsilon at that relation, and adding any adversarial record to a step's sample moves that step's sum (the
     release's own sampled_block_sums) by <= clip = 1, the add/remove sensitivity the accountant prices."""
-    from dpsynth.embedding import release_sampled_embedding, sampled_block_sums
+    from mmdsynth.embedding import release_sampled_embedding, sampled_block_sums
     fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
     X, y = _base(IMAGE)
     rel = release_sampled_embedding(fmap, X, y, epsilon=1.0, delta=1e-5, n_classes=C, sample_rate=0.5, seed=0,

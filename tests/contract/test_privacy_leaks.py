@@ -11,14 +11,14 @@ import pytest
 import torch
 from scipy import stats
 
-from dpsynth import DPMERF, Schema, mean_embedding, release_mean_embedding
-from dpsynth.data import presets
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.errors import DataValidationError, InvalidParameterError
-from dpsynth.features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
-from dpsynth.privacy import NoiseSource, gaussian_mechanism
-from dpsynth.privacy.ledger import LedgerEntry
-from dpsynth.privacy.mechanisms import SNAP_BITS
+from mmdsynth import DPMERF, Schema, mean_embedding, release_mean_embedding
+from mmdsynth.data import presets
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.errors import DataValidationError, InvalidParameterError
+from mmdsynth.features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomFourierFeatures
+from mmdsynth.privacy import NoiseSource, gaussian_mechanism
+from mmdsynth.privacy.ledger import LedgerEntry
+from mmdsynth.privacy.mechanisms import SNAP_BITS
 
 from support import preset_rows
 
@@ -29,8 +29,8 @@ SIGMA = 3.7306  # epsilon 1, delta 1e-5: calibrated once, so the tests do not re
 def _engine(noise_seed=None, fmap=None):
     """An engine at SIGMA for the releases of ``fmap`` (default one block; noise_seed: the same draws
     for two neighbours)."""
-    from dpsynth.embedding import release_plan
-    from dpsynth.privacy.engine import PrivacyEngine
+    from mmdsynth.embedding import release_plan
+    from mmdsynth.privacy.engine import PrivacyEngine
 
     plan, mults = release_plan(fmap)
     return PrivacyEngine.with_sigma(SIGMA, noise_seed=noise_seed, plan=plan, multipliers=mults)

@@ -42,12 +42,12 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, reject, settings, strategies as st
 
-from dpsynth import Schema
-from dpsynth.data import ShardedTable, read_sql, read_table
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.data.private_schema import OTHER, SchemaCounts, SchemaInference
-from dpsynth.engines import add_partials
-from dpsynth.errors import DataValidationError, SchemaError
+from mmdsynth import Schema
+from mmdsynth.data import ShardedTable, read_sql, read_table
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.data.private_schema import OTHER, SchemaCounts, SchemaInference
+from mmdsynth.engines import add_partials
+from mmdsynth.errors import DataValidationError, SchemaError
 
 sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("pyarrow")
@@ -402,7 +402,7 @@ def postgres_url():
     initdb, pg_ctl = binary("initdb"), binary("pg_ctl")
     if not (initdb and pg_ctl):
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
-    root = Path(tempfile.mkdtemp(prefix="dpsynth-pg-", dir="/tmp"))      # the postgres user must reach it
+    root = Path(tempfile.mkdtemp(prefix="mmdsynth-pg-", dir="/tmp"))      # the postgres user must reach it
     run_as = []
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")
@@ -412,12 +412,12 @@ def postgres_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
-    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "dpsynth"], check=True, capture_output=True)
+    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "mmdsynth"], check=True, capture_output=True)
     subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
                              f"-p {port} -k {root} -c listen_addresses='' -c fsync=off", "start"],
                    check=True, capture_output=True)
     try:
-        yield f"postgresql+psycopg://dpsynth@/postgres?host={root}&port={port}"
+        yield f"postgresql+psycopg://mmdsynth@/postgres?host={root}&port={port}"
     finally:
         subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -1,11 +1,11 @@
 """Issue 31: the shape that keeps the privacy machinery in one place, checked on the code itself.
 
 * calibration, the Gaussian mechanism on private data and ledger entries each have one home (the
-  privacy engine): outside ``dpsynth/privacy/`` at most one module calls each (the `budget`
+  privacy engine): outside ``mmdsynth/privacy/`` at most one module calls each (the `budget`
   calculator command may calibrate; nobody else);
 * the package's imports (module-level and inside functions) form no circle;
 * the CLI is generated from the methods: a flag the method does not take is refused by name, and a
-  method's defaults are its own; ``import dpsynth.cli`` loads no torch.
+  method's defaults are its own; ``import mmdsynth.cli`` loads no torch.
 """
 import ast
 import json
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dpsynth import cli
+from mmdsynth import cli
 
-PACKAGE = Path(__file__).resolve().parents[2] / "dpsynth"
+PACKAGE = Path(__file__).resolve().parents[2] / "mmdsynth"
 
 
 def _modules():
@@ -39,10 +39,10 @@ def _callers(func: str) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("func,allowed", [("calibrate_sigma", {"dpsynth.cli.budget"}), ("gaussian_mechanism", set()),
+@pytest.mark.parametrize("func,allowed", [("calibrate_sigma", {"mmdsynth.cli.budget"}), ("gaussian_mechanism", set()),
                                           ("LedgerEntry", set())])
 def test_the_privacy_machinery_has_one_home(func, allowed):
-    outside = {m for m in _callers(func) if not m.startswith("dpsynth.privacy")}
+    outside = {m for m in _callers(func) if not m.startswith("mmdsynth.privacy")}
     assert outside <= allowed, f"{func} is called outside the privacy engine from {sorted(outside - allowed)}"
     assert len(outside) <= 1
 
@@ -61,10 +61,10 @@ def _imports() -> dict[str, set[str]]:
                 for alias in node.names:
                     deps.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in names else target)
             elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith("dpsynth"))
+                deps.update(a.name for a in node.names if a.name.startswith("mmdsynth"))
         # a package's __init__ re-exporting its own modules is its face, not a room depending on them
         own = (lambda d: d.startswith(name + ".")) if path.name == "__init__.py" else (lambda d: False)
-        graph[name] = {d for d in deps if d in names and d != name and d != "dpsynth" and not own(d)}
+        graph[name] = {d for d in deps if d in names and d != name and d != "mmdsynth" and not own(d)}
     return graph
 
 
@@ -87,8 +87,8 @@ def test_no_import_circle():
 
 
 def test_importing_the_cli_and_its_help_load_no_torch():
-    code = ("import sys, dpsynth.cli\nassert 'torch' not in sys.modules\n"
-            "try:\n    dpsynth.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys, mmdsynth.cli\nassert 'torch' not in sys.modules\n"
+            "try:\n    mmdsynth.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
@@ -133,6 +133,6 @@ def test_the_methods_take_the_data_kinds_they_declare(tmp_path, capsys):
 
 
 def test_the_issues_command_refuses_the_foreign_flag_before_anything_else(capsys):
-    """`dpsynth fit --method dp-ntk --dataset digits --n-features 5`, exactly: exit 2 naming the flag."""
+    """`mmdsynth fit --method dp-ntk --dataset digits --n-features 5`, exactly: exit 2 naming the flag."""
     assert cli.main(["fit", "--method", "dp-ntk", "--dataset", "digits", "--n-features", "5"]) == 2
     assert "--n-features: dp-merf options, not taken by --method dp-ntk" in capsys.readouterr().err

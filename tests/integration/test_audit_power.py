@@ -4,8 +4,8 @@ audit catching the old public sampler (issue 30)."""
 
 import pytest
 
-from dpsynth.audit import audit
-from dpsynth.privacy import engine as engine_module
+from mmdsynth.audit import audit
+from mmdsynth.privacy import engine as engine_module
 
 from support import PublicSampler, break_noise
 
@@ -31,7 +31,7 @@ def test_dpsgd_step_audit_passes_and_detects_broken_noise(monkeypatch):
 def test_fit_audit_catches_the_old_public_sampler(monkeypatch):
     """With the sample recomputable (the double), the attacker learns which steps read the canary's
     slot and the bound exceeds the claim; the same audit of the secret sampler stays within it."""
-    import dpsynth.audit as audit_module
+    import mmdsynth.audit as audit_module
 
     honest = audit_module.audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=300, n_records=40)
     assert honest.passed

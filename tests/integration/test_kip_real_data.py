@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dpsynth import DPKIP, load_dataset
+from mmdsynth import DPKIP, load_dataset
 
 from support import KIP_TINY
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from dpsynth import DPHP, DPMERF, Schema
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.evaluation import tabular
+from mmdsynth import DPHP, DPMERF, Schema
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.evaluation import tabular
 
 from support import FIVE_SCHEMA, five_class_table
 

@@ -1,5 +1,5 @@
 """The real datasets in ../shared/datasets: row counts, published labels, the papers' presets and
-their neighbour property (slow; they read DPSYNTH_DATA_DIR)."""
+their neighbour property (slow; they read MMDSYNTH_DATA_DIR)."""
 
 
 import numpy as np
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
-from dpsynth.data import PRESETS, load_dataset, load_preset
-import dpsynth
-from dpsynth.data import presets
+from mmdsynth.data import PRESETS, load_dataset, load_preset
+import mmdsynth
+from mmdsynth.data import presets
 
 from conftest import require_data
 from support import EXPECTED_ROWS, preset_rows
@@ -72,7 +72,7 @@ def test_presets_are_seeded_and_follow_the_papers(name):
 @pytest.mark.slow
 def test_adult_preset_label_flip_changes_one_training_row(monkeypatch):
     require_data("adult")
-    from dpsynth.data import registry
+    from mmdsynth.data import registry
 
     raw = registry.load_dataset("adult")
     train = raw.train.copy()
@@ -82,7 +82,7 @@ def test_adult_preset_label_flip_changes_one_training_row(monkeypatch):
     splits = []
     for data in (raw, flipped):
         monkeypatch.setattr(registry, "load_dataset", lambda *a, _d=data, **k: _d)
-        splits.append(dpsynth.load_preset("adult", seed=0))
+        splits.append(mmdsynth.load_preset("adult", seed=0))
     a, b = splits
     assert int(preset_rows(a.train).sub(preset_rows(b.train), fill_value=0).abs().sum()) <= 2   # was 12,577 rows
     assert a.privacy_unit == presets.PRIVACY_UNIT

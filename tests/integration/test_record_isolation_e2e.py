@@ -52,8 +52,8 @@ def test_day_first_and_iso_neighbours_stay_within_the_claim():
         else:
             check(False, name, f"{r['verdict']}; epsilon >= {r['epsilon_lower']:.2f}; {r['messages']}")
         # what the fix promises: a declared format or ISO text releases; day-first text without a format is
-        # refused on both sides (dpsynth never guesses a format)
+        # refused on both sides (mmdsynth never guesses a format)
         guessed = ia.PAIRS[name][0] == "dayfirst" and ia.PAIRS[name][2] is None
         expected = "both refused, same message" if guessed else "both released"
         check(r["verdict"] == expected, name, f"{r['verdict']}, expected {expected}")
-    assert not problems, f"dpsynth from {ia.dpsynth.__file__}:\n" + "\n".join(problems)
+    assert not problems, f"mmdsynth from {ia.mmdsynth.__file__}:\n" + "\n".join(problems)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from dpsynth import DPMERF
-from dpsynth.cli import main
+from mmdsynth import DPMERF
+from mmdsynth.cli import main
 
 from conftest import require_data
 
@@ -13,8 +13,8 @@ from conftest import require_data
 @pytest.mark.slow
 def test_tiny_fit_on_adult_beats_majority_baseline():
     require_data("adult")
-    from dpsynth.data import load_preset
-    from dpsynth.evaluation.tabular import table_classifier_scores
+    from mmdsynth.data import load_preset
+    from mmdsynth.evaluation.tabular import table_classifier_scores
 
     d = load_preset("adult", seed=0)
     m = DPMERF(epsilon=1, iterations=300, batch_size=200, n_features=500).fit(d.train, label="income",
@@ -38,7 +38,7 @@ def test_cli_keeps_the_presets_numeric_encoding_unless_the_flag_overrides_it(tmp
 
 @pytest.mark.slow
 def test_the_adult_preset_converges_at_its_own_defaults(tmp_path, capsys):
-    """Issue 35: `dpsynth fit --method dp-ntk --dataset adult` used to end "not converged" at its own defaults."""
+    """Issue 35: `mmdsynth fit --method dp-ntk --dataset adult` used to end "not converged" at its own defaults."""
     require_data("adult")
     assert main(["fit", "--method", "dp-ntk", "--dataset", "adult", "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from dpsynth.errors import InvalidParameterError, UnknownNameError
-from dpsynth.privacy import PrivacyPlan, calibrate_sigma, dpsgd_sigma, epsilon_for_sigma, gaussian_sigma, plan_sigma
-from dpsynth.privacy import analytic
+from mmdsynth.errors import InvalidParameterError, UnknownNameError
+from mmdsynth.privacy import PrivacyPlan, calibrate_sigma, dpsgd_sigma, epsilon_for_sigma, gaussian_sigma, plan_sigma
+from mmdsynth.privacy import analytic
 
 
 @pytest.mark.parametrize("eps,expected", [(1.0, 3.7306), (10.0, 0.4999)])
@@ -30,7 +30,7 @@ def test_pld_matches_independent_balle_wang_closed_form(eps, delta):
 
 def test_closed_form_against_textbook_numbers():
     # Balle & Wang: the classical bound overshoots; at eps=1, delta=1e-5 classical is 4.84
-    from dpsynth.privacy import classical_sigma
+    from mmdsynth.privacy import classical_sigma
 
     assert classical_sigma(1.0, 1e-5) == pytest.approx(4.8448, abs=1e-3)
     assert analytic.sigma_for(1.0, 1e-5) < classical_sigma(1.0, 1e-5)
@@ -115,8 +115,8 @@ def test_large_epsilon_is_calibrated_within_bounded_cost_or_refused():
     1e9 crashed in brentq. The discretisation now follows epsilon (same relative precision), so the PLD holds
     about as many points at epsilon 1000 as at 1; above MAX_EPSILON a clear refusal."""
     import dp_accounting
-    from dpsynth.privacy import analytic
-    from dpsynth.privacy.calibration import MAX_EPSILON, PrivacyPlan, _accountant, pld_interval
+    from mmdsynth.privacy import analytic
+    from mmdsynth.privacy.calibration import MAX_EPSILON, PrivacyPlan, _accountant, pld_interval
 
     def pld_points(eps):
         acc = _accountant("pld", PrivacyPlan((1.0,)), eps)

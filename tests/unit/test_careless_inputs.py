@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dpsynth.cli import main
+from mmdsynth.cli import main
 
 from support import SCHEMA, WIDE, heavy_table, toy_table
 
@@ -24,22 +24,22 @@ def files(tmp_path):
 
 FIT = ["fit", "--method", "dp-merf", "--schema", "{d}/wide.json", "--label", "y", "--epsilon", "1"]
 CASES = [  # (argv, first words of the one-line message)
-    (FIT + ["--csv", "{d}/empty.csv", "--out", "{d}/o"], "dpsynth: error: {d}/empty.csv is empty"),
-    (FIT + ["--csv", "{d}/latin.csv", "--out", "{d}/o"], "dpsynth: error: {d}/latin.csv is not utf-8 text"),
-    (FIT + ["--csv", "{d}/train.csv", "--epsilon", "1e9", "--out", "{d}/o"], "dpsynth: error: --epsilon 1e+09 is above 1000"),
+    (FIT + ["--csv", "{d}/empty.csv", "--out", "{d}/o"], "mmdsynth: error: {d}/empty.csv is empty"),
+    (FIT + ["--csv", "{d}/latin.csv", "--out", "{d}/o"], "mmdsynth: error: {d}/latin.csv is not utf-8 text"),
+    (FIT + ["--csv", "{d}/train.csv", "--epsilon", "1e9", "--out", "{d}/o"], "mmdsynth: error: --epsilon 1e+09 is above 1000"),
     (FIT + ["--csv", "{d}/train.csv", "--iterations", "many", "--out", "{d}/o"],
-     "dpsynth fit: error: argument --iterations: invalid int value: 'many'"),
+     "mmdsynth fit: error: argument --iterations: invalid int value: 'many'"),
     (FIT + ["--csv", "{d}/train.csv", "--categorical-pairs", "maybe", "--out", "{d}/o"],
-     "dpsynth: error: categorical_pairs must be 'auto' (default), True or False; got 'maybe'"),
+     "mmdsynth: error: categorical_pairs must be 'auto' (default), True or False; got 'maybe'"),
     (FIT + ["--csv", "{d}/train.csv", "--conditional", "maybe", "--out", "{d}/o"],
-     "dpsynth fit: error: argument --conditional: takes true or false; got 'maybe'"),
+     "mmdsynth fit: error: argument --conditional: takes true or false; got 'maybe'"),
     (["fit", "--method", "dp-merf", "--csv", "{d}/train.csv", "--schema", "{d}/huge.json", "--label", "y",
-      "--epsilon", "1", "--out", "{d}/o"], "dpsynth: error: numeric column 'amount': bounds [0, 1e+304] span 1e+304"),
+      "--epsilon", "1", "--out", "{d}/o"], "mmdsynth: error: numeric column 'amount': bounds [0, 1e+304] span 1e+304"),
     (FIT + ["--csv", "{d}/train.csv", "--conditional", "false", "--out", "{d}/o"],   # was dropped: now applied, so refused
-     "dpsynth: error: tables are modelled class-conditionally: use conditional=True"),
-    (["evaluate", "{d}/o", "--n", "0"], "dpsynth evaluate: error: argument --n: takes a whole number >= 1; got '0'"),
-    (["sample", "{d}/o", "--n", "-3"], "dpsynth sample: error: argument --n: takes a whole number >= 1; got '-3'"),
-    (["budget", "--epsilon", "1e4", "--delta", "1e-5"], "dpsynth: error: --epsilon 10000 is above 1000"),
+     "mmdsynth: error: tables are modelled class-conditionally: use conditional=True"),
+    (["evaluate", "{d}/o", "--n", "0"], "mmdsynth evaluate: error: argument --n: takes a whole number >= 1; got '0'"),
+    (["sample", "{d}/o", "--n", "-3"], "mmdsynth sample: error: argument --n: takes a whole number >= 1; got '-3'"),
+    (["budget", "--epsilon", "1e4", "--delta", "1e-5"], "mmdsynth: error: --epsilon 10000 is above 1000"),
 ]
 
 

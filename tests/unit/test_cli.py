@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from dpsynth.cli import main
+from mmdsynth.cli import main
 
 
 def run(capsys, *argv):
@@ -120,7 +120,7 @@ def test_fit_sample_bad_input(capsys, tmp_path):
 def test_every_option_of_every_command_has_help():
     """`--help` explains each option (issue 35's list: budget --epsilon/--delta, sample --n/--seed,
     inspect --json, demo's options)."""
-    from dpsynth.cli import add_method_options, build_parser
+    from mmdsynth.cli import add_method_options, build_parser
 
     parser = build_parser()
     add_method_options(parser.fit_parser)
@@ -157,17 +157,17 @@ def test_an_unknown_method_is_one_line(capsys):
 
 def test_ctrl_c_while_torch_is_still_loading_is_one_line(monkeypatch, capsys):
     """Ctrl-C in the first seconds (fit's method options import torch) used to print a 39-line traceback."""
-    import dpsynth.cli as cli
+    import mmdsynth.cli as cli
 
     def interrupted(parser):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli, "add_method_options", interrupted)
     code, out, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "digits", "--epsilon", "1")
-    assert code == 130 and err == "dpsynth: interrupted\n" and out == ""
+    assert code == 130 and err == "mmdsynth: interrupted\n" and out == ""
 
 
 def test_top_level_help_names_every_registered_method(capsys):
-    from dpsynth.methods import METHODS
+    from mmdsynth.methods import METHODS
 
     with pytest.raises(SystemExit):
         main(["--help"])

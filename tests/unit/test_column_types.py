@@ -7,15 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from dpsynth import DPMERF, Schema
-from dpsynth.data.encoding import TableEncoder, fresh_ids
-from dpsynth.data.numeric_sketch import NumericSketch, release_numeric_sketch
-from dpsynth.data.private_schema import SchemaInference, release_schema_statistics
-from dpsynth.data.schema import Column
-from dpsynth.embedding import mean_embedding
-from dpsynth.errors import DataValidationError, SchemaError
-from dpsynth.features import MixedRFF
-from dpsynth.privacy.engine import PrivacyEngine
+from mmdsynth import DPMERF, Schema
+from mmdsynth.data.encoding import TableEncoder, fresh_ids
+from mmdsynth.data.numeric_sketch import NumericSketch, release_numeric_sketch
+from mmdsynth.data.private_schema import SchemaInference, release_schema_statistics
+from mmdsynth.data.schema import Column
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.errors import DataValidationError, SchemaError
+from mmdsynth.features import MixedRFF
+from mmdsynth.privacy.engine import PrivacyEngine
 
 from support import MIXED_SCHEMA, mixed_table
 
@@ -176,7 +176,7 @@ SDV = {"METADATA_SPEC_VERSION": "SINGLE_TABLE_V1", "primary_key": "pid", "column
 
 
 def test_sdv_metadata_reads_as_a_schema_with_its_types():
-    from dpsynth.data import schema_from_sdv
+    from mmdsynth.data import schema_from_sdv
 
     schema = Schema.from_dict(SDV)
     assert schema.label is None and schema.source == "sdv-metadata"
@@ -201,7 +201,7 @@ def test_sdv_metadata_reads_as_a_schema_with_its_types():
 def test_cli_fits_a_csv_described_by_sdv_metadata(tmp_path, capsys):
     import json
 
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     df = mixed_table(1500)
     df.to_csv(tmp_path / "t.csv", index=False)
@@ -224,7 +224,7 @@ def test_evaluate_and_report_score_nullable_date_and_id_columns(tmp_path, capsys
     """A new user's run: fit a CSV with holes, dates and IDs, then `evaluate` and `report` on real rows."""
     import json
 
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     mixed_table(1200).to_csv(tmp_path / "train.csv", index=False)
     mixed_table(400, seed=9).to_csv(tmp_path / "test.csv", index=False)

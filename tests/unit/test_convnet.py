@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth.evaluation.convnet import ConvNet, cnn_scores, protocol_epochs, train_convnet
+from mmdsynth.evaluation.convnet import ConvNet, cnn_scores, protocol_epochs, train_convnet
 
 
 def test_architecture_is_three_conv_instancenorm_relu_avgpool_blocks_then_linear():

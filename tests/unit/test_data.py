@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from dpsynth.data import DATASETS, Schema, get_info, is_available, list_datasets, load_dataset, load_preset, read_table
-from dpsynth.data.fetch import RemoteFile, locate, search_dirs
-from dpsynth.data.images import read_idx
-from dpsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, DatasetNotFoundError, SchemaError, UnknownNameError
+from mmdsynth.data import DATASETS, Schema, get_info, is_available, list_datasets, load_dataset, load_preset, read_table
+from mmdsynth.data.fetch import RemoteFile, locate, search_dirs
+from mmdsynth.data.images import read_idx
+from mmdsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, DatasetNotFoundError, SchemaError, UnknownNameError
 
 
 # -- registry contract ---------------------------------------------------------
@@ -35,8 +35,8 @@ def test_every_dataset_has_download_info_or_a_clear_error(name, tmp_path, monkey
                 assert len(f.sha256) == 64 and int(f.sha256, 16) >= 0
                 assert f.url and f.url.startswith("http")
     # with no local folders, offline: a DatasetNotFoundError naming the places and files
-    monkeypatch.delenv("DPSYNTH_DATA_DIR", raising=False)
-    monkeypatch.setattr("dpsynth.data.fetch.DEBIAN_DIRS", {})
+    monkeypatch.delenv("MMDSYNTH_DATA_DIR", raising=False)
+    monkeypatch.setattr("mmdsynth.data.fetch.DEBIAN_DIRS", {})
     with pytest.raises(DatasetNotFoundError) as exc:
         load_dataset(name, data_dir=tmp_path / "empty", download=False)
     msg = str(exc.value)
@@ -54,7 +54,7 @@ def test_unknown_dataset_lists_choices():
 
 
 def test_search_order(tmp_path, monkeypatch):
-    monkeypatch.setenv("DPSYNTH_DATA_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("MMDSYNTH_DATA_DIR", str(tmp_path / "env"))
     dirs = search_dirs("fashion-mnist", tmp_path / "explicit")
     assert dirs[:4] == [tmp_path / "explicit" / "fashion-mnist", tmp_path / "explicit",
                         tmp_path / "env" / "fashion-mnist", tmp_path / "env"]
@@ -63,13 +63,13 @@ def test_search_order(tmp_path, monkeypatch):
 
 
 def test_download_refuses_unknown_checksum(tmp_path, monkeypatch):
-    monkeypatch.delenv("DPSYNTH_DATA_DIR", raising=False)
+    monkeypatch.delenv("MMDSYNTH_DATA_DIR", raising=False)
     with pytest.raises(DatasetNotFoundError, match="canonical sha256 of x.csv is not known"):
         locate("thing", [[RemoteFile("x.csv", "http://example.invalid/x.csv", None)]], tmp_path, download=True)
 
 
 def test_download_verifies_sha256(tmp_path, monkeypatch):
-    monkeypatch.delenv("DPSYNTH_DATA_DIR", raising=False)
+    monkeypatch.delenv("MMDSYNTH_DATA_DIR", raising=False)
     src = tmp_path / "src.bin"
     src.write_bytes(b"hello")
     good = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"

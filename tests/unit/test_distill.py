@@ -1,16 +1,16 @@
-"""Distillation from a release (`dpsynth distill`, issue 34): post-processing only, the ledger travels with the set."""
+"""Distillation from a release (`mmdsynth distill`, issue 34): post-processing only, the ledger travels with the set."""
 import json
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from dpsynth import DPMERF, DPNTK, BudgetFile, InvalidParameterError
-from dpsynth.errors import ArtifactError
-from dpsynth.evaluation.augment import FAMILIES, dsa_augment
-from dpsynth.evaluation.convnet import cnn_scores
-from dpsynth.evaluation.downstream import image_classifier_scores
-from dpsynth.methods.distill import DistilledSet, distill_release, release_digest
+from mmdsynth import DPMERF, DPNTK, BudgetFile, InvalidParameterError
+from mmdsynth.errors import ArtifactError
+from mmdsynth.evaluation.augment import FAMILIES, dsa_augment
+from mmdsynth.evaluation.convnet import cnn_scores
+from mmdsynth.evaluation.downstream import image_classifier_scores
+from mmdsynth.methods.distill import DistilledSet, distill_release, release_digest
 from support import MIXED_SCHEMA, mixed_table
 
 NTK = dict(n_classes=10, ntk_width=200, noise_seed=0)
@@ -43,13 +43,13 @@ def test_distillation_reads_no_private_data_and_spends_nothing(tmp_path, digits,
     model = DPNTK(epsilon=2, **NTK)
     release = model.release(digits.x_train, digits.y_train, dataset="digits", budget=budget)
     spent = BudgetFile.open(tmp_path / "budget.json").spent
-    import dpsynth.embedding
-    import dpsynth.privacy.engine
+    import mmdsynth.embedding
+    import mmdsynth.privacy.engine
 
     def explode(*a, **k):
         raise AssertionError("distillation touched the privacy engine")
-    monkeypatch.setattr(dpsynth.privacy.engine.PrivacyEngine, "__init__", explode)
-    monkeypatch.setattr(dpsynth.embedding, "release_mean_embedding", explode)
+    monkeypatch.setattr(mmdsynth.privacy.engine.PrivacyEngine, "__init__", explode)
+    monkeypatch.setattr(mmdsynth.embedding, "release_mean_embedding", explode)
     dset = model.distill(3, iterations=20)
     assert BudgetFile.open(tmp_path / "budget.json").spent == spent and spent[0] == pytest.approx(2.0)
     assert dset.ledger.to_list() == release.ledger.to_list()
@@ -63,7 +63,7 @@ def test_set_round_trips_with_its_ledger_and_refuses_overwrites(tmp_path, digits
     dset = distill_release(digits_release, 2, iterations=5, seed=3)
     path = dset.save(tmp_path / "set.npz")
     with np.load(path, allow_pickle=False) as z:         # what an independent evaluator reads
-        assert set(z.files) == {"x", "y", "dpsynth"} and z["x"].shape == (20, 1, 8, 8) and z["y"].dtype == np.int64
+        assert set(z.files) == {"x", "y", "mmdsynth"} and z["x"].shape == (20, 1, 8, 8) and z["y"].dtype == np.int64
     back = DistilledSet.load(path)
     assert np.array_equal(back.x, dset.x) and np.array_equal(back.y, dset.y)
     assert back.ledger.to_list() == digits_release.ledger.to_list() and back.info["seed"] == 3
@@ -92,14 +92,14 @@ def test_table_rows_are_distilled_per_class(tmp_path):
     assert list(rows["y"]) == ["lo"] * 4 + ["hi"] * 4
     out = dset.save(tmp_path / "rows.csv")
     ledger = json.loads((tmp_path / "rows.ledger.json").read_text())
-    assert ledger["format"] == "dpsynth-distilled-set" and ledger["ledger"] == json.loads(json.dumps(model.release_.ledger.to_list()))
+    assert ledger["format"] == "mmdsynth-distilled-set" and ledger["ledger"] == json.loads(json.dumps(model.release_.ledger.to_list()))
     assert len(pd.read_csv(out)) == 8
     with pytest.raises(InvalidParameterError, match=r"\.csv or \.parquet"):
         dset.save(tmp_path / "rows.npz")
 
 
 def test_cli_distill_then_evaluate(tmp_path, digits, capsys):
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     def run(*argv):
         code = main([str(a) for a in argv])
@@ -145,9 +145,9 @@ def test_cli_defaults_are_the_library_defaults_and_help_loads_no_torch():
     import subprocess
     import sys
 
-    from dpsynth.cli import distill as cli_distill
+    from mmdsynth.cli import distill as cli_distill
 
     params = inspect.signature(distill_release).parameters
     assert (cli_distill.ITERATIONS, cli_distill.LR) == (params["iterations"].default, params["lr"].default)
-    code = "import sys; from dpsynth.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    code = "import sys; from mmdsynth.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

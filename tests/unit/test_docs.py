@@ -58,11 +58,11 @@ def commands(code: str) -> list[str]:
 
 
 def run_command(cmd: str, env: dict, where: str, capsys) -> None:
-    """A plain ``dpsynth ...`` line runs in this process (no second torch import); anything else in bash."""
-    from dpsynth.cli import main
+    """A plain ``mmdsynth ...`` line runs in this process (no second torch import); anything else in bash."""
+    from mmdsynth.cli import main
 
     words = shlex.split(cmd, comments=True)
-    if words and words[0] == "dpsynth" and not set(cmd) & set("|&;<>$`"):
+    if words and words[0] == "mmdsynth" and not set(cmd) & set("|&;<>$`"):
         code = main(words[1:])
         err = capsys.readouterr().err
         assert code == 0, f"{where}: `{cmd}` exited {code}:\n{err[-2000:]}"
@@ -73,11 +73,11 @@ def run_command(cmd: str, env: dict, where: str, capsys) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_code_block_runs(page, tmp_path, monkeypatch, capsys):
-    from dpsynth.features import FEATURE_MAPS
-    from dpsynth.methods import METHODS
+    from mmdsynth.features import FEATURE_MAPS
+    from mmdsynth.methods import METHODS
 
-    if os.environ.get("DPSYNTH_DATA_DIR"):               # a relative path would break in the page's folder
-        monkeypatch.setenv("DPSYNTH_DATA_DIR", str(Path(os.environ["DPSYNTH_DATA_DIR"]).resolve()))
+    if os.environ.get("MMDSYNTH_DATA_DIR"):               # a relative path would break in the page's folder
+        monkeypatch.setenv("MMDSYNTH_DATA_DIR", str(Path(os.environ["MMDSYNTH_DATA_DIR"]).resolve()))
     monkeypatch.chdir(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     registries = [(reg, dict(reg)) for reg in (METHODS, FEATURE_MAPS)]
@@ -109,7 +109,7 @@ def test_site_builds_strictly(tmp_path):
                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
-    for command in ("dpsynth fit", "dpsynth distill", "dpsynth evaluate", "--images-per-class", "--ntk-width"):
+    for command in ("mmdsynth fit", "mmdsynth distill", "mmdsynth evaluate", "--images-per-class", "--ntk-width"):
         assert command in cli, command                     # the reference is generated from the parsers
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "distill_release" in api and "DPNTK" in api and "KernelGeneratorMethod" in api

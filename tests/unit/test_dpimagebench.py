@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth.errors import InvalidParameterError, UnknownNameError
-from dpsynth.evaluation import dpimagebench as dib
+from mmdsynth.errors import InvalidParameterError, UnknownNameError
+from mmdsynth.evaluation import dpimagebench as dib
 
 TINY = {"resnet": {"depth": 8}, "wrn": {"depth": 10, "widen": 1}, "resnext": {"depth": 11, "cardinality": 2,
                                                                              "widen": 2}}
@@ -74,7 +74,7 @@ def test_bad_input_is_refused():
 def test_cli_protocol_flag_runs_the_benchmark_protocol_and_saves_it(tmp_path, digits, capsys, monkeypatch):
     """`evaluate SET --protocol dpimagebench` (no --cnn needed) reaches the protocol with the real test split and
     the epochs override, and the result lands in the evaluation file and in the printed summary."""
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     calls = {}
 

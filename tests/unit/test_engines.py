@@ -1,7 +1,7 @@
-"""Sharded, streamed and distributed releases (dpsynth.engines, dpsynth.data.shards).
+"""Sharded, streamed and distributed releases (mmdsynth.engines, mmdsynth.data.shards).
 
 The Ray tests start a local cluster once per module (``ray.init(num_cpus=2)``, about 5 s) and are
-skipped with a reason where Ray is not installed; CI installs it (``dpsynth[ray]``).
+skipped with a reason where Ray is not installed; CI installs it (``mmdsynth[ray]``).
 """
 import json
 import os
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import DPMERF, DPNTK, Schema
-from dpsynth.cli import main
-from dpsynth.data import ShardedArrays, ShardedTable
-from dpsynth.embedding import release_mean_embedding
-from dpsynth.engines import add_partials, get_engine
-from dpsynth.errors import DataValidationError, InvalidParameterError, SchemaError, UnknownNameError
-from dpsynth.features import RandomFourierFeatures
+from mmdsynth import DPMERF, DPNTK, Schema
+from mmdsynth.cli import main
+from mmdsynth.data import ShardedArrays, ShardedTable
+from mmdsynth.embedding import release_mean_embedding
+from mmdsynth.engines import add_partials, get_engine
+from mmdsynth.errors import DataValidationError, InvalidParameterError, SchemaError, UnknownNameError
+from mmdsynth.features import RandomFourierFeatures
 
 from support import SCHEMA, toy_table
 
@@ -184,7 +184,7 @@ def test_sharded_embedding_moves_by_at_most_2_over_m_on_worst_case_neighbours(tm
 # -- Ray ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = pytest.importorskip("ray", reason="Ray is an extra (pip install 'dpsynth[ray]'); CI installs it")
+    ray = pytest.importorskip("ray", reason="Ray is an extra (pip install 'mmdsynth[ray]'); CI installs it")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from dpsynth import build_feature_map, mean_embedding, release_mean_embedding
-from dpsynth.errors import InvalidParameterError, UnknownNameError
-from dpsynth.features import ENTKFeatures
+from mmdsynth import build_feature_map, mean_embedding, release_mean_embedding
+from mmdsynth.errors import InvalidParameterError, UnknownNameError
+from mmdsynth.features import ENTKFeatures
 
 
 def _data(n=37, d=12, classes=4, seed=0):

@@ -3,8 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.data import Schema
-from dpsynth.evaluation.fidelity import association_matrix, numeric_marginal, table_fidelity
+from mmdsynth.data import Schema
+from mmdsynth.evaluation.fidelity import association_matrix, numeric_marginal, table_fidelity
 
 SCHEMA = Schema.from_dict({"columns": [{"name": "x", "type": "numeric", "bounds": [-1e6, 1e6]},
                                        {"name": "c", "type": "categorical", "categories": ["a", "b", "z"]}],

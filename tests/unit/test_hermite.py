@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from dpsynth import DPHP, HermiteFeatures, Schema, build_feature_map, load, mean_embedding, release_mean_embedding
-from dpsynth.errors import InvalidParameterError
-from dpsynth.features.hermite import hermite_functions, mehler_rho, truncation_bound
-from dpsynth.privacy import PrivacyPlan, calibrate_sigma, epsilon_for_sigma
+from mmdsynth import DPHP, HermiteFeatures, Schema, build_feature_map, load, mean_embedding, release_mean_embedding
+from mmdsynth.errors import InvalidParameterError
+from mmdsynth.features.hermite import hermite_functions, mehler_rho, truncation_bound
+from mmdsynth.privacy import PrivacyPlan, calibrate_sigma, epsilon_for_sigma
 
 from conftest import assert_learns_digits_and_noise_shows
 
@@ -171,7 +171,7 @@ def test_tiny_dphp_on_a_table_releases_proportions_and_blocks_in_one_plan():
 def test_structured_class_sums_equal_the_generic_bounded_route(dims):
     """The product blocks' factored sums (never materialised per record) equal the generic route that
     bounds every materialised row, adversarial records included."""
-    from dpsynth.features.base import FeatureMap
+    from mmdsynth.features.base import FeatureMap
 
     fmap = HermiteFeatures(7, order=9, length_scale=0.3, n_product=3, product_dims=dims, product_order=4)
     X = torch.rand(150, 7, dtype=torch.float64)
@@ -184,7 +184,7 @@ def test_structured_class_sums_equal_the_generic_bounded_route(dims):
 
 
 def test_cli_fit_inspect_sample_and_flag_checks(tmp_path, capsys):
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     out = tmp_path / "cli"
     assert main(["fit", "--method", "dp-hp", "--dataset", "digits", "--epsilon", "1", "--iterations", "6",
@@ -223,9 +223,9 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
 def test_cli_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path, dataset):
     """Every preset setting (tables; images: the authors' length scale, gamma and MNIST's FC generator)
     reaches the model, none silently replaced by a class default."""
-    import dpsynth.cli.fit as cli
-    from dpsynth.cli import build_parser
-    from dpsynth.methods.presets import image_preset, method_preset
+    import mmdsynth.cli.fit as cli
+    from mmdsynth.cli import build_parser
+    from mmdsynth.methods.presets import image_preset, method_preset
 
     args = build_parser().parse_args(["fit", "--method", "dp-hp", "--dataset", dataset, "--epsilon", "1",
                                       "--out", str(tmp_path)])

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from dpsynth.errors import ArtifactError, InvalidParameterError
-from dpsynth.evaluation.inception import InceptionV3, inception_report, load_inception
+from mmdsynth.errors import ArtifactError, InvalidParameterError
+from mmdsynth.evaluation.inception import InceptionV3, inception_report, load_inception
 
 
 def _weights(tmp_path, variant="fid", suffix=".safetensors", extra=None):
@@ -46,7 +46,7 @@ def test_loads_user_weights_and_reports_the_variant(tmp_path):
 
 
 def test_bad_weight_files_are_refused_clearly(tmp_path):
-    with pytest.raises(ArtifactError, match="does not exist. dpsynth never downloads it"):
+    with pytest.raises(ArtifactError, match="does not exist. mmdsynth never downloads it"):
         load_inception(tmp_path / "missing.pth")
     save_file({"fc.weight": torch.zeros(10, 2048)}, str(tmp_path / "small.safetensors"))
     with pytest.raises(ArtifactError, match="expected fc.weight with 1008 \\(FID\\) or 1000"):
@@ -60,7 +60,7 @@ def test_bad_weight_files_are_refused_clearly(tmp_path):
 
 
 def test_cli_evaluate_adds_the_inception_fid(tmp_path, capsys, monkeypatch):
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     assert main(["fit", "--method", "dp-merf", "--dataset", "digits", "--epsilon", "10", "--iterations", "5",
                  "--batch-size", "100", "--n-features", "200", "-q", "--out", str(tmp_path / "m")]) == 0

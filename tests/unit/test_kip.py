@@ -7,20 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-import dpsynth
-from dpsynth import DPKIP, epsilon_for_sigma
-from dpsynth._io import sealed
-from dpsynth.cli import main
-from dpsynth.errors import ArtifactError
-from dpsynth.kip.dpsgd import clipped_gradients, clipped_sum, private_gradient
-from dpsynth.kip.kernels import FCReLUKernel
-from dpsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
-from dpsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
-from dpsynth.methods import kip as kip_module
-from dpsynth.privacy import PrivacyPlan
-from dpsynth.privacy import engine as engine_module
-from dpsynth.privacy.engine import PrivacyEngine
-from dpsynth.privacy.sampling import PoissonSampler
+import mmdsynth
+from mmdsynth import DPKIP, epsilon_for_sigma
+from mmdsynth._io import sealed
+from mmdsynth.cli import main
+from mmdsynth.errors import ArtifactError
+from mmdsynth.kip.dpsgd import clipped_gradients, clipped_sum, private_gradient
+from mmdsynth.kip.kernels import FCReLUKernel
+from mmdsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
+from mmdsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
+from mmdsynth.methods import kip as kip_module
+from mmdsynth.privacy import PrivacyPlan
+from mmdsynth.privacy import engine as engine_module
+from mmdsynth.privacy.engine import PrivacyEngine
+from mmdsynth.privacy.sampling import PoissonSampler
 
 from conftest import Guarded
 from support import KIP_TINY, SCHEMA, interrupt_on_call, toy_table
@@ -179,7 +179,7 @@ def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, t
     kw = dict(KIP_TINY, noise_seed=7, sampler_seed=11)       # both testing only: a reproducible run
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
-    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
+    budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
     real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 11)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", budget=budget)
@@ -198,7 +198,7 @@ def test_save_load_sample_and_cli(digits, tmp_path, capsys):
     out = tmp_path / "m"
     assert main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "2",
                  "--epochs", "1", "--batch-size", "100", "--clip", "1e-2", "--out", str(out), "-q"]) == 0
-    model = dpsynth.load(out)
+    model = mmdsynth.load(out)
     x, y = model.sample()
     assert x.shape == (20, 1, 8, 8) and sorted(np.bincount(y)) == [2] * 10
     assert main(["evaluate", str(out), "--cnn", "--cnn-seeds", "1", "--device", "cpu", "--json"]) == 0
@@ -210,7 +210,7 @@ def test_save_load_sample_and_cli(digits, tmp_path, capsys):
 def test_tables_fit_and_sample_a_dataframe():
     df = toy_table(300)
     m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=2, batch_size=50, clip=1e-2, seed=0)
-    m.fit(df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA))
+    m.fit(df, label="y", schema=mmdsynth.Schema.from_dict(SCHEMA))
     out = m.sample()
     assert list(out.columns) == list(df.columns) and len(out) == 6
     assert out["age"].between(17, 90).all() and set(out["colour"]) <= {"red", "green", "blue"}
@@ -224,7 +224,7 @@ def test_public_start_is_used_and_checked(digits):
     assert "N(0, I) noise" in m0.release_.ledger.entries[0].description
     # one epoch of small Adam steps from real digits stays near them; from noise it does not
     assert np.abs(m.sample()[0] - x0).mean() < 0.5 * np.abs(m0.sample()[0] - x0).mean()
-    with pytest.raises(dpsynth.errors.InvalidParameterError, match="public_init must hold"):
+    with pytest.raises(mmdsynth.errors.InvalidParameterError, match="public_init must hold"):
         DPKIP(1.0, 1e-5, **KIP_TINY).fit(digits.x_train, digits.y_train.numpy(), public_init=x0[:5])
 
 
@@ -234,7 +234,7 @@ def test_cli_public_init_file(digits, tmp_path, capsys):
     args = ["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--images-per-class", "2",
             "--epochs", "1", "--batch-size", "100", "--clip", "1e-2", "-q", "--device", "cpu"]
     assert main(args + ["--public-init", str(tmp_path / "start.npz"), "--out", str(tmp_path / "m")]) == 0
-    assert "public set given by the user" in dpsynth.load(tmp_path / "m").release_.ledger.entries[0].description
+    assert "public set given by the user" in mmdsynth.load(tmp_path / "m").release_.ledger.entries[0].description
     (tmp_path / "bad.npz").write_bytes(b"not numpy")
     assert main(args + ["--public-init", str(tmp_path / "bad.npz"), "--out", str(tmp_path / "m2")]) == 2
     assert "--public-init" in capsys.readouterr().err and not (tmp_path / "m2").exists()
@@ -280,7 +280,7 @@ def test_private_start_is_one_release_in_the_same_plan(digits, tmp_path, start):
     """start='pixels'/'random-conv': the class-conditional mean embedding is released with start_share of the
     plan (at 1/sqrt(share) times the steps' noise multiplier), before the DP-SGD steps, in one plan calibrated
     within epsilon and charged once, under DP-KIP's name; the DP-SGD entry stays last."""
-    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
+    budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
     m = DPKIP(1.0, 1e-5, **dict(KIP_TINY, start=start, start_share=0.2)).fit(
         digits.x_train.numpy(), digits.y_train.numpy(), budget=budget, dataset="digits")
     entries = m.release_.ledger.entries
@@ -335,15 +335,15 @@ def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeyp
 def test_private_start_on_a_table_and_bad_starts(digits, tmp_path):
     df = toy_table(300)
     m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, start="pixels")
-    out = m.fit(df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA)).sample()
+    out = m.fit(df, label="y", schema=mmdsynth.Schema.from_dict(SCHEMA)).sample()
     assert len(out) == 6 and out["age"].between(17, 90).all()
     assert [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
-    bad = dpsynth.errors.InvalidParameterError
-    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+    bad = mmdsynth.errors.InvalidParameterError
+    budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
     with pytest.raises(bad, match="random-conv.*takes images.*table rows"):     # refused before anything is charged
         DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, start="random-conv").fit(
-            df, label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget)
+            df, label="y", schema=mmdsynth.Schema.from_dict(SCHEMA), budget=budget)
     assert budget.spent == (0.0, 0.0) and not budget.charges
     with pytest.raises(bad, match=r"random-conv.*takes images.*of shape \[64\]"):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="random-conv")).fit(X.reshape(len(X), -1), y, budget=budget)
@@ -359,16 +359,16 @@ def test_private_start_on_a_table_and_bad_starts(digits, tmp_path):
 def test_quantile_table_with_the_default_private_start_releases_and_is_charged_once(tmp_path):
     """Issue 45, item 5: the start's release carries the numeric sketch's tensors, so its table encoder is rebuilt
     (it was a KeyError after the charge: (1, 1e-5) spent and nothing released)."""
-    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+    budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
     m = DPKIP(1.0, 1e-5, images_per_class=3, epochs=1, batch_size=50, clip=1e-2, seed=0, numeric_encoding="quantile")
-    out = m.fit(toy_table(300), label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget,
+    out = m.fit(toy_table(300), label="y", schema=mmdsynth.Schema.from_dict(SCHEMA), budget=budget,
                 dataset="toy").sample()
     assert len(out) == 6 and out["age"].between(17, 90).all() and out["score"].between(-1, 1).all()
     assert m.encoder_.numeric_encoding == "quantile"
     entries = m.release_.ledger.entries
     assert [e.mechanism for e in entries] == ["gaussian", "gaussian", "dp-sgd"]      # sketch, start, steps
     assert len({e.budget_id for e in entries}) == 1
-    again = dpsynth.BudgetFile.open(tmp_path / "b.json")
+    again = mmdsynth.BudgetFile.open(tmp_path / "b.json")
     assert again.spent == (1.0, 1e-5) and len(again.charges) == 1
 
 
@@ -377,7 +377,7 @@ def test_a_failure_between_the_plan_and_the_charge_leaves_the_budget_unspent(dig
     """Every check that can fail runs before the charge (issue 45, item 5): a fault injected into the start's
     post-processing (rebuilding a table's encoder from the start's release, distillation, encoding the distilled
     rows) or records outside the input domain (a label >= n_classes) refuse the fit with nothing charged."""
-    budget = dpsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
+    budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "toy", 1.0, 1e-5)
 
     def broken(*a, **k):
         raise RuntimeError("injected")
@@ -385,11 +385,11 @@ def test_a_failure_between_the_plan_and_the_charge_leaves_the_budget_unspent(dig
     if where == "labels":
         X, y = digits.x_train.numpy(), digits.y_train.numpy().copy()
         y[0] = 10
-        with pytest.raises(dpsynth.errors.DataValidationError, match=r"labels must lie in 0\.\.9"):
+        with pytest.raises(mmdsynth.errors.DataValidationError, match=r"labels must lie in 0\.\.9"):
             DPKIP(1.0, 1e-5, **dict(kw, n_classes=10)).fit(X, y, budget=budget)
     else:
-        from dpsynth.data.encoding import TableEncoder
-        from dpsynth.methods import tables as tables_module
+        from mmdsynth.data.encoding import TableEncoder
+        from mmdsynth.methods import tables as tables_module
         if where == "rebuild-encoder":
             monkeypatch.setattr(tables_module, "encoder_from", broken)
         elif where == "distill":
@@ -404,8 +404,8 @@ def test_a_failure_between_the_plan_and_the_charge_leaves_the_budget_unspent(dig
             monkeypatch.setattr(TableEncoder, "encode", encode)
         with pytest.raises(RuntimeError, match="injected"):
             DPKIP(1.0, 1e-5, **dict(kw, numeric_encoding="quantile")).fit(
-                toy_table(300), label="y", schema=dpsynth.Schema.from_dict(SCHEMA), budget=budget)
-    again = dpsynth.BudgetFile.open(tmp_path / "b.json")
+                toy_table(300), label="y", schema=mmdsynth.Schema.from_dict(SCHEMA), budget=budget)
+    again = mmdsynth.BudgetFile.open(tmp_path / "b.json")
     assert again.spent == (0.0, 0.0) and not again.charges
 
 

@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import DPMEPF, BudgetFile, load
-from dpsynth.early_stopping import release_proxy
-from dpsynth.privacy.engine import PrivacyEngine
-from dpsynth.embedding import release_mean_embedding, release_plan
-from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
-from dpsynth.features.base import FeatureMap
-from dpsynth.features.encoders import build_encoder, save_encoder
-from dpsynth.features.perceptual import PerceptualFeatures, PooledFeatures
-from dpsynth.generators.base import ConditionalGenerator
-from dpsynth.privacy import PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
-from dpsynth.training import Selection, TrainConfig, train_generator
+from mmdsynth import DPMEPF, BudgetFile, load
+from mmdsynth.early_stopping import release_proxy
+from mmdsynth.privacy.engine import PrivacyEngine
+from mmdsynth.embedding import release_mean_embedding, release_plan
+from mmdsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
+from mmdsynth.features.base import FeatureMap
+from mmdsynth.features.encoders import build_encoder, save_encoder
+from mmdsynth.features.perceptual import PerceptualFeatures, PooledFeatures
+from mmdsynth.generators.base import ConditionalGenerator
+from mmdsynth.privacy import PrivacyPlan, calibrate_sigma, compose_plan, epsilon_for_sigma
+from mmdsynth.training import Selection, TrainConfig, train_generator
 
 from conftest import assert_learns_digits_and_noise_shows
 
@@ -70,7 +70,7 @@ def test_three_release_plan_calibrates_to_the_exact_composed_sigma_and_charges_o
 
 
 def test_cli_fit_inspect_sample_show_three_releases_under_one_budget(encoder, tmp_path, capsys):
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     out = tmp_path / "cli"
     assert main(["fit", "--method", "dp-mepf", "--dataset", "digits", "--encoder", encoder, "--epsilon", "1",
@@ -245,14 +245,14 @@ def test_errors_name_the_problem(encoder, digits, tmp_path):
     # a release's features are pinned to the encoder file's bytes
     fmap = PerceptualFeatures(encoder, (1, 8, 8))
     spec = {**fmap.spec(), "encoder_sha256": "0" * 64}
-    from dpsynth.features import build_feature_map
+    from mmdsynth.features import build_feature_map
     with pytest.raises(ArtifactError, match="not the one"):
         build_feature_map(spec)
 
 
 def test_early_stopping_is_a_plan_member_for_other_methods_too(encoder, digits):
     """DP-NTK with a public proxy network: the same three-part machinery (embedding + proxy)."""
-    from dpsynth import DPNTK
+    from mmdsynth import DPNTK
 
     model = DPNTK(1.0, n_classes=10, iterations=4, batch_size=50, early_stopping=True, proxy_encoder=encoder,
                   select_every=2, select_samples=20, noise_seed=0)
@@ -272,9 +272,9 @@ def test_release_refuses_a_plan_that_misses_a_release(encoder, digits):
 
 
 def test_encoders_are_found_by_name_in_the_encoder_folder(encoder, tmp_path):
-    from dpsynth.features.encoders import encoder_dir, resolve_encoder
+    from mmdsynth.features.encoders import encoder_dir, resolve_encoder
 
-    named = encoder_dir() / "public-vgg_small.safetensors"       # DPSYNTH_CACHE_DIR is per test
+    named = encoder_dir() / "public-vgg_small.safetensors"       # MMDSYNTH_CACHE_DIR is per test
     named.parent.mkdir(parents=True)
     for suffix in (".safetensors", ".json"):
         named.with_suffix(suffix).write_bytes(open(encoder.replace(".safetensors", suffix), "rb").read())

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-import dpsynth
-from dpsynth import DPMERF, DPNTK, BudgetFile
-from dpsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
-from dpsynth.evaluation import image_classifier_scores
-from dpsynth.generators import ConvGenerator, ResNetGenerator, build_generator
-from dpsynth.generators import image as image_gen  # noqa: F401
+import mmdsynth
+from mmdsynth import DPMERF, DPNTK, BudgetFile
+from mmdsynth.errors import ArtifactError, InvalidParameterError, UnknownNameError
+from mmdsynth.evaluation import image_classifier_scores
+from mmdsynth.generators import ConvGenerator, ResNetGenerator, build_generator
+from mmdsynth.generators import image as image_gen  # noqa: F401
 
 TINY = dict(n_classes=10, iterations=60, batch_size=200, noise_seed=0, checkpoint_every=20)
 
@@ -119,7 +119,7 @@ def test_generic_entk_path_trains_a_generator(digits):
 
 def test_save_load_round_trip_samples_identically(digits, tmp_path):
     m = DPNTK(epsilon=5, ntk_width=20, **TINY).fit(digits.x_train, digits.y_train, out=tmp_path / "m")
-    again = dpsynth.load(tmp_path / "m")
+    again = mmdsynth.load(tmp_path / "m")
     assert isinstance(again, DPNTK) and again.get_params() == m.get_params()
     a, b = m.sample(30, seed=3), again.sample(30, seed=3)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
@@ -179,7 +179,7 @@ def test_errors_name_the_problem(digits, tmp_path):
     with pytest.raises(InvalidParameterError, match="not fitted"):
         DPNTK().sample(5)
     with pytest.raises(ArtifactError, match="model.json is missing"):
-        dpsynth.load(tmp_path)
+        mmdsynth.load(tmp_path)
 
 
 def test_unconditional_variant(digits):
@@ -191,7 +191,7 @@ def test_unconditional_variant(digits):
 
 
 def test_frechet_distance_closed_form_and_named_network(digits):
-    from dpsynth.evaluation.frechet import frechet_distance, frechet_report
+    from mmdsynth.evaluation.frechet import frechet_distance, frechet_report
 
     g = np.random.default_rng(0)
     a = g.normal(size=(4000, 3))
@@ -200,7 +200,7 @@ def test_frechet_distance_closed_form_and_named_network(digits):
     assert frechet_distance(a, a + [1.0, 2.0, 0.0]) == pytest.approx(5.0, rel=1e-6)
     real = frechet_report(digits, digits.x_train.numpy())
     noise = frechet_report(digits, np.random.default_rng(1).random((1437, 1, 8, 8)).astype(np.float32))
-    assert real["fd_network"] == "dpsynth-cnn/digits"
+    assert real["fd_network"] == "mmdsynth-cnn/digits"
     assert 0 < real["fd"] < noise["fd"] / 5
 
 

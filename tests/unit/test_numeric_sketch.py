@@ -7,15 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from dpsynth.privacy import engine as engine_module
+from mmdsynth.privacy import engine as engine_module
 
-import dpsynth
-import dpsynth.methods.tables as tables_module
-from dpsynth import DPMERF
-from dpsynth.data import Schema
-from dpsynth.data.numeric_sketch import (ColumnGrid, NumericSketch, QuantileMap, noisy_cdf,
+import mmdsynth
+import mmdsynth.methods.tables as tables_module
+from mmdsynth import DPMERF
+from mmdsynth.data import Schema
+from mmdsynth.data.numeric_sketch import (ColumnGrid, NumericSketch, QuantileMap, noisy_cdf,
                                          release_numeric_sketch)
-from dpsynth.data.schema import Column
+from mmdsynth.data.schema import Column
 
 from support import WIDE, heavy_table
 
@@ -35,7 +35,7 @@ def test_grid_is_public_strictly_increasing_with_atoms_at_bounds_and_zero():
 
 
 def _engine(sigma, noise_seed):
-    from dpsynth.privacy.engine import PrivacyEngine
+    from mmdsynth.privacy.engine import PrivacyEngine
 
     return PrivacyEngine.with_sigma(sigma, noise_seed=noise_seed, multipliers={"numeric_sketch": 1.0})
 
@@ -120,7 +120,7 @@ def test_wide_bounds_quantiles_follow_the_data_not_the_bounds(method):
     kw = dict(n_features=2000) if method == "dp-merf" else dict(ntk_width=200)
     out = {}
     for enc in ("minmax", "quantile"):
-        m = dpsynth.methods.METHODS[method](epsilon=1, numeric_encoding=enc, iterations=400, batch_size=500,
+        m = mmdsynth.methods.METHODS[method](epsilon=1, numeric_encoding=enc, iterations=400, batch_size=500,
                                             noise_seed=0, **kw).fit(df, label="y", schema=WIDE)
         out[enc] = m.sample(3000, seed=0)
     q, mm = out["quantile"], out["minmax"]
@@ -139,7 +139,7 @@ def test_release_holds_noisy_counts_and_the_loaded_model_decodes_the_same(tmp_pa
     rel = m.release_
     assert {"numeric_sketch/amount", "numeric_sketch/month", "numeric_sketch/rate"} <= set(rel.tensors)
     assert rel.dataset["numeric_encoding"] == "quantile" and "numeric_maps" not in rel.dataset["table"]
-    loaded = dpsynth.load(tmp_path / "m")
+    loaded = mmdsynth.load(tmp_path / "m")
     pd.testing.assert_frame_equal(loaded.sample(200, seed=3), m.sample(200, seed=3))
     assert loaded.encoder_.numeric_maps == m.encoder_.numeric_maps
 
@@ -158,8 +158,8 @@ def test_inference_sketch_proportions_and_embedding_are_one_budget():
 
 
 def test_presets_choose_the_numeric_encoding_per_method_and_dataset():
-    from dpsynth import DPNTK
-    from dpsynth.methods.presets import method_preset
+    from mmdsynth import DPNTK
+    from mmdsynth.methods.presets import method_preset
     # DP-NTK on epileptic's 178 numeric columns keeps min-max (measured: quantile lost 0.05 ROC there);
     # every other preset leaves the default, the quantile encoding
     assert method_preset("dp-ntk", "epileptic")["numeric_encoding"] == "minmax"

@@ -1,14 +1,14 @@
-"""DP-MEPF building blocks: encoders (dpsynth's and torchvision's layouts) and perceptual features."""
+"""DP-MEPF building blocks: encoders (mmdsynth's and torchvision's layouts) and perceptual features."""
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from dpsynth.errors import ArtifactError, InvalidParameterError
-from dpsynth.features import build_feature_map
-from dpsynth.features.encoders import build_encoder, conv_layers, load_encoder, save_encoder
-from dpsynth.features.perceptual import PerceptualFeatures
+from mmdsynth.errors import ArtifactError, InvalidParameterError
+from mmdsynth.features import build_feature_map
+from mmdsynth.features.encoders import build_encoder, conv_layers, load_encoder, save_encoder
+from mmdsynth.features.perceptual import PerceptualFeatures
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_features_are_differentiable_for_the_generator(small_vgg):
 def test_weighted_sum_equals_the_materialised_features_in_value_and_gradient(small_vgg, moments, layers):
     """The generator's side never builds phi: e^T (W / ||e||) layer by layer must equal phi^T W, and
     so must the gradient that reaches the generated images."""
-    from dpsynth.features.base import FeatureMap
+    from mmdsynth.features.base import FeatureMap
     _, path = small_vgg
     fmap = PerceptualFeatures(str(path), (1, 28, 28), moments=moments, layers=layers)
     x = torch.rand(6, 1, 28, 28, requires_grad=True)
@@ -142,8 +142,8 @@ def test_resnet_small_trains_shapes():
 def test_pretrain_encoder_cli_saves_spec_with_accuracy_and_resumes_exactly(tmp_path, monkeypatch, capsys):
     from safetensors.torch import load_file
 
-    from dpsynth.cli import main
-    from dpsynth.encoders import pretrain
+    from mmdsynth.cli import main
+    from mmdsynth.encoders import pretrain
 
     args = ["pretrain-encoder", "--dataset", "digits", "--arch", "vgg_small", "--epochs", "2", "--batch-size", "256",
             "-q", "--device", "cpu"]
@@ -174,7 +174,7 @@ def test_pretrain_encoder_cli_saves_spec_with_accuracy_and_resumes_exactly(tmp_p
 
 
 def test_random_encoder_cli_saves_a_seeded_untrained_public_encoder(tmp_path, capsys):
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     out = tmp_path / "rand.safetensors"
     args = ["pretrain-encoder", "--random", "--arch", "vgg_small", "--channels", "3", "--image-size", "32"]

@@ -8,13 +8,13 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dpsynth import DPMERF, epsilon_for_sigma
-from dpsynth.cli import main
-from dpsynth.data.private_schema import (OTHER, SchemaInference, bin_edges, complete_schema, conform,
+from mmdsynth import DPMERF, epsilon_for_sigma
+from mmdsynth.cli import main
+from mmdsynth.data.private_schema import (OTHER, SchemaInference, bin_edges, complete_schema, conform,
                                          release_schema_statistics)
-from dpsynth.errors import InvalidParameterError, SchemaError
-from dpsynth.privacy import BudgetFile
-from dpsynth.privacy.calibration import PrivacyPlan
+from mmdsynth.errors import InvalidParameterError, SchemaError
+from mmdsynth.privacy import BudgetFile
+from mmdsynth.privacy.calibration import PrivacyPlan
 
 from support import TINY, partial_schema, table_with_rare_value, toy_table
 
@@ -65,7 +65,7 @@ def test_inference_joins_the_plan_and_is_ledgered(tmp_path):
 
 
 def _engine(sigma):
-    from dpsynth.privacy.engine import PrivacyEngine
+    from mmdsynth.privacy.engine import PrivacyEngine
 
     return PrivacyEngine.with_sigma(sigma, noise_seed=0, multipliers={"schema": 1.0})
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import DPRandConv
-from dpsynth.errors import InvalidParameterError
-from dpsynth.features import RandomFourierFeatures, build_feature_map
-from dpsynth.features.randconv import RandomConvFeatures
-from dpsynth.methods.distill import distill_release
-from dpsynth.training import batch_weights
+from mmdsynth import DPRandConv
+from mmdsynth.errors import InvalidParameterError
+from mmdsynth.features import RandomFourierFeatures, build_feature_map
+from mmdsynth.features.randconv import RandomConvFeatures
+from mmdsynth.methods.distill import distill_release
+from mmdsynth.training import batch_weights
 
 SHAPE = (1, 16, 16)
 
@@ -104,7 +104,7 @@ def test_blocks_per_step_covering_every_network_is_the_full_loss(conv_release):
 
 
 def test_default_depth_leaves_the_last_convolution_at_least_four_by_four():
-    from dpsynth.features.randconv import auto_depth
+    from mmdsynth.features.randconv import auto_depth
     assert auto_depth((1, 28, 28)) == 3 and auto_depth((3, 32, 32)) == 3 and auto_depth((1, 8, 8)) == 2
     assert RandomConvFeatures((1, 8, 8), n_networks=1, width=4).depth == 2
     assert RandomConvFeatures((1, 8, 8), n_networks=1, width=4, depth=3).depth == 3      # an explicit choice stays
@@ -113,7 +113,7 @@ def test_default_depth_leaves_the_last_convolution_at_least_four_by_four():
 def test_a_set_distilled_from_a_digits_release_classifies_digits(digits):
     """At the default depth (2 on 8 x 8) the features carry the classes; at depth 3 they carried almost nothing
     (LogReg 0.13 at eps 10), which this would catch."""
-    from dpsynth.evaluation.downstream import image_classifier_scores
+    from mmdsynth.evaluation.downstream import image_classifier_scores
     rel = DPRandConv(epsilon=10, n_classes=10, n_networks=8, noise_seed=0).release(digits.x_train, digits.y_train)
     dset = distill_release(rel, 10, iterations=300)
     acc = image_classifier_scores(dset.x, dset.y, digits.x_test, digits.y_test, classifiers=("logreg",))["logreg_acc"]
@@ -121,15 +121,15 @@ def test_a_set_distilled_from_a_digits_release_classifies_digits(digits):
 
 
 def test_fit_release_only_then_distill_then_resume_to_train(tmp_path, capsys):
-    """`dpsynth fit --release-only` keeps the release and trains nothing; `distill` reads it; `fit --resume` trains a
+    """`mmdsynth fit --release-only` keeps the release and trains nothing; `distill` reads it; `fit --resume` trains a
     generator from it later without a second release; DP-KIP (no single release) is refused by name."""
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     run = tmp_path / "run"
     assert main(["fit", "--method", "dp-randconv", "--dataset", "digits", "--epsilon", "2", "--n-networks", "2",
                  "--conv-width", "8", "--release-only", "--out", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "no generator trained" in out and f"dpsynth distill {run}" in out
+    assert "no generator trained" in out and f"mmdsynth distill {run}" in out
     assert sorted(p.name for p in run.iterdir()) == ["release"]
     assert main(["distill", str(run), "--images-per-class", "2", "--iterations", "4", "--blocks-per-step", "1",
                  "--out", str(tmp_path / "set.npz")]) == 0
@@ -165,7 +165,7 @@ def test_pool_averages_the_last_map_and_round_trips_through_the_spec():
 
 # -- NDPDC's sampling: one Poisson sample per network ---------------------------------------------------------
 def _sampled(X, y, q, *, T=6, eps=1.0, noise_seed=0, sampler_seed=0, **kw):
-    from dpsynth.embedding import release_sampled_embedding
+    from mmdsynth.embedding import release_sampled_embedding
     fmap = RandomConvFeatures(SHAPE, n_networks=T, width=4)
     return fmap, release_sampled_embedding(fmap, X, y, epsilon=eps, delta=1e-5, sample_rate=q, n_classes=3,
                                            seed=noise_seed, sampler_seed=sampler_seed, **kw)
@@ -175,7 +175,7 @@ def test_sampled_release_is_each_steps_sample_sum_plus_its_noise_scaled_to_the_m
     """Block t = (sum over step t's Poisson sample of sqrt(T) * block_t(x), in its class row, + N(0, sigma^2))
     / (q m sqrt(T)). Recomputing the samples from the test sampler's seed, the residual has std sigma and mean 0;
     a wrong scale, a block read from the wrong records or noise at the wrong level fails."""
-    from dpsynth.privacy.sampling import PoissonSampler
+    from mmdsynth.privacy.sampling import PoissonSampler
     X, y = _images(300).numpy(), np.arange(300) % 3
     T, q, m = 6, 0.3, 300
     fmap, rel = _sampled(X, y, q, T=T)
@@ -198,7 +198,7 @@ def test_sampled_release_is_each_steps_sample_sum_plus_its_noise_scaled_to_the_m
 def test_sampled_release_estimates_the_full_mean_embedding_without_bias():
     """At rate 1 every record is in every step: the release is the mean embedding plus noise of std
     sigma / (m sqrt(T)); the mean embedding itself comes from the full-release route (mean_embedding)."""
-    from dpsynth.embedding import mean_embedding
+    from mmdsynth.embedding import mean_embedding
     X, y = _images(200).numpy(), np.arange(200) % 3
     fmap, rel = _sampled(X, y, 1.0, T=4, eps=8.0, sampler_seed=None)
     assert "secure" in rel.ledger.entries[0].sampler
@@ -208,7 +208,7 @@ def test_sampled_release_estimates_the_full_mean_embedding_without_bias():
 
 
 def test_sampled_release_refusals_come_before_calibration():
-    from dpsynth.embedding import release_sampled_embedding
+    from mmdsynth.embedding import release_sampled_embedding
     X, y = _images(20).numpy(), np.arange(20) % 3
     with pytest.raises(Exception, match="one sample per block"):
         release_sampled_embedding(RandomConvFeatures(SHAPE, n_networks=1, width=4), X, y, epsilon=1, delta=1e-5,
@@ -232,9 +232,9 @@ def test_sampled_release_refusals_come_before_calibration():
 def test_dp_randconv_sample_rate_release_distils_and_charges_its_budget_once(digits, tmp_path):
     """DPRandConv(sample_rate=q): the release through the method (its fit facts, the budget charged once, under the
     plan's epsilon), then a set distilled from it classifies digits above chance."""
-    from dpsynth.evaluation.downstream import image_classifier_scores
-    from dpsynth.privacy import PrivacyPlan, epsilon_for_sigma
-    from dpsynth.privacy.budget import BudgetFile
+    from mmdsynth.evaluation.downstream import image_classifier_scores
+    from mmdsynth.privacy import PrivacyPlan, epsilon_for_sigma
+    from mmdsynth.privacy.budget import BudgetFile
     budget = BudgetFile.open(tmp_path / "budget.json", "digits", 20.0, 1e-4)
     model = DPRandConv(epsilon=10, n_classes=10, n_networks=16, sample_rate=0.25, noise_seed=0)
     rel = model.release(digits.x_train, digits.y_train, dataset="digits", budget=budget)
@@ -250,9 +250,9 @@ def test_dp_randconv_sample_rate_release_distils_and_charges_its_budget_once(dig
 
 
 def test_cli_fit_sample_rate_inspect_and_distill(tmp_path, capsys):
-    """`dpsynth fit --method dp-randconv --sample-rate q --release-only`, `inspect` (the subsampled steps named),
+    """`mmdsynth fit --method dp-randconv --sample-rate q --release-only`, `inspect` (the subsampled steps named),
     then `distill` from it; a bad rate exits 2 before anything is written."""
-    from dpsynth.cli import main
+    from mmdsynth.cli import main
 
     run = tmp_path / "run"
     assert main(["fit", "--method", "dp-randconv", "--dataset", "digits", "--epsilon", "1", "--n-networks", "8",
@@ -273,8 +273,8 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
     """smooth=True learns each image through the fixed [1, 2, 1] blur: from the same start and release, the set's
     pixel-to-pixel differences are far smaller than without it; the set records it; tables are refused; the CLI
     flag reaches it."""
-    from dpsynth.cli import main
-    from dpsynth.methods.distill import smooth_images
+    from mmdsynth.cli import main
+    from mmdsynth.methods.distill import smooth_images
     u = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(smooth_images(torch.ones(1, 2, 5, 5)), torch.ones(1, 2, 5, 5))       # constants kept
     assert float(smooth_images(u).std()) < 0.7 * float(u.std())
@@ -292,7 +292,7 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
     assert main(["distill", str(run), "--images-per-class", "1", "--iterations", "2", "--smooth",
                  "--out", str(tmp_path / "s.npz")]) == 0
     assert "smoothed images" in capsys.readouterr().out
-    from dpsynth import DPMERF
+    from mmdsynth import DPMERF
     from sklearn.datasets import load_iris
     iris = load_iris()
     flat = DPMERF(epsilon=10, n_classes=3, n_features=20, noise_seed=0).release(iris.data / 8, iris.target)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import DPHP, DPMERF, Schema
-from dpsynth.cli import main
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.evaluation import tabular
-from dpsynth.training import batch_weights, embedding_loss
+from mmdsynth import DPHP, DPMERF, Schema
+from mmdsynth.cli import main
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.evaluation import tabular
+from mmdsynth.training import batch_weights, embedding_loss
 
 from support import FIVE_SCHEMA, SCHEMA, five_class_table, toy_table
 
@@ -73,7 +73,7 @@ def test_dphp_fits_user_tables_with_table_defaults(tmp_path):
 
 def test_the_evaluator_runs_what_is_installed_and_names_what_it_skipped(monkeypatch):
     def missing(seed):
-        raise ImportError("the XGBoost classifier needs the 'eval' extra: pip install 'dpsynth[eval]' (xgboost-cpu).")
+        raise ImportError("the XGBoost classifier needs the 'eval' extra: pip install 'mmdsynth[eval]' (xgboost-cpu).")
     monkeypatch.setitem(tabular.TABLE_CLASSIFIERS, "xgboost", missing)
     df = toy_table(300)
     enc = TableEncoder(Schema.from_dict(SCHEMA), list(df.columns))
@@ -81,7 +81,7 @@ def test_the_evaluator_runs_what_is_installed_and_names_what_it_skipped(monkeypa
                                                        ("gaussian_nb", "logistic_regression", "xgboost")})
     s = tabular.table_classifier_scores(df, toy_table(200, seed=1), enc)
     assert set(s["classifiers"]) == {"gaussian_nb", "logistic_regression"}
-    assert "pip install 'dpsynth[eval]'" in s["skipped"]["xgboost"]
+    assert "pip install 'mmdsynth[eval]'" in s["skipped"]["xgboost"]
 
 
 def test_the_evaluator_hands_the_classifiers_float64(monkeypatch):
@@ -149,7 +149,7 @@ def test_declared_fixed_combinations_hold_in_every_synthetic_row():
 
 
 def test_fixed_combinations_are_checked_when_declared_and_on_the_data():
-    from dpsynth.errors import DataValidationError, SchemaError
+    from mmdsynth.errors import DataValidationError, SchemaError
 
     with pytest.raises(SchemaError, match="'ultra' is not a category of 'level'"):
         Schema.from_dict({**PAIR_SCHEMA, "constraints": [{**PAIR, "values": [["ultra", 1]]}]})
@@ -175,8 +175,8 @@ def _bool_table(n=1000):
 
 
 def test_boolean_columns_are_declared_checked_and_generated_as_bool(tmp_path):
-    from dpsynth.errors import DataValidationError, SchemaError
-    from dpsynth.evaluation.fidelity import table_fidelity
+    from mmdsynth.errors import DataValidationError, SchemaError
+    from mmdsynth.evaluation.fidelity import table_fidelity
 
     schema = Schema.from_dict(BOOL_SCHEMA)
     assert schema.to_dict()["columns"][0] == {"name": "smoker", "type": "boolean"}

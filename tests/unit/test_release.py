@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth import BudgetFile, RandomFourierFeatures, Release, build_feature_map, mean_embedding, release_mean_embedding
-from dpsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, PrivacyBudgetError
-from dpsynth.privacy import NoiseSource, gaussian_mechanism
-from dpsynth.validation import PrivacyWarning
+from mmdsynth import BudgetFile, RandomFourierFeatures, Release, build_feature_map, mean_embedding, release_mean_embedding
+from mmdsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, PrivacyBudgetError
+from mmdsynth.privacy import NoiseSource, gaussian_mechanism
+from mmdsynth.validation import PrivacyWarning
 
 
 def toy(n=200, d=5, classes=3, seed=0):
@@ -69,7 +69,7 @@ def test_release_round_trips_bit_exactly(tmp_path):
     assert "fixed-seed:0" in e.noise_source
     # no pickle anywhere: JSON + safetensors header
     meta = json.loads((tmp_path / "r" / "release.json").read_text())
-    assert meta["format"] == "dpsynth-release"
+    assert meta["format"] == "mmdsynth-release"
     assert not (tmp_path / "r" / "release.safetensors").read_bytes().startswith(b"\x80")
 
 
@@ -159,7 +159,7 @@ def test_exhausted_budget_refuses_before_data_is_read(tmp_path):
 
 
 def test_atomic_write_replaces_on_success_and_leaves_nothing_on_failure(tmp_path):
-    from dpsynth._io import atomic_write
+    from mmdsynth._io import atomic_write
 
     target = tmp_path / "out.txt"
     with atomic_write(target) as tmp:

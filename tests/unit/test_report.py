@@ -1,4 +1,4 @@
-"""`dpsynth report`: a self-contained HTML file, rendered in a real headless browser (issue 14)."""
+"""`mmdsynth report`: a self-contained HTML file, rendered in a real headless browser (issue 14)."""
 import json
 import re
 import shutil
@@ -7,8 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from dpsynth import DPMERF
-from dpsynth.cli import main
+from mmdsynth import DPMERF
+from mmdsynth.cli import main
 
 from support import WIDE, heavy_table
 
@@ -74,14 +74,14 @@ def test_report_renders_in_headless_chromium_and_is_not_blank(table_run, capsys,
 
 
 def test_image_model_report_has_the_sample_grid(digits, tmp_path, capsys):
-    from dpsynth import DPNTK
+    from mmdsynth import DPNTK
 
     DPNTK(epsilon=1, n_classes=10, ntk_width=20, iterations=5, batch_size=50, noise_seed=0).fit(
         digits.x_train[:300], digits.y_train[:300], dataset="digits", out=tmp_path / "img")
     assert main(["report", str(tmp_path / "img")]) == 0
     page = (tmp_path / "img" / "report.html").read_text()
     assert "<h2>Samples</h2>" in page and page.count("data:image/png;base64,") == 1
-    assert "run <code>dpsynth evaluate RUN</code> first" in page
+    assert "run <code>mmdsynth evaluate RUN</code> first" in page
     # the grid is labelled: one row per class, its name written in the left margin, tiles of >= 56 px
     import base64
     import io

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import dpsynth
-from dpsynth import DPMERF, Schema
-from dpsynth.cli import main
-from dpsynth.data import read_sql, write_sql
-from dpsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
+import mmdsynth
+from mmdsynth import DPMERF, Schema
+from mmdsynth.cli import main
+from mmdsynth.data import read_sql, write_sql
+from mmdsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
 
 from support import MIXED_SCHEMA, SCHEMA, mixed_table, toy_table
 
@@ -36,7 +36,7 @@ def postgres_url():
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not (initdb and pg_ctl):
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
-    root = Path(tempfile.mkdtemp(prefix="dpsynth-pg-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="mmdsynth-pg-", dir="/tmp"))
     run_as = []
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")
@@ -46,12 +46,12 @@ def postgres_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
-    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "dpsynth"], check=True,
+    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "mmdsynth"], check=True,
                    capture_output=True)
     subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
                              f"-p {port} -k {root} -c listen_addresses=''", "start"], check=True, capture_output=True)
     try:
-        yield f"postgresql+psycopg://dpsynth@/postgres?host={root}&port={port}"
+        yield f"postgresql+psycopg://mmdsynth@/postgres?host={root}&port={port}"
     finally:
         subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
@@ -97,7 +97,7 @@ def test_fit_from_a_database_and_write_samples_back_in_one_transaction(db, tmp_p
     assert main(["fit", "--method", "dp-merf", "--db", db, "--query", "SELECT * FROM patients", "--schema",
                  str(tmp_path / "s.json"), "--label", "y", "--iterations", "5", "--n-features", "50",
                  "--out", str(out), "-q"]) == 0
-    assert dpsynth.load(out).release_.dataset["name"] == "user:sql"
+    assert mmdsynth.load(out).release_.dataset["name"] == "user:sql"
     assert main(["sample", str(out), "--n", "120", "--db", db, "--table", "synthetic"]) == 0
     assert "wrote 120 rows" in capsys.readouterr().out
     engine = sa.create_engine(db)

@@ -5,13 +5,13 @@ import warnings
 import pandas as pd
 import pytest
 
-import dpsynth.runtime as runtime
-import dpsynth.training as training
-from dpsynth import DPMERF
-from dpsynth.cli import cli_message, main
-from dpsynth.data import read_table
-from dpsynth.errors import InvalidParameterError, SchemaError
-from dpsynth.training import describe_trend, loss_trend, progress_rate
+import mmdsynth.runtime as runtime
+import mmdsynth.training as training
+from mmdsynth import DPMERF
+from mmdsynth.cli import cli_message, main
+from mmdsynth.data import read_table
+from mmdsynth.errors import InvalidParameterError, SchemaError
+from mmdsynth.training import describe_trend, loss_trend, progress_rate
 
 from support import WIDE, heavy_table, interrupt_on_call
 
@@ -48,7 +48,7 @@ def test_unlisted_csv_columns_are_refused_by_name_or_dropped_on_request(tmp_path
 
 
 def WIDE_SCHEMA():
-    from dpsynth.data import Schema
+    from mmdsynth.data import Schema
     return Schema.from_dict(WIDE)
 
 
@@ -57,7 +57,7 @@ def test_foreign_folders_and_existing_files_need_force(csv_run, capsys):
     (root / "photos").mkdir()
     (root / "photos" / "cat.jpg").write_bytes(b"jpg")
     code, _, err = run(capsys, *fit, "--out", root / "photos")
-    assert code == 2 and "not a dpsynth run" in err and "--force" in err and not (root / "photos" / "release").exists()
+    assert code == 2 and "not an mmdsynth run" in err and "--force" in err and not (root / "photos" / "release").exists()
     assert run(capsys, *fit, "--out", root / "photos", "--force")[0] == 0
     assert (root / "photos" / "cat.jpg").exists() and (root / "photos" / "model.json").exists()
     (root / "s.csv").write_text("keep me")
@@ -92,7 +92,7 @@ def test_ctrl_c_checkpoints_and_exits_130_with_one_line(csv_run, capsys, monkeyp
     real_loss = interrupt_on_call(monkeypatch, training, "embedding_loss", 13)
     code, _, err = run(capsys, *fit, "--out", root / "m")
     assert code == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert f"Resume with: dpsynth fit --resume --out {root / 'm'}" in err and "iteration 12" in err
+    assert f"Resume with: mmdsynth fit --resume --out {root / 'm'}" in err and "iteration 12" in err
     assert json.loads((root / "m" / "checkpoint.json").read_text())["iteration"] == 12
     monkeypatch.setattr(training, "embedding_loss", real_loss)
     assert run(capsys, "fit", "--resume", "--out", root / "m", "-q")[0] == 0
@@ -113,7 +113,7 @@ def test_warnings_on_the_command_line_are_one_line_without_source(tmp_path, caps
                        "0.01", "--iterations", "2", "--n-features", "20", "-q", "--out", tmp_path / "m")
     assert code == 0
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines and all(line.startswith("dpsynth: warning: ") for line in lines)
+    assert lines and all(line.startswith("mmdsynth: warning: ") for line in lines)
     assert "--delta 0.01" in err and "warnings.warn" not in err and ".py:" not in err
     assert warnings.showwarning.__name__ != "_show_warning"           # restored after the command
 
@@ -156,7 +156,7 @@ def test_progress_bar_does_not_flood_a_log(csv_run):
     root, fit = csv_run
     argv = [str(a) for a in fit if a != "-q"]
     argv[argv.index("--iterations") + 1] = "150"
-    proc = subprocess.run([sys.executable, "-m", "dpsynth.cli", *argv, "--out", str(root / "m")],
+    proc = subprocess.run([sys.executable, "-m", "mmdsynth.cli", *argv, "--out", str(root / "m")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert 1 <= proc.stderr.count("training generator") <= 3, proc.stderr[-500:]      # not one line per iteration

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-import dpsynth
-from dpsynth import DPMERF, DPNTK, Schema, calibrate_sigma, mean_embedding
-from dpsynth.cli import main
-from dpsynth.data.encoding import TableEncoder
-from dpsynth.errors import InvalidParameterError, SchemaError
-from dpsynth.features import MixedRFF
+import mmdsynth
+from mmdsynth import DPMERF, DPNTK, Schema, calibrate_sigma, mean_embedding
+from mmdsynth.cli import main
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.errors import InvalidParameterError, SchemaError
+from mmdsynth.features import MixedRFF
 
 from conftest import require_data
 from support import SCHEMA, TINY, toy_table
@@ -88,7 +88,7 @@ def test_public_parts_do_not_depend_on_the_private_rows():
 def test_sampling_returns_valid_categories_and_bounded_numbers(tmp_path):
     m = DPNTK(epsilon=2, arch="cnn_2l", widths=(4, 8), **{k: v for k, v in TINY.items() if k != "n_features"})
     m.fit(toy_table(), label="y", schema=SCHEMA, out=tmp_path / "m")
-    s = dpsynth.load(tmp_path / "m").sample(500, seed=0)
+    s = mmdsynth.load(tmp_path / "m").sample(500, seed=0)
     assert list(s.columns) == ["age", "score", "colour", "smoker", "y"] and len(s) == 500
     assert s["age"].between(17, 90).all() and (s["age"] == s["age"].round()).all()
     assert s["score"].between(-1, 1).all()
@@ -147,7 +147,7 @@ def test_all_categorical_tables_release_dependence_between_columns(caplog):
     assert "no dependence between categorical columns" in paper.release_.feature_spec["captures"]
     mixed = DPMERF(epsilon=1, **TINY).fit(toy_table(300), label="y", schema=SCHEMA).release_.feature_spec
     assert mixed["rff_inputs"] == "numeric" and mixed["category_sizes"] == [3, 2]
-    import dpsynth.methods.kernel as kernel
+    import mmdsynth.methods.kernel as kernel
     with caplog.at_level("WARNING"):
         try:
             kernel.MAX_AUTO_PAIR_FEATURES, old = 5, kernel.MAX_AUTO_PAIR_FEATURES
@@ -192,7 +192,7 @@ def test_reference_view_measures_the_reference_codes_scoring_beside_ours():
 
 
 def test_preset_undersampling_can_be_replaced_and_bad_rates_are_refused():
-    from dpsynth.data import load_preset
+    from mmdsynth.data import load_preset
     require_data("epileptic")
     base = load_preset("epileptic", seed=0)
     under = load_preset("epileptic", seed=0, undersample={"0": 0.3})
@@ -227,5 +227,5 @@ def test_numeric_categorical_histograms_see_dependence_the_first_order_parts_mis
     x = torch.rand(10, 3, dtype=torch.float64, requires_grad=True)
     cross(x).sum().backward()
     assert x.grad[:, 0].abs().sum() > 0                       # gradient reaches the numeric column
-    rebuilt = dpsynth.features.build_feature_map(cross.spec())
+    rebuilt = mmdsynth.features.build_feature_map(cross.spec())
     assert torch.equal(rebuilt(torch.tensor(coupled[:5])), cross(torch.tensor(coupled[:5])))

@@ -1,6 +1,0 @@
-"""`python -m dpsynth.cli`."""
-import sys
-
-from . import main
-
-sys.exit(main())

@@ -1,0 +1,121 @@
+"""The ``mmdsynth`` command: one module per command (``mmdsynth/cli/<command>.py``: ``add_parser`` and its
+``cmd_*``). Importing this package, and ``mmdsynth --help``, load no torch: each command imports what it
+needs when it runs, and ``fit`` generates its method options from the registered methods only when it is
+the command given."""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import warnings
+
+from .. import __version__
+from ..errors import MmdsynthError, TrainingInterrupted
+from . import audit, budget, datasets, demo, distill, evaluate, fit, inspect, pretrain, report, sample
+from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exported for callers that parse first)
+
+#: the commands in the order `mmdsynth --help` lists them
+COMMANDS = (datasets, budget, inspect, fit, sample, distill, pretrain, evaluate, report, audit, demo)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the message and where to read more, not the whole usage first."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="mmdsynth", description="Differentially private synthetic data "
+                                "from kernel mean embeddings (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP, DP-RandConv).")
+    p.add_argument("--version", action="version", version=f"mmdsynth {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        s = command.add_parser(sub)
+        if command is fit:
+            p.fit_parser = s
+    return p
+
+
+#: Python parameter -> command-line flag, for messages raised by the library
+CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "resume": "--resume", "schema_share": "--infer-schema",
+             "encoder": "--encoder", "iterations": "--iterations", "batch_size": "--batch-size", "lr": "--lr",
+             "n_features": "--n-features", "length_scale": "--length-scale", "numeric_share": "--numeric-share",
+             "numeric_encoding": "--numeric-encoding", "drop_unlisted": "--drop-unlisted", "out": "--out",
+             "proxy_encoder": "--proxy-encoder", "noise_seed": "--noise-seed", "n": "--n"}
+
+
+def cli_message(message: str) -> str:
+    """A library message in command-line words: ``epsilon=1.0`` -> ``--epsilon 1.0``, ``resume=True`` ->
+    ``--resume``, a leading ``epsilon must`` -> ``--epsilon must``."""
+    names = "|".join(sorted(map(re.escape, CLI_FLAGS), key=len, reverse=True))
+
+    def flag(m):
+        value = m.group(2)
+        return CLI_FLAGS[m.group(1)] + ("" if value == "True" else f" {value}")
+    message = re.sub(rf"(?<![\w.-])({names})=(True\b|[^\s,;)]+)", flag, message)
+    return re.sub(rf"^({names}) must", lambda m: f"{CLI_FLAGS[m.group(1)]} must", message)
+
+
+class _LineFormatter(logging.Formatter):
+    """Log records in the same one-line form as warnings and errors: ``mmdsynth: warning: ...``."""
+
+    def format(self, record):
+        return f"mmdsynth: {record.levelname.lower()}: {cli_message(record.getMessage())}"
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings on the command line: one line, no source."""
+    print(f"mmdsynth: warning: {cli_message(str(message))}", file=sys.stderr if file is None else file)
+
+
+def main(argv=None) -> int:
+    """The ``mmdsynth`` command. Ctrl-C at any moment (even while torch is still being imported) ends it with one
+    line and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("mmdsynth: interrupted", file=sys.stderr)
+        return 130
+
+
+def _after_release(args) -> str:
+    """What a Ctrl-C during `fit` leaves behind, once its release is on disk: the budget is spent, and how to go
+    on without spending more."""
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    if args.command != "fit" or not out or not (Path(out) / "release" / "release.json").exists():
+        return ""
+    return (f" after the private release was written to {Path(out) / 'release'}: its privacy budget is spent. "
+            f"Train from it without spending more: mmdsynth fit --resume --out {out}")
+
+
+def _main(argv=None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "fit" in argv[:3]:                        # fit's method options come from the registered methods
+        add_method_options(parser.fit_parser)
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler], force=True)
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"mmdsynth: interrupted{_after_release(args)}", file=sys.stderr)
+        return 130
+    except MmdsynthError as exc:
+        print(f"mmdsynth: error: {cli_message(str(exc))}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as exc:
+        where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: mmdsynth fit --resume --out " \
+                f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
+        print(f"mmdsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
+        return 130
+    finally:
+        warnings.showwarning = previous

@@ -1,0 +1,6 @@
+"""`python -m mmdsynth.cli`."""
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,466 @@
+"""`mmdsynth fit`: release once, then train. Method options are generated from the registered methods' signatures;
+a flag the chosen method does not take is refused by name; every default lives in the method."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from pathlib import Path
+
+from ..errors import InvalidParameterError
+
+
+RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
+
+
+#: flags of `fit` whose name is not the parameter's, and how their value becomes the parameter's
+FLAG_PARAMS = {
+    "hp_order": ("order", None), "product_releases": ("n_product", None), "infer_schema": ("schema_share", None),
+    "ntk_widths": ("widths", lambda v: [int(w) for w in v.split(",")]),
+    "moments": ("moments", lambda v: [int(m) for m in v.split(",")]),
+    "no_early_stopping": ("early_stopping", lambda v: False if v else None),
+}
+
+
+#: `fit` flags that are not method parameters (data, folders, budget, engine...)
+NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
+              "label_categories", "nullable", "drop_unlisted", "shards", "encoding",
+              "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
+              "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
+              "checkpoint_every", "release_only"}
+
+
+#: parameters the CLI never sets: a fixed sample voids the guarantee (tests only)
+TESTING_ONLY = ("sampler_seed",)
+
+
+FIT_EPILOG = """\
+defaults live in the methods (`mmdsynth fit --method M --help` lists every option with each method's default):
+  --dataset (images): the method's own defaults and its per-dataset settings; --epsilon is required.
+  --dataset (tables): the paper's preset (epsilon 1, delta 1e-5, its iterations and network).
+  --csv (your table){table} (the release-once methods' table defaults; --shards of tables too);
+      numeric columns quantile-encoded with 0.1 of the privacy, class proportions released with 0.1: shares
+      of one (epsilon, delta), not extra charges.
+  A flag that the chosen method does not take is refused by name (exit status 2).
+
+examples:
+  mmdsynth fit --method dp-merf --csv data.csv --schema schema.json --label income --out runs/mine
+  mmdsynth fit --resume --out runs/mine --iterations 4000      # train longer: no data read, no budget spent
+"""
+
+
+def cmd_fit(args) -> int:
+    from ..methods import METHODS
+    from ..privacy import BudgetFile
+
+    if args.method is not None:            # the flags are checked before anything is read or written
+        if args.method not in METHODS:
+            from ..errors import unknown_name
+            raise unknown_name("method", args.method, METHODS)
+        _method_options(args, METHODS[args.method])
+    if args.out is None:
+        raise InvalidParameterError("--out is required: the model folder (release/ is written there before "
+                                    "training).")
+    out = Path(args.out)
+    _check_out_folder(out, args)
+    from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
+    if from_folder:
+        data, fit_kwargs, defaults, facts = _resume_inputs(args)
+    elif not args.method:
+        raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
+                                    "`fit --resume --out DIR` reads it from the folder.")
+    else:
+        data, fit_kwargs, defaults, facts = _fit_inputs(args)
+    cls = METHODS[args.method]
+    given = _method_options(args, cls)
+    # defaults hold only what this method takes (its per-kind defaults, a preset, the release's settings);
+    # a flag given overrides them
+    params = {**defaults, **given}
+    if params.get("epsilon") is None:
+        raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
+                                    "for images.")
+    params.setdefault("delta", 1e-5)
+    if args.infer_schema is not None and not args.csv:
+        raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
+                                    "categories; built-in datasets come with a public schema.")
+    run = {"seed": args.seed, "noise_seed": args.noise_seed, "device": args.device,
+           "checkpoint_every": args.checkpoint_every, "progress": not args.quiet}
+    names = set(cls.param_names())
+    model = cls(**{k: v for k, v in run.items() if k in names}, **params)
+    fit_kwargs["public_facts"] = facts
+    if args.public_init is not None:
+        if "public_init" not in inspect.signature(cls.fit).parameters:
+            raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
+                                        f"run is --method {args.method}.")
+        fit_kwargs["public_init"] = _public_init(args.public_init)
+    eps_budget = args.budget_epsilon or model.epsilon
+    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
+    if args.release_only:
+        if not cls.releases_once:
+            raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
+                                        f"{args.method} reads the data at every step, so it has none to stop at.")
+        if args.resume:
+            raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
+                                        "its release. Distill it (`mmdsynth distill`) or resume without "
+                                        "--release-only to train a generator.")
+        fit_kwargs["train"] = False          # release-once methods only (checked above)
+    model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
+    if args.release_only:
+        eps, delta = model.release_.ledger.total()
+        print(f"released {args.method} on {fit_kwargs['dataset'] or 'the data'}: epsilon={eps:g}, delta={delta:g}; "
+              f"saved to {out / 'release'} (no generator trained)")
+        print(f"next: `mmdsynth distill {out} --images-per-class K --out set.npz`, or `mmdsynth fit --resume --out "
+              f"{out}` to train a generator from it (no privacy spent either way)")
+        return 0
+    for line in model.fit_summary(fit_kwargs["dataset"], out):
+        print(line)
+    return 0
+
+
+def _schema(args):
+    """The --schema file (an mmdsynth schema or SDV metadata) with --nullable columns and, when it names no
+    label (SDV metadata), --label and --label-categories applied."""
+    from ..data import Schema
+
+    schema = Schema.from_json(args.schema)
+    if args.nullable:
+        schema = schema.with_nullable("all" if args.nullable == "all" else args.nullable.split(","))
+    if schema.label is None and args.label:
+        schema = schema.with_label(args.label, args.label_categories.split(",") if args.label_categories else None)
+    elif args.label_categories:
+        raise InvalidParameterError("--label-categories is for schemas that declare no label (SDV metadata); this "
+                                    "schema declares its label's classes.")
+    return schema
+
+
+def _fit_inputs(args):
+    """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
+    from ..data import Schema, get_info, load_dataset, load_preset, read_table
+
+    if args.shards:
+        return _shard_inputs(args)
+    if args.engine or args.ray_address or args.ray_workers or args.n_records:
+        raise InvalidParameterError("--engine, --ray-address, --ray-workers and --n-records apply to --shards.")
+    if args.db or args.query:
+        if not (args.db and args.query and args.schema and args.label) or args.csv or args.dataset:
+            raise InvalidParameterError("a database table needs --db URL, --query SQL, --schema FILE.json and --label "
+                                        "COLUMN (instead of --csv or --dataset).")
+        from ..data import read_sql
+
+        schema = _schema(args)
+        df = read_sql(args.db, args.query, schema, label=args.label, drop_unlisted=args.drop_unlisted)
+        return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, \
+            _method(args).defaults_for("table"), {}
+    if args.csv:
+        if not (args.schema and args.label):
+            raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
+                                        "or --infer-schema SHARE; label categories) and --label COLUMN.")
+        schema = _schema(args)
+        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding)
+        return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
+            _method(args).defaults_for("table"), {}
+    if not args.dataset:
+        raise InvalidParameterError("give --dataset NAME (see `mmdsynth datasets`) or --csv FILE with --schema.")
+    info = get_info(args.dataset)
+    if info.kind == "table":
+        data = load_preset(args.dataset, seed=args.split_seed, data_dir=args.data_dir)
+        facts = {"preset": args.dataset, "split_seed": args.split_seed}
+        return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset,
+                               "privacy_unit": data.privacy_unit}, \
+            _method(args).dataset_defaults(args.dataset, "table"), facts
+    defaults = _method(args).defaults_for("image")
+    data = load_dataset(args.dataset, data_dir=args.data_dir)
+    return (data.x_train, data.y_train), {"dataset": args.dataset}, \
+        {**defaults, **_method(args).dataset_defaults(args.dataset, "image"), "n_classes": data.n_classes}, {}
+
+
+def _method(args):
+    """The class of ``--method`` (importing the methods, hence torch, only here)."""
+    from ..methods import METHODS
+
+    return METHODS[args.method]
+
+
+def _shard_inputs(args):
+    """(data, fit kwargs, defaults, facts) for --shards: a table or arrays in many files, summed on --engine."""
+    from ..data import Schema
+    from ..data.shards import ShardedTable, open_shards
+    from ..engines import get_engine
+
+    if args.csv or args.dataset:
+        raise InvalidParameterError("give one of --shards, --csv and --dataset.")
+    if not _method(args).releases_once:
+        raise InvalidParameterError(f"{args.method} reads the records at every step; --shards releases sums once: "
+                                    f"use a release-once method (dp-merf, dp-ntk, dp-hp or dp-mepf).")
+    if args.n_records is None:
+        raise InvalidParameterError("--shards needs --n-records N: the total number of records, declared (public "
+                                    "metadata: the sensitivity 2/m rests on it; the rows read are checked against it).")
+    engine = get_engine(args.engine or "stream", address=args.ray_address, workers=args.ray_workers)
+    if bool(args.schema) != bool(args.label):
+        raise InvalidParameterError("table shards need both --schema FILE.json and --label COLUMN.")
+    schema = _schema(args) if args.schema else None
+    if schema is not None and args.label != schema.label:
+        raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
+    src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
+                      drop_unlisted=args.drop_unlisted, encoding=args.encoding)
+    shards = Path(str(args.shards))
+    name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
+    if isinstance(src, ShardedTable):
+        return (src,), {"label": args.label, "schema": schema, "dataset": name}, _method(args).defaults_for("table"), {}
+    if src.labelled and args.n_classes is None:
+        raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
+    labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
+    return (src,), {"dataset": name}, {**_method(args).defaults_for("image"), **labels}, {}
+
+
+def _resume_inputs(args):
+    """``fit --resume --out DIR`` without --dataset/--csv: everything from the folder's release (no data)."""
+    from ..release import META_FILE, Release
+
+    out = Path(args.out)
+    if not (out / "release" / META_FILE).exists():
+        raise InvalidParameterError(f"--resume: {out} holds no release to resume; run the fit without --resume first.")
+    facts = Release.load(out / "release").dataset
+    method = args.method or facts.get("method")
+    if args.method and facts.get("method") and args.method != facts["method"]:
+        raise InvalidParameterError(f"--method {args.method}, but {out} holds a {facts['method']} release.")
+    args.method = method
+    if not _method(args).releases_once:
+        raise InvalidParameterError(f"{method} resumes DP-SGD, which reads the private data: give the same --dataset "
+                                    f"or --csv as the first run, with --resume.")
+    params = dict(facts.get("fit_params") or {})
+    for key in ("seed", "noise_seed", "checkpoint_every"):      # the first run's, unless given again
+        if key in params:
+            value = params.pop(key)
+            if getattr(args, key) == RUN_DEFAULTS.get(key):
+                setattr(args, key, value)
+    return (None,), {"dataset": facts.get("name", "")}, params, {}
+
+
+def _check_out_folder(out: Path, args) -> None:
+    """Refuse to write a run into a non-empty folder that is not an mmdsynth run (unless --force)."""
+    if args.resume or args.force or not out.exists():
+        return
+    if not out.is_dir():
+        raise InvalidParameterError(f"--out {out} is a file; give a folder for the model.")
+    entries = [p.name for p in out.iterdir()]
+    ours = {"release", "model.json", "budget.json"}
+    if entries and not ours & set(entries) and not any(n.startswith("checkpoint") for n in entries):
+        raise InvalidParameterError(
+            f"--out {out} is a non-empty folder that is not an mmdsynth run (it holds {sorted(entries)[:5]}); "
+            f"give a new or empty folder, or --force to write into it anyway.")
+
+
+def _method_options(args, cls) -> dict:
+    """{parameter: value} of every method flag given, refusing (exit 2, naming them) flags that are not
+    parameters of ``cls``: a flag for another method is an error, never silently dropped."""
+    from ..methods import METHODS
+
+    names = set(cls.param_names())
+    given, wrong = {}, []
+    for dest, value in vars(args).items():
+        if dest in NOT_PARAMS or value is None:        # a value given (false too) is applied or refused
+            continue
+        param, convert = FLAG_PARAMS.get(dest, (dest, None))
+        value = convert(value) if convert is not None else value
+        if value is None:
+            continue
+        if param not in names:
+            wrong.append((_flag(dest), param))
+            continue
+        given[param] = value
+    if "widths" in given:
+        given["ntk_width"] = None              # --ntk-widths replaces the single width
+    if wrong:
+        owners = sorted({m for _, p in wrong for m, c in METHODS.items() if p in c.param_names()})
+        raise InvalidParameterError(
+            f"{', '.join(f for f, _ in wrong)}: {' / '.join(owners) or 'no method'} options, not taken by --method "
+            f"{args.method} (its options: `mmdsynth fit --method {args.method} --help`).")
+    return given
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def add_method_options(fit_parser) -> None:
+    """Give `fit` a flag for every method parameter that has no hand-written one (generated from the
+    registered methods' signatures; values are JSON, or plain strings). Run only for `fit`: it imports
+    the methods, hence torch."""
+    from ..methods import METHODS, KernelGeneratorMethod
+
+    t = {"delta": 1e-5, **KernelGeneratorMethod.kind_defaults["table"]}
+    fit_parser.epilog = fit_parser.epilog.replace("{table}", (
+        f": epsilon {t['epsilon']:g}, delta {t['delta']:g}, {t['iterations']} iterations, batch {t['batch_size']}, "
+        f"lr {t['lr']} x0.9 every {t['lr_step']}\n      iterations"))
+    taken = {a.dest for a in fit_parser._actions} | {p for p, _ in FLAG_PARAMS.values()}
+    group = fit_parser.add_argument_group("more method options (generated from the methods' parameters; values "
+                                          "as JSON, e.g. --conditional false, --generator '{\"name\": \"conv\"}')")
+    owners: dict[str, list] = {}
+    for name, cls in METHODS.items():
+        for param, default in cls.param_defaults().items():
+            owners.setdefault(param, []).append((name, default))
+    for param, where in owners.items():
+        if param in taken or param in RUN_DEFAULTS or param in TESTING_ONLY or param in ("progress", "device"):
+            continue
+        text = "; ".join(f"{m}: default {d!r}" for m, d in where)
+        kind = _value_kind([d for _, d in where])
+        group.add_argument(_flag(param), dest=param, type=_typed(param, kind), default=None,
+                           metavar={"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"),
+                           help=text)
+
+
+def _value_kind(defaults: list) -> str:
+    """What a generated flag takes, from the methods' defaults for its parameter: bool, int, float or json."""
+    known = [d for d in defaults if d is not None and d is not inspect.Parameter.empty]
+    if known and all(isinstance(d, bool) for d in known):
+        return "bool"
+    if known and all(isinstance(d, int) and not isinstance(d, bool) for d in known):
+        return "int"
+    if known and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in known):
+        return "float"
+    return "json"
+
+
+def _typed(param: str, kind: str):
+    """The argparse type of a generated flag: its value parsed as ``kind``, anything else refused naming the
+    allowed values (never read as true, never dropped)."""
+    def parse(text: str):
+        value = _json_value(text)
+        if kind == "bool" and not isinstance(value, bool):
+            raise argparse.ArgumentTypeError(f"takes true or false; got {text!r}")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise argparse.ArgumentTypeError(f"takes a whole number; got {text!r}")
+        if kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise argparse.ArgumentTypeError(f"takes a number; got {text!r}")
+        return value
+    parse.__name__ = kind
+    return parse
+
+
+def _json_value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _public_init(path):
+    """dp-kip --public-init: a PUBLIC starting support set from a .npy file or the array 'x' of an .npz."""
+    import numpy as np
+
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        return loaded["x"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidParameterError(f"--public-init {path}: cannot read a .npy array or an .npz with 'x' ({exc}).") \
+            from exc
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
+    s.add_argument("--method", help="a registered method (dp-ntk, dp-merf, dp-hp, dp-mepf, dp-kip, ...); required, "
+                   "except for `fit --resume --out DIR`, which reads it from the folder")
+    s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
+                   "preprocessing and settings (presets)")
+    s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
+    s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
+                   "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
+    s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
+    s.add_argument("--schema", help="JSON schema of --csv or --db (see README: schema format)")
+    s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "
+                   "declares no label (SDV metadata)")
+    s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "
+                   "(SDV metadata does not say which)")
+    s.add_argument("--encoding", default="utf-8", help="--csv / CSV --shards: the files' text encoding (default "
+                   "utf-8; e.g. latin-1, cp1252)")
+    s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
+                   "(default: refuse, naming them)")
+    s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "
+                   "--schema, --label) or .npz shards (arrays x, y) / .npy shards; read in bounded memory")
+    s.add_argument("--n-records", type=int, help="--shards: the total number of records, declared (public; "
+                   "checked against the rows read)")
+    s.add_argument("--n-classes", type=int, help="--shards of arrays with labels: the number of classes (public)")
+    s.add_argument("--engine", choices=["stream", "ray"], help="--shards: where the sums are computed: this "
+                   "process, shard after shard (stream, default), or Ray tasks, one per shard (needs mmdsynth[ray])")
+    s.add_argument("--ray-address", help="--engine ray: a running cluster (e.g. auto); default: a local one")
+    s.add_argument("--ray-workers", type=int, help="--engine ray without --ray-address: CPUs of the local cluster")
+    s.add_argument("--numeric-encoding", choices=["quantile", "minmax"], default=None, help="tables: numeric "
+                   "columns through their privately released CDF (quantile, default) or scaled by their declared "
+                   "bounds (minmax)")
+    s.add_argument("--numeric-share", type=float, default=None, help="tables: share of the privacy plan for the "
+                   "numeric columns' distributions (quantile encoding; default 0.1)")
+    s.add_argument("--force", action="store_true", help="write into a non-empty --out that is not an mmdsynth run")
+    s.add_argument("--infer-schema", type=float, default=None, metavar="SHARE",
+                   help="--csv: release the bounds / categories the schema leaves out from the data, with "
+                   "this share of the privacy plan (e.g. 0.1); recorded in the ledger")
+    s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
+    s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
+    s.add_argument("--delta", type=float, default=None, help="default 1e-5")
+    s.add_argument("--out", help="model folder (required; release/ is written before training)")
+    s.add_argument("--release-only", action="store_true", help="stop after the private release (release/ in "
+                   "--out, no generator): for `mmdsynth distill`, or a later `fit --resume` to train")
+    s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
+    s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
+    s.add_argument("--lr", type=float, help="default 0.01")
+    s.add_argument("--lr-step", type=int, help="multiply the learning rate by 0.9 every N iterations (default 1500 "
+                   "images, as the DP-NTK authors' code; 100 tables)")
+    s.add_argument("--code-dim", type=int, help="generator code size (default 5 images, the preset's tables)")
+    s.add_argument("--ntk-width", type=int, help="dp-ntk: width of a one-hidden-layer NTK network (default 800)")
+    s.add_argument("--ntk-widths", help="dp-ntk: comma-separated widths, e.g. 30,200 for cnn_2l")
+    s.add_argument("--arch", choices=["fc_1l", "fc_2l", "cnn_2l", "cnn"], help="dp-ntk: NTK network "
+                   "(default fc_1l images, the preset's tables)")
+    s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
+    s.add_argument("--length-scale", type=float, default=None, help="dp-merf, dp-hp: kernel length scale s of "
+                   "exp(-(x-y)^2/(2 s^2)) (public; dp-hp default 0.0707, the authors' MNIST s^2 = 0.005)")
+    s.add_argument("--hp-order", type=int, help="dp-hp: Hermite order C of the sum kernel (default 100)")
+    s.add_argument("--product-releases", type=int, help="dp-hp: number of product-kernel releases, each over its "
+                   "own random dimensions (default 10, one per epoch in the paper; 0: sum kernel only)")
+    s.add_argument("--product-dims", type=int, help="dp-hp: dimensions per product kernel (default 2)")
+    s.add_argument("--product-order", type=int, help="dp-hp: Hermite order of the product kernels (default 20)")
+    s.add_argument("--sum-weight", type=float, help="dp-hp: weight gamma of the sum-kernel loss (default 20)")
+    s.add_argument("--product-weight", type=float, help="dp-hp: weight of the product-kernel loss (default 1; "
+                   "tables: the preset's)")
+    s.add_argument("--sum-share", type=float, help="dp-hp: share of the privacy for the sum kernel (default 0.8)")
+    s.add_argument("--encoder", metavar="FILE", help="dp-mepf: encoder trained on PUBLIC data (from `mmdsynth "
+                   "pretrain-encoder`, or its name; or a torchvision VGG19/ResNet18 .pth)")
+    s.add_argument("--moments", help="dp-mepf: 1,2 (phi1 and phi2, default) or 1")
+    s.add_argument("--loss", choices=["mavg", "direct"], help="dp-mepf: moving-average (default) or direct MMD loss")
+    s.add_argument("--mavg-lr", type=float, help="dp-mepf: learning rate of the moving average (default 1e-2)")
+    s.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, keep the last "
+                   "checkpoint (the proxy otherwise takes its part of the plan at 10x the noise)")
+    s.add_argument("--proxy-encoder", metavar="FILE", help="dp-mepf: PUBLIC network for the early-stopping proxy "
+                   "(default: --encoder)")
+    s.add_argument("--select-every", type=int, help="dp-mepf: score a checkpoint every N iterations "
+                   "(default iterations / 20)")
+    s.add_argument("--images-per-class", type=int, help="dp-kip: support points per class (default 10)")
+    s.add_argument("--epochs", type=int, help="dp-kip: DP-SGD epochs (default 10)")
+    s.add_argument("--clip", type=float, help="dp-kip: per-record gradient clip norm C (default 1e-6)")
+    s.add_argument("--reg", type=float, help="dp-kip: KRR regulariser lambda (default 1e-6)")
+    s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
+                   "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
+                   "not charged, so never from the private data (default: --start pixels)")
+    s.add_argument("--start", choices=["noise", "pixels", "random-conv"], help="dp-kip: where the support set "
+                   "starts: a set distilled from the class means (pixels; the default without --public-init) or "
+                   "from 8 random ConvNets' class-conditional means, released with --start-share of the same plan; "
+                   "or noise: N(0, I), the paper's start (the default with --public-init, which replaces it)")
+    s.add_argument("--start-share", type=float, help="dp-kip: the start's share of the privacy plan (default 0.1)")
+    s.add_argument("--seed", type=int, default=0, help="public randomness only: generator initialisation and "
+                   "training; dp-kip: the support set's N(0, I) start. Never the privacy noise, never which "
+                   "records a DP-SGD step reads (both drawn from the OS CSPRNG)")
+    s.add_argument("--noise-seed", type=int, default=None, help="fix the privacy noise (testing only)")
+    s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    s.add_argument("--checkpoint-every", type=int, default=200, help="save the training state every N "
+                   "iterations (default 200)")
+    s.add_argument("--resume", action="store_true", help="continue from the folder's release and checkpoint "
+                   "(spends no privacy budget, reads no data: `fit --resume --out DIR` is enough; a larger "
+                   "--iterations trains longer)")
+    s.add_argument("--budget", default=None, help="budget file to charge (created with --budget-epsilon)")
+    s.add_argument("--budget-epsilon", type=float, default=None, help="total epsilon of a new budget file")
+    s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "
+                   "MMDSYNTH_DATA_DIR)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_fit)
+    return s

@@ -1,0 +1,229 @@
+"""Completing a schema from the private table, paid for with privacy budget.
+
+A schema should come from public knowledge. When the user cannot declare some numeric
+bounds or category lists and asks mmdsynth to find them (``schema_share=...``, CLI
+``--infer-schema SHARE``), they are released here with the Gaussian mechanism as one part
+of the fit's privacy plan, and recorded in the ledger. Nothing is inferred silently.
+
+The data-touching function is :func:`release_schema_statistics` (small, tested); the
+rest is post-processing of its output.
+
+* **Numeric bounds.** Each column's values are counted in a fixed, data-independent grid of
+  geometric bins (edges 0 and +-2^(k/4), k = -40..160: about 1e-3 to 1e12, 19 % wide). The
+  bounds are the outer edges of the lowest and highest bins whose noisy count clears
+  ``NUMERIC_THRESHOLD_SIGMAS`` noise standard deviations (the bin of the largest noisy
+  count when none does). Values outside them are clipped before encoding.
+* **Categories.** Each observed value's count gets Gaussian noise and is kept if it clears
+  the threshold ``tau = 1 + std * z``. A value held by one record can appear in one of two
+  neighbouring tables only; it is released with probability ``P[1 + N(0, std^2) > tau]``,
+  so the thresholding adds ``delta_threshold`` = (number of inferred categorical columns) x
+  that probability to delta (a union bound), on top of the Gaussian plan's delta. Values
+  that are not kept are mapped to the catch-all category ``OTHER``, which every inferred
+  category list ends with.
+* **Sensitivity.** A record adds one count to one bin (or value) of every inferred column,
+  so replacing a record moves at most two counts per column by 1: L2 sensitivity
+  sqrt(2 c) for c inferred columns, jointly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import norm
+
+from ..engines import as_source
+from ..errors import SchemaError
+from .schema import RESOLUTION_SECONDS, Schema
+
+#: catch-all category for values whose noisy count did not clear the threshold
+OTHER = "(other)"
+#: numeric bins: a bin bounds the data when its noisy count exceeds this many noise stds
+#: (about 400 bins per column: the chance that any empty bin clears it is below 1e-4)
+NUMERIC_THRESHOLD_SIGMAS = 5.0
+#: share of delta that the category thresholds use when categories are inferred
+THRESHOLD_DELTA_SHARE = 0.5
+
+
+def bin_edges() -> np.ndarray:
+    """The public grid: 0 and +-2^(k/4) for k = -40..160, ascending (403 edges, 402 bins)."""
+    pos = 2.0 ** (np.arange(-40, 161) / 4.0)
+    return np.concatenate([-pos[::-1], [0.0], pos])
+
+
+@dataclass(frozen=True)
+class SchemaInference:
+    """What will be inferred (public: decided from the schema alone, before any row is read)."""
+
+    numeric: tuple[str, ...]
+    categorical: tuple[str, ...]
+
+    @classmethod
+    def of(cls, schema: Schema) -> "SchemaInference":
+        return cls(tuple(c.name for c in schema.columns if c.kind == "numeric" and c.bounds is None),
+                   tuple(c.name for c in schema.columns if c.kind == "categorical" and c.categories is None))
+
+    def __bool__(self) -> bool:
+        return bool(self.numeric or self.categorical)
+
+    @property
+    def sensitivity(self) -> float:
+        return math.sqrt(2 * (len(self.numeric) + len(self.categorical)))
+
+    def threshold_delta(self, delta: float) -> float:
+        """The part of delta the category thresholds use (0 when no categories are inferred)."""
+        return THRESHOLD_DELTA_SHARE * delta if self.categorical else 0.0
+
+    def category_threshold(self, noise_std: float, delta: float) -> float:
+        """tau with (number of inferred categorical columns) x P[1 + N(0, std^2) > tau] = threshold delta."""
+        per_column = self.threshold_delta(delta) / len(self.categorical)
+        return 1.0 + noise_std * float(norm.isf(per_column))
+
+
+class SchemaCounts:
+    """The statistic schema inference sums, for :meth:`~mmdsynth.engines.Source.total`: of one batch
+    of a table checked by :meth:`Schema.validate` (numbers finite, missing values only in nullable
+    columns, where they are not counted), the per-bin
+    counts of each numeric column to infer and the count of every value of each categorical one."""
+
+    def __init__(self, inference: "SchemaInference"):
+        self.inference = inference
+
+    def __call__(self, df: pd.DataFrame) -> dict:
+        edges = bin_edges()
+        out: dict = {}
+        for name in self.inference.numeric:                 # missing values (nullable columns) count nowhere
+            values = df[name].to_numpy(dtype=float)
+            idx = np.clip(np.searchsorted(edges, values[~np.isnan(values)], side="right") - 1, 0, len(edges) - 2)
+            out[name] = np.bincount(idx, minlength=len(edges) - 1).astype(np.float64)
+        for name in self.inference.categorical:
+            out[name] = {str(k): float(v) for k, v in df[name].dropna().astype(str).value_counts(sort=False).items()}
+        return out
+
+
+def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,
+                              threshold_delta: float = 0.0) -> dict[str, dict]:
+    """Noisy counts for the columns to infer (data-touching: reads ``data``, a DataFrame already
+    checked by :meth:`Schema.validate`, or a table :class:`~mmdsynth.engines.Source` whose shards
+    are checked as they are read; the counts are summed on its engine, the noise added by
+    ``engine``, a :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan holds a ``"schema"``
+    release).
+
+    Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
+    columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
+    ones (values sorted): one Gaussian release of all these counts at the joint sensitivity
+    ``inference.sensitivity``. The observed values are private until thresholded: callers pass
+    this only to :func:`complete_schema`.
+    """
+    source = as_source(data)
+    totals = source.total(SchemaCounts(inference))
+    exact, values = {}, {}
+    for name in inference.numeric:
+        exact[name] = torch.as_tensor(totals[name], dtype=torch.float64)
+    for name in inference.categorical:
+        values[name] = sorted(totals[name])
+        exact[name] = torch.as_tensor([totals[name][v] for v in values[name]], dtype=torch.float64)
+    description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
+    noisy = engine.gaussian("schema", exact, inference.sensitivity, description=description,
+                            assumed={"m": source.n_records, **assumed}, n_records=source.n_records,
+                            computation=source.describe())
+    out: dict[str, dict] = {name: {"edges": bin_edges(), "counts": noisy[name]} for name in inference.numeric}
+    out.update({name: {"values": values[name], "counts": noisy[name]} for name in inference.categorical})
+    return out
+
+
+def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
+                    category_threshold: float | None) -> Schema:
+    """Post-processing: the schema with the noisy statistics turned into bounds and categories
+    (bounds of integer columns rounded outwards to integers, of datetime columns to their resolution)."""
+    columns = []
+    for col in schema.columns:
+        s = stats.get(col.name)
+        if s is None:
+            columns.append(col)
+        elif col.kind == "numeric":
+            counts, edges = s["counts"].numpy(), s["edges"]
+            kept = np.nonzero(counts > NUMERIC_THRESHOLD_SIGMAS * noise_std)[0]
+            lo_bin, hi_bin = (kept[0], kept[-1]) if len(kept) else (int(np.argmax(counts)),) * 2
+            lo, hi = float(edges[lo_bin]), float(edges[hi_bin + 1])
+            unit = RESOLUTION_SECONDS[col.datetime] if col.datetime else 1.0 if col.integer else None
+            if unit is not None:         # integer and datetime bounds: outwards to whole units
+                lo, hi = math.floor(lo / unit) * unit, math.ceil(hi / unit) * unit
+                hi = hi if hi > lo else lo + unit
+            columns.append(replace(col, bounds=(lo, hi)))
+        else:
+            kept = sorted(v for v, c in zip(s["values"], s["counts"].tolist()) if c > category_threshold)
+            columns.append(replace(col, categories=[v for v in kept if v != OTHER] + [OTHER]))
+    inferred = sorted(stats)
+    notes = {**schema.notes, "dp_inferred_columns": inferred}
+    kinds = {c.name: c for c in columns}
+    constraints = []                    # declared combinations whose values survived the released categories
+    for k in schema.constraints:
+        values = [v for v in k["values"] if all(kinds[c].kind != "categorical" or str(x) in map(str, kinds[c].categories)
+                                                for c, x in zip(k["columns"], v))]
+        if values:
+            constraints.append({**k, "values": values})
+    return Schema(columns, schema.label, schema.label_categories, f"{schema.source}+dp-inferred", notes, constraints)
+
+
+def inferred_columns(schema: Schema) -> list[str]:
+    """Columns whose bounds or categories were released privately (empty for a public schema)."""
+    return list(schema.notes.get("dp_inferred_columns", []))
+
+
+def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """A table already read against the declared part of ``schema`` (:func:`declared_part`, so every
+    value is parsed by itself: numbers and dates as floats, categories as text) fitted to the inferred
+    schema: numbers clipped to the inferred bounds and categories that were not kept mapped to
+    ``OTHER``. Applied to the private rows inside the fit (a per-record transformation, so the
+    sensitivity of later releases holds) and to real test rows before evaluation. Columns with
+    declared bounds and categories are left as is."""
+    df = df.copy()
+    for name in inferred_columns(schema):
+        col = schema.column(name)
+        if col.kind == "numeric":
+            df[name] = df[name].astype("float64").clip(*col.bounds)
+        else:
+            present = df[name].notna()
+            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, OTHER).where(present, None)
+    return df
+
+
+def declared_part(schema: Schema) -> Schema:
+    """The schema as the user declared it, before inference (to read raw tables against)."""
+    names = set(inferred_columns(schema))
+    if not names:
+        return schema
+    cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
+            else replace(c, categories=None) if c.name in names else c for c in schema.columns]
+    return replace(schema, columns=cols)
+
+
+def schema_release_description(inference: SchemaInference, threshold: float | None,
+                               threshold_delta: float) -> tuple[str, dict]:
+    """What the schema release's ledger entry says it released, and what it assumed."""
+    parts = []
+    if inference.numeric:
+        parts.append(f"numeric bounds of {list(inference.numeric)} (noisy counts in {len(bin_edges()) - 1} "
+                     f"geometric bins)")
+    if inference.categorical:
+        kept = f"noisy counts kept above {threshold:.4g}" if threshold is not None else "noisy counts"
+        parts.append(f"categories of {list(inference.categorical)} ({kept}; "
+                     f"the thresholds use delta {threshold_delta:.3g} of the plan's delta)")
+    assumed = {"sensitivity": "sqrt(2 x inferred columns): replacing a record takes 1 "
+               "from one bin and adds 1 to another in each inferred column's counts"}
+    return "schema inference: " + "; ".join(parts), assumed
+
+
+def require_complete(schema: Schema) -> None:
+    """Refuse a schema with missing bounds or categories, naming them and the two fixes."""
+    todo = SchemaInference.of(schema)
+    if todo:
+        raise SchemaError(
+            f"the schema leaves out bounds of numeric column(s) {list(todo.numeric)} and categories of "
+            f"categorical column(s) {list(todo.categorical)}. mmdsynth never reads them from the private "
+            f"data silently: declare them in the schema, or let mmdsynth infer them privately with a share "
+            f"of the budget (schema_share=0.1)."
+        )

@@ -1,0 +1,208 @@
+"""Data in many files: a folder or glob of table shards (CSV / Parquet) or array shards (.npy / .npz),
+read shard by shard in bounded-memory batches.
+
+The record count m is public metadata the user declares (``n_records``): the sensitivity 2/m of
+every release rests on it, so the rows read are counted and a mismatch is an error before
+anything is released (:meth:`mmdsynth.engines.Source.total`). Shard file names and their order
+are public; every batch of a table shard is validated against the schema, and an error names the
+shard and the rows.
+"""
+from __future__ import annotations
+
+import glob
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..engines import Engine, Source, StreamEngine, get_engine
+from ..errors import DataValidationError, MmdsynthError, InvalidParameterError
+from .schema import Schema
+from .user import check_listed, read_csv_text
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+ARRAY_SUFFIXES = (".npy", ".npz")
+BATCH_ROWS = 65_536
+
+
+def shard_files(spec, suffixes: tuple[str, ...]) -> list[Path]:
+    """The shard files of ``spec``: a folder (its files with one of ``suffixes``), a glob pattern, or
+    a list of paths; sorted by name. Raises naming what was searched when none is found."""
+    if isinstance(spec, (list, tuple)):
+        files = [Path(p) for p in spec]
+    elif Path(spec).is_dir():
+        files = [p for p in Path(spec).iterdir() if p.suffix.lower() in suffixes]
+    else:
+        files = [Path(p) for p in glob.glob(str(spec))]
+    files = sorted(p for p in files if p.is_file())
+    if not files:
+        raise DataValidationError(f"no shard files found at {spec!r} (a folder searched for {list(suffixes)}, "
+                                  f"or a glob pattern such as 'data/part-*.parquet').")
+    odd = [p.name for p in files if p.suffix.lower() not in suffixes]
+    if odd:
+        raise InvalidParameterError(f"shard(s) {odd[:5]} are not among {list(suffixes)}; shards of one source share a "
+                                    f"format.")
+    return files
+
+
+@contextmanager
+def _reading(path: Path, where: str = ""):
+    """Errors while reading a shard's file become a DataValidationError naming it (mmdsynth's own pass)."""
+    try:
+        yield
+    except MmdsynthError:
+        raise
+    except Exception as exc:
+        raise DataValidationError(f"shard {path} cannot be read{where}: {type(exc).__name__}: {exc}") from None
+
+
+def _require(path: Path, key: str, names) -> None:
+    if key not in names:
+        raise DataValidationError(f"shard {path} has no array {key!r} (it holds {sorted(names)}); pass x_key=.")
+
+
+def _check_n_records(n_records) -> int:
+    if isinstance(n_records, bool) or not isinstance(n_records, (int, np.integer)) or n_records < 1:
+        raise InvalidParameterError(
+            f"n_records must be the declared total record count (an integer >= 1, public metadata: the sensitivity "
+            f"2/m rests on it); got {n_records!r}.")
+    return int(n_records)
+
+
+def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unlisted: bool = False,
+                encoding: str = "utf-8"):
+    """A :class:`ShardedTable` (CSV / Parquet shards; needs ``schema``) or :class:`ShardedArrays`
+    (.npy / .npz shards) by the shards' file type."""
+    files = shard_files(spec, TABLE_SUFFIXES + ARRAY_SUFFIXES)
+    if files[0].suffix.lower() in TABLE_SUFFIXES:
+        if schema is None:
+            raise InvalidParameterError(f"table shards ({files[0].name}, ...) need their schema: --schema FILE.json "
+                                        f"and --label COLUMN.")
+        return ShardedTable(files, schema, n_records=n_records, engine=engine, drop_unlisted=drop_unlisted,
+                            encoding=encoding)
+    if schema is not None:
+        raise InvalidParameterError("array shards (.npy / .npz) have no schema; --schema applies to CSV / Parquet "
+                                    "shards.")
+    return ShardedArrays(files, n_records=n_records, engine=engine)
+
+
+class _Sharded(Source):
+    def __init__(self, files, suffixes, n_records, engine, batch_rows):
+        self.files = shard_files(files, suffixes)
+        self.n_records = _check_n_records(n_records)
+        self.engine = engine if isinstance(engine, Engine) else get_engine(engine) if engine else StreamEngine()
+        if not isinstance(batch_rows, int) or batch_rows < 1:
+            raise InvalidParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}.")
+        self.batch_rows = batch_rows
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.files)
+
+    def shard_name(self, i: int) -> str:
+        return str(self.files[i])
+
+    def __getstate__(self):       # the engine stays on the driver
+        return {**self.__dict__, "engine": None}
+
+
+class ShardedTable(_Sharded):
+    """A table in CSV / Parquet shards with one declared schema (and label column in every shard).
+
+    ``files``: folder, glob or list; ``n_records``: the declared total; ``engine``: "stream" (default),
+    "ray" or an :class:`~mmdsynth.engines.Engine`; ``drop_unlisted``: drop columns the schema does not
+    list instead of refusing them (as :func:`~mmdsynth.data.read_table`)."""
+
+    def __init__(self, files, schema: Schema | dict | str | Path, *, n_records: int, engine="stream",
+                 drop_unlisted: bool = False, batch_rows: int = BATCH_ROWS, encoding: str = "utf-8"):
+        super().__init__(files, TABLE_SUFFIXES, n_records, engine, batch_rows)
+        self.schema = (schema if isinstance(schema, Schema) else Schema.from_dict(schema) if isinstance(schema, dict)
+                       else Schema.from_json(schema))
+        self.drop_unlisted = drop_unlisted
+        self.encoding = encoding
+
+    @property
+    def columns(self) -> list[str]:
+        """The public column order: the schema's (shards may order their columns differently)."""
+        return [c.name for c in self.schema.columns] + ([self.schema.label] if self.schema.label else [])
+
+    def _raw_batches(self, path: Path):
+        if path.suffix.lower() == ".csv":
+            yield from read_csv_text(path, self.encoding, chunksize=self.batch_rows)
+            return
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as exc:  # pragma: no cover - pyarrow missing
+            raise InvalidParameterError("reading Parquet needs pyarrow: pip install 'mmdsynth[parquet]'") from exc
+        for rb in pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows):
+            yield rb.to_pandas()
+
+    def batches(self, i: int):
+        path, start = self.files[i], 0
+        raw = self._raw_batches(path)
+        while True:
+            with _reading(path, f" after row {start}"):   # a corrupt or unreadable file: name it
+                df = next(raw, None)
+            if df is None:
+                return
+            try:
+                check_listed(df, self.schema, path, self.drop_unlisted)
+                df = self.schema.validate(df.reset_index(drop=True))
+            except MmdsynthError as exc:
+                raise type(exc)(f"shard {path}, rows {start}-{start + len(df) - 1}: {exc}") from None
+            start += len(df)
+            yield df, len(df)
+
+
+class ShardedArrays(_Sharded):
+    """Arrays in shards: ``.npz`` files holding records under ``x_key`` and labels under ``y_key``
+    (labels optional: unconditional), or ``.npy`` files of records only. Every shard's records have
+    the same shape (public); ``.npy`` shards are memory-mapped."""
+
+    def __init__(self, files, *, n_records: int, engine="stream", x_key: str = "x", y_key: str | None = "y",
+                 batch_rows: int = 8192):
+        super().__init__(files, ARRAY_SUFFIXES, n_records, engine, batch_rows)
+        self.x_key, self.y_key = x_key, y_key
+        shape, self.labelled = self._header(0)
+        self.record_shape = tuple(int(s) for s in shape[1:])     # public; no record is read here
+
+    def _header(self, i: int) -> tuple[tuple, bool]:
+        """(shape of shard ``i``'s records, whether it holds labels), from the file headers alone."""
+        path = self.files[i]
+        with _reading(path):
+            if path.suffix.lower() == ".npy":
+                return np.load(path, mmap_mode="r", allow_pickle=False).shape, False
+            with zipfile.ZipFile(path) as z:
+                names = {n[:-4]: n for n in z.namelist() if n.endswith(".npy")}
+                _require(path, self.x_key, names)
+                with z.open(names[self.x_key]) as fh:
+                    major, _ = np.lib.format.read_magic(fh)
+                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    shape = read(fh)[0]
+                return shape, bool(self.y_key) and self.y_key in names
+
+    def _open(self, i: int):
+        path = self.files[i]
+        with _reading(path):
+            if path.suffix.lower() == ".npy":
+                return np.load(path, mmap_mode="r", allow_pickle=False), None
+            with np.load(path, allow_pickle=False) as z:
+                _require(path, self.x_key, z.files)
+                y = z[self.y_key] if self.y_key and self.y_key in z.files else None
+                return z[self.x_key], y
+
+    def batches(self, i: int):
+        X, y = self._open(i)
+        path = self.files[i]
+        if tuple(X.shape[1:]) != self.record_shape:
+            raise DataValidationError(f"shard {path} holds records of shape {tuple(X.shape[1:])}; the first shard's "
+                                      f"are {self.record_shape}.")
+        if (y is not None) != self.labelled or (y is not None and y.shape != (X.shape[0],)):
+            raise DataValidationError(f"shard {path}: labels {None if y is None else y.shape} do not match its "
+                                      f"{X.shape[0]} records (every shard has labels, or none does).")
+        for start in range(0, X.shape[0], self.batch_rows):
+            stop = min(start + self.batch_rows, X.shape[0])
+            # copies: a memory-mapped shard is read-only; one batch at a time is in memory
+            yield (np.array(X[start:stop]), None if y is None else np.array(y[start:stop])), stop - start

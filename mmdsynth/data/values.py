@@ -1,0 +1,199 @@
+"""Reading raw values, one at a time: record isolation from the first byte.
+
+Every sensitivity proof in mmdsynth assumes that a record's features depend on that record alone.
+pandas breaks that silently when it decides something for a whole column from its values: a date
+format inferred from the first row (``to_datetime(format=None)``), a dtype that turns every ``1``
+into ``1.0`` once one value is missing (``astype(str)`` on float64), one timezone for a column.
+So every raw value is read here by a **pure function of (the column's public declaration, that
+one value)**; a column is read by applying it to each value, never by a column-wide decision:
+
+* :func:`category_text`: a category as text. Numbers are written by their value, whatever
+  the column's dtype: ``1``, ``1.0``, ``np.int8(1)`` and the text ``"1.0"`` all read ``"1"``;
+  booleans read ``"True"`` / ``"False"``; other text is kept as it is.
+* :func:`boolean_text`: a boolean column's value: ``True`` / ``"true"`` (any case) / ``1`` read
+  ``"True"``, and the same for ``False``; anything else is left for the category check to refuse.
+* :func:`number`: a number, from a number or decimal text; ``None`` when the value is not one.
+* :func:`date_seconds`: a date as seconds since 1970-01-01 UTC: pandas / Python / NumPy
+  datetimes, numbers (Unix seconds), or text: in the column's declared ``format`` (strftime)
+  when it has one, else ISO 8601, value by value (an offset converts that value to UTC; a
+  value without one is UTC). ``None`` when the value is not a date.
+
+The column readers (:func:`category_texts`, :func:`numbers`, :func:`dates`) return the values
+read and a mask of the values that could not be, so the caller can refuse them with a count
+(never quoting a value). Vectorised paths are taken only where they are the same per-value
+function (a numeric or datetime dtype holds one kind of value).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from numbers import Integral, Real
+
+import numpy as np
+import pandas as pd
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+#: decimal text of an integer written with a zero fraction: "12.0", "-3.00"
+_INTEGRAL_TEXT = re.compile(r"^([+-]?\d+)\.0*$")
+#: decimal numbers as text: "12", "-1.5", ".5", "1e3" (no "nan", "inf", "1_000")
+_NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_TRUE, _FALSE = {"true", "1", "1.0"}, {"false", "0", "0.0"}
+
+
+def is_missing(value) -> bool:
+    """A missing value: None, NaN, NaT or pd.NA (as ``pd.isna`` of that one value)."""
+    return value is None or value is pd.NA or value is pd.NaT or (
+        isinstance(value, (float, np.floating)) and math.isnan(value)) or (
+        isinstance(value, np.datetime64) and np.isnat(value))
+
+
+def category_text(value) -> str:
+    """A category as text, from this one value: numbers by their value (``1``, ``1.0``, ``"1.0"`` ->
+    ``"1"``; ``0.5`` -> ``"0.5"``), booleans ``"True"`` / ``"False"``, other text unchanged."""
+    if isinstance(value, str):
+        m = _INTEGRAL_TEXT.match(value)
+        if m is None:
+            return value
+        text = m.group(1).lstrip("+")
+        return "0" if text.lstrip("-").strip("0") == "" and text.startswith("-") else text
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, Integral):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if math.isfinite(value) and float(value).is_integer():
+            return str(int(value))
+        # shortest text that reads back as this value at its own precision (float32 0.1 -> "0.1")
+        return str(value) if isinstance(value, np.floating) and not isinstance(value, np.float64) else repr(float(value))
+    return str(value)
+
+
+def boolean_text(value) -> str:
+    """A boolean column's value as ``"True"`` / ``"False"`` (True, "true" in any case, 1, 1.0; False,
+    "false", 0, 0.0); anything else as :func:`category_text` (the category check refuses it)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    text = category_text(value).strip().lower()
+    return "True" if text in _TRUE else "False" if text in _FALSE else category_text(value)
+
+
+def number(value) -> float | None:
+    """A number from this one value (a number, or decimal text such as ``"1.5"`` or ``" 2e3 "``);
+    None when it is not one. Booleans read 1 and 0."""
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        return float(text) if _NUMBER_TEXT.match(text) else None
+    if isinstance(value, Real) or isinstance(value, np.number):
+        return float(value)
+    return None
+
+
+def date_seconds(value, fmt: str | None = None) -> float | None:
+    """A date as seconds since 1970-01-01 UTC, from this one value; None when it is not a date.
+
+    Datetimes (pandas, Python, NumPy) and dates are read as they are (naive ones as UTC, aware ones
+    converted); numbers are Unix seconds; text is read in ``fmt`` (strftime) when the column declares
+    one, else as ISO 8601 (``2020-01-31``, ``2020-01-31T12:00:00``, ``... +01:00``, ``...Z``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, np.datetime64):
+        value = pd.Timestamp(value)
+    if isinstance(value, _dt.datetime):          # pd.Timestamp too: its nanoseconds kept as a fraction
+        return _seconds_of(value)
+    if isinstance(value, _dt.date):
+        return _seconds_of(_dt.datetime(value.year, value.month, value.day))
+    if isinstance(value, (Real, np.number)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        t = _dt.datetime.strptime(text, fmt) if fmt else _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return _seconds_of(t)
+
+
+def _seconds_of(t: _dt.datetime) -> float:
+    """Whole seconds plus the exact fraction (the same float for the same instant whatever the unit it
+    came in: see :func:`_from_ticks`)."""
+    if isinstance(t, pd.Timestamp):
+        ns = t.tz_convert("UTC").value if t.tzinfo is not None else t.tz_localize("UTC").value
+        return float(_from_ticks(np.asarray([ns], dtype=np.int64), 10 ** 9)[0])
+    t = t.replace(tzinfo=_dt.timezone.utc) if t.tzinfo is None else t.astimezone(_dt.timezone.utc)
+    delta = t - _EPOCH
+    whole = np.asarray([delta.days * 86400 + delta.seconds], dtype=np.int64)
+    return float(whole[0] + delta.microseconds / 1e6) if delta.microseconds else float(whole[0])
+
+
+def _from_ticks(ticks: np.ndarray, per_second: int) -> np.ndarray:
+    """Seconds from integer ticks (``per_second`` of them a second): whole seconds plus the remainder's
+    fraction, so 1.5 s reads the same from microsecond and from nanosecond ticks."""
+    whole, rest = np.divmod(ticks, per_second)
+    return whole.astype(np.float64) + rest / per_second
+
+
+# -- columns: the per-value functions applied to every value ---------------------------------------
+
+def _each(s: pd.Series, read) -> list:
+    """``read`` applied to every value of ``s`` (text values read once per distinct text: a str's
+    hash is its content, so the cache cannot mix two values). NumPy scalars keep their type
+    (a float32 stays a float32)."""
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "fc" and s.dtype.itemsize < 8:
+        values = list(s.to_numpy())
+    else:
+        values = s.astype(object).tolist() if isinstance(s.dtype, pd.CategoricalDtype) else s.tolist()
+    cache: dict = {}
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            r = cache.get(v, cache)
+            if r is cache:
+                r = cache[v] = read(v)
+            out.append(r)
+        else:
+            out.append(read(v))
+    return out
+
+
+def _plain_numbers(s: pd.Series) -> bool:
+    """A column whose dtype holds numbers of one kind only (numpy or nullable ints / floats): reading it
+    as float64 is :func:`number` of each value."""
+    return (pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
+            and not isinstance(s.dtype, pd.CategoricalDtype))
+
+
+def category_texts(s: pd.Series, boolean: bool = False) -> pd.Series:
+    """Every (non-missing) value of ``s`` as its category text (:func:`category_text`, or
+    :func:`boolean_text` for a boolean column), as an object Series with ``s``'s index."""
+    return pd.Series(_each(s, boolean_text if boolean else category_text), index=s.index, dtype=object)
+
+
+def _floats(read: list) -> np.ndarray:
+    return np.asarray([np.nan if v is None else v for v in read], dtype=np.float64)
+
+
+def numbers(s: pd.Series) -> tuple[pd.Series, np.ndarray]:
+    """(every non-missing value of ``s`` as a float64 :func:`number`, mask of those that are not
+    finite numbers)."""
+    values = s.to_numpy(dtype=np.float64, na_value=np.nan) if _plain_numbers(s) else _floats(_each(s, number))
+    return pd.Series(values, index=s.index, dtype="float64"), ~np.isfinite(values)
+
+
+def dates(s: pd.Series, fmt: str | None = None) -> tuple[pd.Series, np.ndarray]:
+    """(every non-missing value of ``s`` as :func:`date_seconds`, mask of those that are not dates)."""
+    if _plain_numbers(s):
+        values = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    elif pd.api.types.is_datetime64_any_dtype(s.dtype):        # ticks of the dtype's unit, UTC
+        t = s.dt.tz_convert("UTC").dt.tz_localize(None) if s.dt.tz is not None else s
+        unit = np.datetime_data(t.to_numpy().dtype)[0]
+        ticks = t.to_numpy().view(np.int64)
+        per_second = {"s": 1, "ms": 10 ** 3, "us": 10 ** 6, "ns": 10 ** 9}[unit]
+        values = np.where(t.isna().to_numpy(), np.nan, _from_ticks(ticks, per_second))
+    else:
+        values = _floats(_each(s, lambda v: date_seconds(v, fmt)))
+    return pd.Series(values, index=s.index, dtype="float64"), ~np.isfinite(values)

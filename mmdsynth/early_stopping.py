@@ -1,0 +1,54 @@
+"""DP early stopping (DP-MEPF Sec. 3.2): a private proxy of sample quality, and checkpoint scoring.
+
+Generated-sample quality can get worse with long training against a fixed noisy embedding
+(it overfits the noise). Choosing the checkpoint with the best FID would read the private data
+again, so the data's proxy embedding, the mean of [phi1 | phi2] (each block unit norm) of a PUBLIC
+network's pooled features, is released once, with more noise (DP-MEPF: 10x the embedding's sigma),
+in the same privacy plan as the embedding. Checkpoints are scored by their squared distance to it
+(post-processing: no private data, no budget).
+
+:func:`release_proxy` is data-touching function #3 of the design: small, named and tested on
+worst-case neighbours. It takes a noise multiplier that was calibrated for the whole plan before
+any private record was read.
+"""
+from __future__ import annotations
+
+import torch
+
+from .engines import as_source
+from .features.base import FeatureMap
+from .features.sums import ClassSums
+from .privacy.engine import PrivacyEngine
+
+
+def release_proxy(proxy_map: FeatureMap, X, engine: PrivacyEngine, batch_size: int | None = None, *,
+                  description: str = "DP early-stopping proxy", assumed: dict | None = None) -> torch.Tensor:
+    """The noisy proxy embedding (P,) of the private records ``X`` (an array, or a
+    :class:`~mmdsynth.engines.Source` of shards, summed on its engine), released by ``engine`` as the
+    plan's ``"proxy"`` release.
+
+    The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
+    bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
+    ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
+    """
+    source = as_source(X)
+    sums = source.total(ClassSums(proxy_map, None, batch_size=batch_size, validate=False))["sums"][0]
+    m = source.n_records
+    return engine.gaussian("proxy", sums / m, 2.0 * proxy_map.norm_bound / m, description=description,
+                           assumed=assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"}, n_records=m,
+                           computation=source.describe())
+
+
+@torch.no_grad()
+def proxy_distance(proxy_map: FeatureMap, target: torch.Tensor, generator, n: int, rng: torch.Generator,
+                   batch_size: int = 500) -> float:
+    """||target - (1/n) sum_i phi(g(z_i, y_i))||^2 for ``n`` generated samples with labels balanced
+    over the generator's classes (post-processing of the released proxy ``target``)."""
+    was_training = generator.training
+    generator.eval()
+    labels = torch.arange(n) % generator.n_classes
+    acc = torch.zeros_like(target, dtype=torch.float64)
+    for chunk in labels.split(batch_size):
+        acc += proxy_map(generator.generate(chunk, rng)).double().sum(0).to(acc.device)
+    generator.train(was_training)
+    return float(((target.to(acc.device, torch.float64) - acc / n) ** 2).sum())

@@ -1,0 +1,284 @@
+"""Mean embeddings and their one-shot private release (data-touching function #1).
+
+For features with ``||phi(x)|| <= B`` and labels one-hot encoded, the
+class-conditional embedding ``mu = (1/m) sum_i phi(x_i) e_{y_i}^T`` (a D x C
+matrix) changes by at most ``2B/m`` in Frobenius norm when one record is
+replaced (DP-NTK Prop. 3.1); the unconditional ``(1/m) sum_i phi(x_i)`` too.
+``m`` is the public number of records; dividing by private class counts would
+change the sensitivity and is not done.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .early_stopping import release_proxy
+from .engines import Source, as_source
+from .errors import InvalidParameterError
+from .features.base import FeatureMap
+from .features.sums import ClassSums
+from .privacy.mechanisms import bounded_rows
+from .privacy.budget import BudgetFile
+from .privacy.calibration import PrivacyPlan, compose_plan
+from .privacy.engine import PrivacyEngine
+from .privacy.ledger import PRIVACY_UNIT
+from .release import Release
+from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
+
+__all__ = ["ClassSums", "mean_embedding", "public_assumptions", "release_mean_embedding", "release_plan",
+           "release_sampled_embedding"]
+
+logger = logging.getLogger(__name__)
+
+
+def mean_embedding(feature_map: FeatureMap, X: torch.Tensor, y: torch.Tensor | None = None,
+                   n_classes: int | None = None, batch_size: int | None = None) -> torch.Tensor:
+    """(1/m) sum_i phi(x_i) e_{y_i}^T as a (D, C) float64 matrix; (D,) if ``y`` is None.
+
+    Streams over ``X`` in batches (:meth:`FeatureMap.class_sums`; default batch
+    ``feature_map.batch_rows()``, about 96 MiB of working memory); memory is
+    O(batch_size * per-record working floats + D * C).
+    """
+    sums = feature_map.class_sums(X, y, n_classes, batch_size)                  # (C, D) float64
+    return (sums.T.contiguous() if y is not None else sums[0]) / X.shape[0]
+
+
+def public_assumptions(m: int, n_classes: int | None, public_facts: dict | None = None) -> dict:
+    """What a release's calibration takes as public, for its ledger entries: the record count m,
+    the number of classes, and for tables the numeric bounds of the encoder's schema (declared, or
+    inferred with budget)."""
+    out = {"m": int(m)}
+    if n_classes is not None:
+        out["n_classes"] = int(n_classes)
+    table = (public_facts or {}).get("table")
+    if table:
+        cols = table.get("schema", {}).get("columns", [])
+        out["numeric bounds (declared or privately inferred)"] = {
+            c["name"]: c["bounds"] for c in cols if c.get("bounds") is not None}
+    return out
+
+
+def release_plan(feature_map: FeatureMap | None = None, *, proxy_multiplier: float | None = None,
+                 shares: dict | None = None, blocks: dict | None = None) -> tuple[PrivacyPlan, dict[str, float]]:
+    """The plan of every Gaussian release :func:`release_mean_embedding` makes, and each one's
+    noise multiplier relative to the base sigma: one per block of the feature map
+    (:meth:`FeatureMap.parts`; DP-MEPF: phi1, phi2; a map of unknown parts: "embedding") at its
+    :meth:`FeatureMap.noise_multipliers` (1, except DP-HP's product blocks),
+    the early-stopping proxy at ``proxy_multiplier`` when given, and the releases named in
+    ``shares`` (class proportions, schema statistics) at their share of the privacy. ``blocks``
+    (name -> relative multiplier) stands in for the map when it cannot be built yet (a table's
+    encoder waits for private schema inference)."""
+    if blocks is None:
+        blocks = feature_map.noise_multipliers() if feature_map is not None else {"embedding": 1.0}
+    relative = dict(blocks)
+    if proxy_multiplier is not None:
+        relative["proxy"] = float(proxy_multiplier)
+    return compose_plan(relative, {k: v for k, v in (shares or {}).items() if v})
+
+
+def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float | None = None,
+                           delta: float | None = None, n_classes: int | None = None, accountant: str = "pld",
+                           seed: int | None = None, dataset: str = "", budget: BudgetFile | None = None,
+                           batch_size: int | None = None, public_facts: dict | None = None,
+                           proportions_share: float | None = None, privacy_unit: str = PRIVACY_UNIT,
+                           proxy_map: FeatureMap | None = None, proxy_multiplier: float = 10.0, encoder=None,
+                           engine: PrivacyEngine | None = None, prior_tensors: dict | None = None) -> Release:
+    """Privatise the (class-conditional) mean embedding of ``X`` with the Gaussian mechanism.
+
+    Order of work: validate parameters; declare the plan (:func:`release_plan`) and let a
+    :class:`~mmdsynth.privacy.engine.PrivacyEngine` calibrate it and check the budget (or take
+    ``engine``, already calibrated for a larger plan this call is part of, e.g. after private schema
+    inference); only then read the private data. ``n_classes`` is public and required
+    when ``y`` is given. ``X`` may also be a :class:`~mmdsynth.engines.Source` (shards read on its
+    engine: streamed, or on Ray; labels in the shards; m is its declared ``n_records``, checked
+    against the rows read) or, with ``encoder`` (a :class:`~mmdsynth.data.encoding.TableEncoder`), a
+    DataFrame or a table Source whose rows the encoder turns into records; either is
+    class-conditional when ``n_classes`` is given. Only sums over records are computed from the data
+    (:class:`~mmdsynth.features.sums.ClassSums`); the engine adds the noise, once, after they are
+    added up, records every ledger entry and charges the budget once.
+
+    A feature map of several blocks (:meth:`FeatureMap.parts`, e.g. DP-MEPF's phi1 and phi2,
+    each of norm <= 1) makes one Gaussian release per block, each with sensitivity
+    2 * bound / m; the noisy blocks are stored together as the tensor ``embedding``.
+
+    ``proxy_map`` (DP early stopping): also release the unconditional mean embedding of these
+    (public network's) features with ``proxy_multiplier`` times the base sigma
+    (:func:`~mmdsynth.early_stopping.release_proxy`), stored as ``proxy``.
+
+    ``proportions_share`` (in (0, 1)): also release the class proportions
+    ``(1/m) sum_i e_{y_i}`` (sensitivity sqrt(2)/m under replace-one), as DP-MERF does
+    for imbalanced data, with ``proportions_share`` of the privacy (1/sigma^2 adds up over
+    releases; :func:`release_plan`).
+
+    With ``engine``, ``epsilon``/``delta``/``accountant``/``seed``/``budget`` are the engine's;
+    ``prior_tensors`` are tensors it already released (saved in the same release).
+
+    ``privacy_unit`` says what one record is (recorded in every ledger entry; presets say that
+    the guarantee covers their preprocessed training split). Checks on the private data never
+    decide whether a release happens beyond the input domain (finite numbers, labels in
+    0..n_classes-1): a dataset whose labels hold one class is released like any other.
+    """
+    conditional = (n_classes is not None) if isinstance(X, Source) or encoder is not None else (y is not None)
+    if conditional and (n_classes is None or int(n_classes) < 2):
+        raise InvalidParameterError(
+            f"n_classes must be given (public knowledge, >= 2) for a class-conditional release; got "
+            f"{n_classes!r}. It is never read from the private labels."
+        )
+    if proportions_share is not None:
+        if not conditional or not 0 < float(proportions_share) < 1:
+            raise InvalidParameterError(
+                f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
+            )
+    if engine is None:
+        if epsilon is None or delta is None:
+            raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
+        plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
+                                   shares={"class_proportions": proportions_share})
+        engine = PrivacyEngine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
+                               noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
+    parts = feature_map.parts()
+    for name in [n for n, _, _ in parts] + (["proxy"] if proxy_map else []) + \
+            (["class_proportions"] if proportions_share is not None else []):
+        engine.multiplier(name)                                   # every release is in the plan
+    declared = feature_map.noise_multipliers()                    # the map's blocks keep their ratios in it
+    ratios = [engine.multiplier(name) / declared[name] for name, _, _ in parts]
+    if max(ratios) - min(ratios) > 1e-9 * max(ratios):
+        raise InvalidParameterError(f"the plan's block multipliers {[engine.multiplier(n) for n, _, _ in parts]} do "
+                                    f"not keep the feature map's ratios {declared}: the plan would not match the "
+                                    f"releases.")
+
+    # ---- private data from here on -------------------------------------------------
+    source = as_source(X, y if conditional else None)
+    totals = source.total(ClassSums(feature_map, n_classes if conditional else None, encoder=encoder,
+                                    batch_size=batch_size))
+    m = source.n_records                 # public: the declared count, checked against the rows read
+    warn_delta_vs_n(engine.delta, m)
+    sums = totals["sums"]
+    mu = sums.T.contiguous() / m if conditional else sums[0] / m
+    what = "class-conditional mean embedding" if conditional else "mean embedding"
+    what = f"{what} under {feature_map.spec()['name']} features"
+    public = public_assumptions(m, n_classes if conditional else None, public_facts)
+    release = dict(n_records=m, computation=source.describe())
+    tensors = dict(prior_tensors or {})
+    n_before = len(engine.entries)
+    if proportions_share is not None:
+        tensors["class_proportions"] = engine.gaussian(
+            "class_proportions", totals["counts"] / m, 2 ** 0.5 / m,
+            description=f"class proportions ({proportions_share:g} of the plan's privacy)",
+            assumed={**public, "sensitivity": "sqrt(2) / m (one label changes)"}, **release)
+    blocks, start = [], 0
+    for name, width, bound in parts:
+        block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
+        blocks.append(engine.gaussian(
+            name, mu[start:start + width], 2.0 * bound / m, description=f"{what}{block}",
+            assumed={**public, "feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"},
+            **release))
+        start += width
+    tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
+    extra = {}
+    if proxy_map is not None:
+        proxy_spec = proxy_map.spec()
+        tensors["proxy"] = release_proxy(
+            proxy_map, source, engine, batch_size,
+            description=f"DP early-stopping proxy: mean embedding under {proxy_spec['name']} features of "
+                        f"the public network {proxy_spec.get('encoder', '')}",
+            assumed={**public, "feature_norm_bound": proxy_map.norm_bound,
+                     "sensitivity": "2 * feature_norm_bound / m", "public network": proxy_spec.get("encoder", "")})
+        extra = {"proxy_spec": proxy_spec}
+    # ---- end of private data ------------------------------------------------------------
+    n_released = len(engine.entries) - n_before
+    engine.charge(what + (f" ({n_released} Gaussian releases in one plan)" if n_released > 1 else ""))
+    facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
+    facts.update(public_facts or {})
+    logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, engine.sigma, n_released)
+    return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
+
+
+def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float, sample_rate: float,
+                              n_classes: int | None = None, accountant: str = "pld", seed: int | None = None,
+                              sampler_seed: int | None = None, dataset: str = "", budget: BudgetFile | None = None,
+                              public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT,
+                              neighbouring: str = "replace_one") -> Release:
+    """Release the (class-conditional) mean embedding one block at a time, each block from its own Poisson
+    sample of the records (data-touching function #1b; NDPDC's sampling: one random network per step).
+
+    For a map of T = ``n_blocks`` independent blocks (dp-randconv's networks), step t draws each record with
+    probability q = ``sample_rate`` from the engine's secret sampler, sums v(x) = sqrt(T) * block_t(x) (norm
+    <= 1 per record, by :func:`~mmdsynth.privacy.mechanisms.bounded_rows`) into the record's class column, and
+    the engine adds N(0, sigma^2 I): T subsampled Gaussian steps with clip 1, calibrated together before any
+    record is read, exactly as DP-SGD's (adding or removing a record moves a step's sum by <= 1, replacing one
+    by <= 2; the accountant prices the sampling). Block t of the stored ``embedding`` is the noisy sum / (q m
+    sqrt(T)): an unbiased estimate of the same (1/m) sum_i phi(x_i) e_{y_i}^T that
+    :func:`release_mean_embedding` releases (m public), so distillation and generators use it unchanged.
+
+    Each step reads about q m records, so T blocks cost q T passes over the data instead of T: many more
+    networks for the same compute. At the same number of blocks the noise in the estimate is about what one
+    full release has (the subsampled Gaussian's sigma grows as about q sqrt(T)); the gain is more blocks, not
+    less noise. ``X``: images or records in memory (not shards); ``y`` with ``n_classes`` (public) for the
+    class-conditional release. ``sampler_seed`` fixes the sample for tests only (the ledger says so).
+    ``neighbouring``: "replace_one" (default, as every release) or "add_remove" (the accounting NDPDC and DP-SGD
+    papers use; m still divides as a public count, as DP-KIP's expected batch does, so it holds for zero-out
+    neighbours, a record replaced by a null record with m unchanged, not for adding or removing one: the ledger
+    entry says so and prints the replace-one epsilon of the same sigma): about half the noise.
+    """
+    n_blocks = int(feature_map.n_blocks)
+    if n_blocks < 2:
+        raise InvalidParameterError(f"a subsampled release draws one sample per block of the feature map; "
+                                    f"{feature_map.spec()['name']} has {n_blocks}. Use release_mean_embedding.")
+    q = check_probability(sample_rate, "sample_rate")
+    conditional = y is not None
+    if conditional and (n_classes is None or int(n_classes) < 2):
+        raise InvalidParameterError(f"n_classes must be given (public knowledge, >= 2) for a class-conditional "
+                                    f"release; got {n_classes!r}. It is never read from the private labels.")
+    if isinstance(X, Source):
+        raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
+                                    "release_mean_embedding (sample_rate=None) for shards.")
+    m = len(X)                                        # public (replace-one neighbours)
+    plan = PrivacyPlan((), q, n_blocks, neighbouring)
+    engine = PrivacyEngine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
+                           sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
+    n_cols = int(n_classes) if conditional else 1
+    what = ("class-conditional mean embedding" if conditional else "mean embedding") + \
+        f" under {feature_map.spec()['name']} features"
+    public = {**public_assumptions(m, n_classes if conditional else None, public_facts), "clip": 1.0,
+              "sensitivity": "a step's sum of sqrt(n_blocks) * block features, each of norm <= 1"}
+    engine.declare_dpsgd(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps "
+                                               f"at rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
+                         assumed=public, n_records=m, mechanism="subsampled-gaussian")
+
+    # ---- private data from here on -------------------------------------------------
+    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
+    if Xt.shape[0] != m:
+        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
+    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if conditional else torch.zeros(m, dtype=torch.int64)
+    warn_delta_vs_n(engine.delta, m)
+    scale = n_blocks ** 0.5
+    chunk = feature_map.batch_rows()
+    blocks = []
+    for t in range(n_blocks):
+        idx = engine.sample(m)                        # which records step t reads: secret, like the noise
+        sums = sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale, chunk)
+        blocks.append(engine.noisy_step(sums, 1.0).T / (q * m * scale))
+    # ---- end of private data ------------------------------------------------------------
+    embedding = torch.cat(blocks, 0)
+    tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}
+    engine.charge(f"{what} ({n_blocks} subsampled steps)")
+    facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,
+             "sample_rate": q}
+    facts.update(public_facts or {})
+    logger.info("released %s by %d subsampled steps: sigma=%.4g", what, n_blocks, engine.sigma)
+    return Release(tensors, feature_map.spec(), facts, engine.ledger, {})
+
+
+def sampled_block_sums(feature_map: FeatureMap, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int,
+                       scale: float, chunk: int) -> torch.Tensor:
+    """(C, width) float64: sum over the records given of ``scale`` * block ``block``'s features, each record's
+    row bounded to norm 1 (:func:`bounded_rows`: a larger or non-finite row cannot add more), in its class row."""
+    width = feature_map.out_dim // feature_map.n_blocks
+    acc = torch.zeros((n_cols, width), dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk):
+            rows = bounded_rows(scale * feature_map.block_features(X[start:start + chunk], block).double(), 1.0)
+            acc.index_add_(0, y[start:start + chunk], rows.cpu())
+    return acc

@@ -1,0 +1,151 @@
+"""Where a release's sums are computed: in memory, streamed over shards, or on Ray.
+
+Every data-touching function of mmdsynth releases a *sum over records* (per-class feature sums,
+cell counts, value counts) plus Gaussian noise. The sum is what this package computes; the noise
+is added afterwards by the caller, on the driver, once. A :class:`Source` is the private data
+(one in-memory table or array, or many shard files) with its public facts (the record count m,
+the number of shards); a *statistic* is a picklable callable that maps one batch of records to a
+dict of partial sums. :meth:`Source.total` runs the statistic over every batch of every shard on
+the source's engine, adds the partial sums in shard order (so the result does not depend on which
+worker finished first), checks that each shard was counted exactly once and that the rows add up
+to the declared m, and only then returns the total.
+
+Engines: ``"memory"`` (the data is already in memory: one shard), ``"stream"`` (one process,
+shard by shard, bounded memory), ``"ray"`` (one Ray task per shard; :mod:`mmdsynth.engines.ray_engine`).
+"""
+from __future__ import annotations
+
+from functools import reduce
+from typing import Iterator
+
+import pandas as pd
+
+from ..errors import DataValidationError, InvalidParameterError, unknown_name
+
+ENGINES = ("stream", "ray")
+
+
+def add_partials(a, b):
+    """The sum of two partial results: tensors and arrays add, dicts add key by key (a key missing on
+    one side counts as zero: value counts of categorical columns), numbers add."""
+    if isinstance(a, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = add_partials(out[k], v) if k in out else v
+        return out
+    return a + b
+
+
+class Source:
+    """Private records and their public facts; iterated shard by shard, batch by batch."""
+
+    #: the public record count m the sensitivity rests on
+    n_records: int
+    engine: "Engine"
+
+    @property
+    def n_shards(self) -> int:
+        raise NotImplementedError
+
+    def shard_name(self, i: int) -> str:
+        raise NotImplementedError
+
+    def batches(self, i: int) -> Iterator[tuple[object, int]]:
+        """(batch, number of records in it) for every batch of shard ``i``."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What the ledger records about how the sums were computed (public)."""
+        return {"engine": self.engine.name, "shards": self.n_shards, "m": int(self.n_records)}
+
+    def total(self, statistic) -> dict:
+        """The statistic summed over every record (see the module docstring). Raises
+        :class:`~mmdsynth.errors.DataValidationError` if the rows do not add up to ``n_records``."""
+        parts = self.engine.partials(self, statistic)
+        missing = sorted(set(range(self.n_shards)) - set(parts))
+        if missing or len(parts) != self.n_shards:
+            raise RuntimeError(f"the {self.engine.name} engine returned shards {sorted(parts)}, expected each of "
+                               f"0..{self.n_shards - 1} once; nothing was released.")
+        rows = sum(parts[i][1] for i in range(self.n_shards))
+        if rows != self.n_records:
+            raise DataValidationError(
+                f"the data holds {rows} records but n_records={self.n_records} was declared; the sensitivity "
+                f"2/m rests on m, so they must agree. Declare the true count (nothing was released).")
+        return reduce(add_partials, (parts[i][0] for i in range(self.n_shards)))
+
+
+def shard_partial(source: Source, i: int, statistic) -> tuple[dict, int]:
+    """(summed statistic, record count) of shard ``i``: what one worker computes."""
+    acc, rows = None, 0
+    for batch, n in source.batches(i):
+        part = statistic(batch)
+        acc = part if acc is None else add_partials(acc, part)
+        rows += int(n)
+    if acc is None:
+        raise DataValidationError(f"shard {source.shard_name(i)} holds no records; remove it.")
+    return acc, rows
+
+
+class Engine:
+    name = ""
+
+    def partials(self, source: Source, statistic) -> dict[int, tuple[dict, int]]:
+        raise NotImplementedError
+
+
+class StreamEngine(Engine):
+    """One process, shard after shard (the in-memory case is one shard)."""
+
+    name = "stream"
+
+    def partials(self, source, statistic):
+        return {i: shard_partial(source, i, statistic) for i in range(source.n_shards)}
+
+
+class InMemory(Source):
+    """Data already in memory (a DataFrame, or arrays ``(X, y)``): one shard, one batch; its
+    statistic streams internally where it needs to (feature maps batch their records)."""
+
+    def __init__(self, data, n_records: int):
+        self.data, self.n_records, self.engine = data, int(n_records), StreamEngine()
+
+    @property
+    def n_shards(self) -> int:
+        return 1
+
+    def shard_name(self, i: int) -> str:
+        return "the in-memory data"
+
+    def batches(self, i):
+        yield self.data, self.n_records
+
+    def describe(self) -> dict:
+        return {"engine": "memory", "shards": 1, "m": self.n_records}
+
+
+def as_source(X, y=None) -> Source:
+    """``X`` as a :class:`Source`: a Source as is (its labels live in its shards), a DataFrame, or
+    arrays / tensors ``X`` (n, ...) with labels ``y`` (n,) or None."""
+    if isinstance(X, Source):
+        if y is not None:
+            raise InvalidParameterError("a sharded source holds its labels in its shards; pass y=None.")
+        return X
+    if isinstance(X, pd.DataFrame):
+        return InMemory(X, len(X))
+    n = X.shape[0] if hasattr(X, "shape") else len(X)
+    return InMemory((X, y), n)
+
+
+def get_engine(name: str, *, address: str | None = None, workers: int | None = None) -> Engine:
+    """An engine by name: ``"stream"`` or ``"ray"`` (``address`` of a running cluster, or a local one
+    with ``workers`` CPUs)."""
+    if name == "stream":
+        if address is not None or workers is not None:
+            raise InvalidParameterError("ray_address / ray_workers apply to engine='ray' only.")
+        return StreamEngine()
+    if name == "ray":
+        from .ray_engine import RayEngine
+
+        return RayEngine(address=address, workers=workers)
+    raise unknown_name("engine", name, ENGINES)
+

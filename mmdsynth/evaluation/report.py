@@ -1,0 +1,234 @@
+"""``mmdsynth report RUN``: one self-contained HTML file about a fitted model.
+
+Tables: per-column marginals real vs synthetic, the pairwise-dependence heatmaps (real, synthetic,
+their difference), the fidelity numbers, the utility table of ``mmdsynth evaluate`` (when it ran),
+and the privacy ledger in plain words. Images: the sample grid, the utility numbers and the ledger.
+Every picture is an inline PNG (base64); the file loads nothing from the network. Plots need
+matplotlib (``pip install 'mmdsynth[report]'``).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .._io import atomic_write
+from ..errors import InvalidParameterError
+from .fidelity import MISSING, dates_as_seconds, table_fidelity
+
+EVALUATION_FILE = "evaluation.json"
+REPORT_FILE = "report.html"
+MAX_MARGINALS = 40           # columns plotted (the fidelity table lists all of them)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise InvalidParameterError("the report draws its plots with matplotlib: pip install 'mmdsynth[report]'.") \
+            from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    _pyplot().close(fig)
+    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    if kind == "numeric":
+        r, s = np.asarray(real, float), np.asarray(synth, float)
+        r, s = r[~np.isnan(r)], s[~np.isnan(s)]             # present values (missing rates: the table)
+        r, s = (r, s) if len(r) else (np.zeros(1), s)
+        lo, hi = np.quantile(r, [0.01, 0.99])
+        hi = hi if hi > lo else lo + 1
+        bins = np.linspace(lo, hi, 31)
+        ax.hist(np.clip(r, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="real")
+        ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
+        ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=8)
+    else:
+        cats = [str(c) for c in categories] + ([MISSING] if real.isna().any() or synth.isna().any() else [])
+        real, synth = real.astype(object).fillna(MISSING), synth.astype(object).fillna(MISSING)
+        p = real.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
+        q = synth.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
+        top = (p + q).sort_values(ascending=False).index[:12]
+        x = np.arange(len(top))
+        ax.bar(x - 0.2, p[top], 0.4, label="real")
+        ax.bar(x + 0.2, q[top], 0.4, label="synthetic")
+        ax.set_xticks(x, [t if len(t) <= 20 else t[:19] + "…" for t in top], rotation=40, ha="right",
+                      rotation_mode="anchor", fontsize=8)
+    ax.set_title(name, fontsize=11)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _heatmaps(pair: dict) -> str:
+    plt = _pyplot()
+    real, synth = np.asarray(pair["real"]), np.asarray(pair["synthetic"])
+    cols = pair["columns"]
+    side = min(9.0, max(4.5, 0.32 * len(cols)))          # ~0.3 inch per column: labels stay 8 pt and apart
+    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 1.5, side + 1.2))
+    names = [c if len(c) <= 18 else c[:17] + "…" for c in cols]
+    for ax, (title, m) in zip(axes, [("real", real), ("synthetic", synth), ("|real - synthetic|", np.abs(real - synth))]):
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(title, fontsize=12)
+        ticks = range(len(cols)) if len(cols) <= 30 else []
+        ax.set_xticks(ticks, names if ticks else [], rotation=90, fontsize=8)
+        ax.set_yticks(ticks, names if ticks else [], fontsize=8)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    return _png(fig)
+
+
+def ledger_in_words(release) -> str:
+    """The ledger as sentences a reader without DP training can follow."""
+    eps, delta = release.ledger.total()
+    entries = release.ledger.entries
+    items = []
+    for e in entries:
+        items.append(
+            f"<li><b>{html.escape(e.description)}</b>: Gaussian noise with standard deviation {e.noise_std:.4g} "
+            f"was added (noise multiplier {e.noise_multiplier:.4g} times sensitivity {e.sensitivity:.4g}, the most "
+            f"one record can move this statistic; neighbouring datasets: {html.escape(e.neighbouring.replace('_', ' '))}"
+            f"; one record is {html.escape(e.privacy_unit)}).</li>")
+    shared = len({e.budget_id for e in entries}) == 1 and len(entries) > 1
+    head = (f"<p>This model was trained on {len(entries)} noisy release(s) of the private data and on nothing else. "
+            f"Together they are differentially private with <b>epsilon = {eps:g}, delta = {delta:g}</b>: no one "
+            f"looking at the model or its samples can tell with confidence beyond this bound whether any one "
+            f"record was in the data.")
+    if shared:
+        head += (" The releases below are <b>shares of that one budget</b>, calibrated together; they are not "
+                 "separate charges.")
+    return head + "</p><ul>" + "".join(items) + "</ul>"
+
+
+#: image evaluation scores, as the report names them
+IMAGE_SCORES = {"logreg_acc": "LogisticRegression accuracy", "mlp_acc": "MLP accuracy",
+                "logreg_f1": "LogisticRegression macro F1", "mlp_f1": "MLP macro F1",
+                "cnn_acc": "ConvNet accuracy (CNN protocol)", "krr_acc": "kernel ridge regression accuracy",
+                "fd": "Frechet distance (mmdsynth's CNN)", "fid": "FID (Inception-v3)"}
+
+
+def _utility_html(evaluation: dict | None) -> str:
+    if not evaluation:
+        return ("<p>No utility numbers yet: run <code>mmdsynth evaluate RUN</code> first (it writes "
+                "evaluation.json, which this report reads).</p>")
+    rows = []
+    if "classifiers" in evaluation and isinstance(evaluation["classifiers"], dict):
+        keys = list(evaluation["mean"])
+        real = (evaluation.get("real") or {}).get("classifiers", {})
+        for name, scores in evaluation["classifiers"].items():
+            cells = "".join(f"<td>{scores[k]:.3f}</td>" for k in keys)
+            cells += "".join(f"<td>{real[name][k]:.3f}</td>" for k in keys) if name in real else ""
+            rows.append(f"<tr><td>{html.escape(name)}</td>{cells}</tr>")
+        mean = "".join(f"<td><b>{evaluation['mean'][k]:.3f}</b></td>" for k in keys)
+        if real:
+            mean += "".join(f"<td><b>{evaluation['real']['mean'][k]:.3f}</b></td>" for k in keys)
+        head = "".join(f"<th>{k} (synthetic)</th>" for k in keys) + \
+            ("".join(f"<th>{k} (real)</th>" for k in keys) if real else "")
+        return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic rows, tested on the real test "
+                f"split.</p><table><tr><th>classifier</th>{head}</tr>{''.join(rows)}"
+                f"<tr><td><b>mean</b></td>{mean}</tr></table>")
+    named = [(label, evaluation[k]) for k, label in IMAGE_SCORES.items() if isinstance(evaluation.get(k), (int, float))]
+    rest = [(k, v) for k, v in evaluation.items() if k not in IMAGE_SCORES and k not in ("epsilon", "delta", "n_synthetic")
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{v:.3f}</b></td></tr>" for k, v in named) + \
+        "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in rest)
+    return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic images, tested on the real test "
+            f"split.</p><table><tr><th>score</th><th>value</th></tr>{rows}</table>")
+
+
+def _table_sections(model, test, seed: int, n: int) -> str:
+    encoder = model.encoder_
+    real = encoder.clean(test)
+    synth = model.sample(n, seed=seed)          # as `mmdsynth evaluate` draws them: the same numbers
+    fid = table_fidelity(real, synth, encoder.schema, seed=seed)
+    marg = fid["marginals"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    real, synth = dates_as_seconds(real, encoder.schema), dates_as_seconds(synth, encoder.schema)   # dates as seconds
+    missing = lambda v: ("-" if "missing_rate" not in v else      # noqa: E731
+                         f"{v['missing_rate']['real']:.3f} / {v['missing_rate']['synthetic']:.3f}")
+    rows = "".join(
+        f"<tr><td>{html.escape(c)}</td><td>{v['kind']}</td><td>{v['tv']:.3f}</td>"
+        f"<td>{fmt(v.get('wasserstein'))}</td><td>{missing(v)}</td></tr>" for c, v in marg.items())
+    kinds = {c.name: c for c in encoder.schema.columns}
+    plots = []
+    for name in list(marg)[:MAX_MARGINALS]:
+        col = kinds.get(name)
+        cats = col.categories if col is not None else encoder.schema.label_categories
+        plots.append(_marginal_plot(name, marg[name]["kind"], real[name], synth[name], cats))
+    return (
+        f"<h2>Fidelity</h2><p>Against {len(real)} real rows ({html.escape(fid['reference'])}). Mean numeric "
+        f"TV {fmt(fid['mean_numeric_tv'])}, mean numeric W1 {fmt(fid['mean_numeric_wasserstein'])}, mean categorical TV "
+        f"{fmt(fid['mean_categorical_tv'])}, pairwise dependence error {fid['pairwise']['mean_abs_error']:.3f} "
+        f"(max {fid['pairwise']['max_abs_error']:.3f}).</p>"
+        f"<h3>Marginals, real vs synthetic</h3><div class='grid'>{''.join(plots)}</div>"
+        f"<table><tr><th>column</th><th>kind</th><th>TV</th><th>W1 / std</th><th>missing rate, real / synthetic</th>"
+        f"</tr>{rows}</table>"
+        f"<h3>Pairwise dependence ({html.escape(fid['pairwise']['measure'])})</h3>{_heatmaps(fid['pairwise'])}")
+
+
+def _image_section(model, seed: int) -> str:
+    """A labelled grid: one row per class, its name on the left, 10 samples each."""
+    from .grid import image_grid
+
+    x, y = model.sample(100, seed=seed) if model.generative else model.sample()
+    x = np.asarray(x)
+    if x.ndim != 4:
+        return "<p>(records are not images: no sample grid)</p>"
+    y = np.asarray(y) if y is not None else None
+    from ..data.images import IMAGE_CLASSES
+
+    classes = IMAGE_CLASSES.get(model.release_.dataset.get("name") or "")
+    grid = image_grid(np.clip(x, 0, 1), y, classes=list(classes) if classes else None)
+    buf = io.BytesIO()
+    grid.save(buf, format="PNG")
+    return (f"<h2>Samples</h2><p>Ten samples per class, one class per row.</p><img alt='samples, one row per class' "
+            f"src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>")
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+         "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}.grid{display:flex;"
+         "flex-wrap:wrap;gap:6px}h1{font-size:22px}")
+
+
+def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:
+    """Write the HTML report of ``model`` (a fitted model object, e.g. ``mmdsynth.load(model_dir)``),
+    saved in ``model_dir`` (default output ``model_dir/report.html``). ``test``: the real rows to
+    compare a table model against (a DataFrame); presets find their own."""
+    model_dir = Path(model_dir)
+    facts = model.release_.dataset
+    eval_path = model_dir / EVALUATION_FILE
+    evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else None
+    eps, delta = model.release_.ledger.total()
+    parts = [f"<h1>mmdsynth report: {html.escape(model.method)} on {html.escape(str(facts.get('name') or 'user data'))}"
+             f"</h1><p>epsilon = {eps:g}, delta = {delta:g}; model folder {html.escape(str(model_dir))}</p>"]
+    if model.encoder_ is not None:
+        if test is None and facts.get("preset"):
+            from ..data import load_preset
+            test = load_preset(facts["preset"], seed=facts.get("split_seed", 0), data_dir=data_dir).test
+        if test is None:
+            raise InvalidParameterError("this model was fitted on a user table: pass test=DataFrame (CLI: --test "
+                                        "FILE) with real rows to compare against.")
+        n = int((evaluation or {}).get("n_synthetic") or facts["n_records"])
+        parts.append(_table_sections(model, test, seed, n))
+    else:
+        parts.append(_image_section(model, seed))
+    parts.append(f"<h2>Utility</h2>{_utility_html(evaluation)}")
+    parts.append(f"<h2>Privacy</h2>{ledger_in_words(model.release_)}")
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mmdsynth report</title><style>{STYLE}"
+            f"</style></head><body>{''.join(parts)}</body></html>")
+    out = Path(out) if out is not None else model_dir / REPORT_FILE
+    with atomic_write(out) as tmp:
+        tmp.write_text(page)
+    return out

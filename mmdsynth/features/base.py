@@ -1,0 +1,140 @@
+"""The feature-map interface and registry.
+
+A feature map turns a batch of records ``(n, ...)`` into features ``(n, D)``.
+It declares ``norm_bound``: a proven upper bound on ``||phi(x)||_2`` for every
+possible input, from which the sensitivity of a mean embedding follows. Its
+``spec()`` is JSON and rebuilds an identical map with :func:`build_feature_map`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from ..errors import unknown_name
+from ..privacy.mechanisms import bounded_rows
+
+FEATURE_MAPS: dict[str, type] = {}
+
+
+def register(cls):
+    FEATURE_MAPS[cls.name] = cls
+    return cls
+
+
+class FeatureMap(ABC):
+    name: str = ""
+    norm_bound: float = 1.0
+
+    @property
+    @abstractmethod
+    def out_dim(self) -> int: ...
+
+    @abstractmethod
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def spec(self) -> dict: ...
+
+    def parts(self) -> list[tuple[str, int, float]]:
+        """The blocks of phi(x) released as separate Gaussian releases: (name, width, norm bound).
+        One block by default; DP-MEPF's two moments are two blocks of one map, each of norm <= 1,
+        computed in one pass and each released with sensitivity 2 * bound / m."""
+        return [("embedding", self.out_dim, self.norm_bound)]
+
+    def noise_multipliers(self) -> dict[str, float]:
+        """Each block's noise multiplier relative to the plan's base sigma (all 1 by default;
+        DP-HP gives its sum-kernel block a larger share of the privacy than each product block)."""
+        return {name: 1.0 for name, _, _ in self.parts()}
+
+    def bounded(self, phi: torch.Tensor) -> torch.Tensor:
+        """Each record's row made safe block by block (:func:`bounded_rows` on every part)."""
+        parts = self.parts()
+        if len(parts) == 1:
+            return bounded_rows(phi, parts[0][2])
+        out, start, n = torch.empty_like(phi), 0, phi.shape[0]
+        runs = []                                   # consecutive blocks of one width and bound: one call
+        for _, width, bound in parts:
+            if runs and runs[-1][1:] == (width, bound):
+                runs[-1][0] += 1
+            else:
+                runs.append([1, width, bound])
+        for count, width, bound in runs:
+            cols = slice(start, start + count * width)
+            out[:, cols] = bounded_rows(phi[:, cols].reshape(n, count, width), bound).reshape(n, -1)
+            start += count * width
+        return out
+
+    def at_iteration(self, iteration: int, total: int) -> None:
+        """Called by the training loop before each generator step. Maps whose loss changes during
+        training (DP-HP matches product release j in the j-th part of it) override this."""
+
+    def to(self, device) -> "FeatureMap":
+        """Move the map's tensors to ``device`` (for training on a GPU); returns self."""
+        return self
+
+    #: working memory a batch of records may take while computing features (bytes)
+    BATCH_BYTES = 96 * 2**20
+
+    def row_floats(self) -> int:
+        """Floats of working memory per record (materialised features, twice)."""
+        return 2 * self.out_dim
+
+    def batch_rows(self) -> int:
+        """Records per batch when streaming a dataset through the map (memory-bounded)."""
+        return int(max(64, min(8192, self.BATCH_BYTES // (4 * self.row_floats()))))
+
+    def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_i phi(x_i) weights_i^T as a (D, K) matrix. Feature maps with structure
+        (e-NTK of fc_1l) override this to avoid materialising phi."""
+        return self(x).to(weights.dtype).T @ weights
+
+    def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
+                   batch_size: int | None = None) -> torch.Tensor:
+        """sum_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix, (1, D) if ``y`` is None: what a
+        mean embedding sums, accumulated in float64. Streams over ``X`` in batches of
+        ``batch_size`` records (default :meth:`batch_rows`). Every record's row goes through
+        :func:`bounded_rows` first (block by block, :meth:`bounded`), so no record adds more than
+        each block's bound (or anything non-finite) whatever its values. Structured maps override this with a faster route that
+        keeps the same guarantee."""
+        batch_size = batch_size or self.batch_rows()
+        acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
+        with torch.no_grad():
+            for start in range(0, X.shape[0], batch_size):
+                phi = self.bounded(self(X[start:start + batch_size]).double())
+                acc = acc.to(phi.device)
+                if y is None:
+                    acc[0] += phi.sum(0)
+                else:
+                    acc.index_add_(0, y[start:start + batch_size].to(phi.device), phi)
+        return acc.cpu()
+
+    def mmd_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """||target - sum_i phi(x_i) weights_i^T||_F^2, the generator's training loss
+        (``target`` is (D, K)). Structured maps override this with a cheaper equivalent."""
+        return ((target - self.weighted_sum(x, weights).to(target.dtype)) ** 2).sum()
+
+    #: independent column blocks of phi whose loss terms :meth:`block_loss` can compute alone (1: none)
+    n_blocks: int = 1
+
+    def block_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor, blocks) -> torch.Tensor:
+        """The part of :meth:`mmd_loss` that falls on the column ``blocks`` (indices below :attr:`n_blocks`), computed
+        without the others: a step on a random subset, scaled by ``n_blocks / len(blocks)``, is an unbiased
+        estimate of a step on the whole loss (DM's one-network-per-step). Maps of one block return the whole loss."""
+        return self.mmd_loss(target, x, weights)
+
+    def block_features(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Block ``k``'s columns of phi(x) alone (rows ``k * out_dim / n_blocks`` onwards of the embedding), each
+        record's of norm <= ``norm_bound / sqrt(n_blocks)``: what a subsampled release
+        (:func:`~mmdsynth.embedding.release_sampled_embedding`) sums for one step. Maps of one block: phi(x)."""
+        if self.n_blocks != 1:
+            raise NotImplementedError(f"{type(self).__name__} has {self.n_blocks} blocks but no block_features")
+        return self(x)
+
+
+def build_feature_map(spec: dict) -> FeatureMap:
+    spec = dict(spec)
+    kind = spec.pop("name", None)
+    if kind not in FEATURE_MAPS:
+        raise unknown_name("feature map", str(kind), FEATURE_MAPS)
+    return FEATURE_MAPS[kind](**spec)

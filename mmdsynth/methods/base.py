@@ -1,0 +1,577 @@
+"""Release-once-train-anywhere methods: fit / sample / save / load.
+
+``fit`` does two things in order: (1) privatise the mean embedding of the
+private data under the method's feature map, with the DP early-stopping proxy when
+``early_stopping`` is on, all in one plan (the only step that reads private data, via
+:func:`mmdsynth.embedding.release_mean_embedding`), saving the release first when an
+output folder is given; (2) train a generator against the release (post-processing),
+selecting the checkpoint closest to the proxy. A fitted model folder holds::
+
+    release/            release.json + release.safetensors (noisy embedding(s), proxy, ledger)
+    checkpoint.*        training state (resume without spending budget)
+    model.json          method, settings, generator spec, training summary, selection scores
+    generator.safetensors        the generator `sample` uses (the selected checkpoint)
+    generator_final.safetensors  with early stopping: the last checkpoint
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import load_file, save_file
+
+from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
+from .._legacy import current_tag
+from .._version import __version__
+from ..data.encoding import TableEncoder
+from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..data.schema import Schema
+from ..data.shards import ShardedArrays, ShardedTable
+from ..embedding import release_mean_embedding, release_plan
+from ..engines import as_source
+from ..errors import ArtifactError, InvalidParameterError, unknown_name
+from ..features.base import FeatureMap, build_feature_map
+from ..generators import GENERATORS, build_generator, default_generator_spec
+from ..privacy.budget import BudgetFile
+from ..privacy.engine import PrivacyEngine
+from ..privacy.ledger import PRIVACY_UNIT
+from ..release import META_FILE, Release, check_release_pin, release_pin
+from ..training import (Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
+                        has_checkpoint,
+                        loss_trend, train_generator)
+from ..validation import check_delta, check_epsilon, check_positive
+from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
+from .tables import NUMERIC_ENCODINGS, check_shares, encoder_of, prepare_table, reserved_delta, table_shares
+
+logger = logging.getLogger(__name__)
+
+MODEL_META = "model.json"
+GENERATOR_FILE = "generator.safetensors"
+FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping: the last checkpoint
+STAGING = ".staging"       # where a save writes before moving its files into place
+
+
+class KernelGeneratorMethod(Method):
+    """Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF): they differ in
+    the feature map and their own parameters."""
+
+    method = ""
+    #: user tables (``fit --csv``): the privacy level and a batch and schedule sized for thousands of rows
+    kind_defaults = {"table": {"epsilon": 1.0, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}}
+
+    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_classes: int | None = None,
+                 iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
+                 lr_step: int = 1500, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
+                 noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
+                 checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
+                 proportions_share: float = 0.1, schema_share: float | None = None,
+                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE,
+                 loss: str = "direct",
+                 mavg_lr: float = 1e-3, beta1: float = 0.9, early_stopping: bool = False, proxy_encoder: str | None = None,
+                 proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
+        self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
+        self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
+            iterations, batch_size, lr, lr_decay, lr_step)
+        self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
+        self.accountant, self.device, self.checkpoint_every, self.progress = (
+            accountant, device, checkpoint_every, progress)
+        self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
+        self.numeric_encoding, self.numeric_share = numeric_encoding, numeric_share
+        self.loss, self.mavg_lr, self.beta1 = loss, mavg_lr, beta1
+        self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
+        self.select_every, self.select_samples = select_every, select_samples
+
+    # -- hooks ---------------------------------------------------------------------------
+    def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
+        raise NotImplementedError
+
+    def image_feature_map(self, shape: tuple, n_classes: int) -> FeatureMap:
+        """The map for array records of ``shape`` (images (c, h, w) or flat (d,))."""
+        return self.feature_map(int(np.prod(shape)), n_classes)
+
+    def table_feature_map(self, encoder: TableEncoder, n_classes: int) -> FeatureMap:
+        return self.feature_map(encoder.dim, n_classes)
+
+    def block_multipliers(self) -> dict[str, float]:
+        """The feature map's released blocks and their relative noise multipliers
+        (:meth:`FeatureMap.noise_multipliers`), known before any data: plans that must be calibrated
+        before the map can be built (private schema inference) use them."""
+        return {"embedding": 1.0}
+
+    def default_proxy_encoder(self) -> str | None:
+        """The PUBLIC network whose pooled features make the early-stopping proxy when
+        ``proxy_encoder`` is not given (DP-MEPF: its own encoder; others: none)."""
+        return None
+
+    def proxy_map(self, shape) -> FeatureMap | None:
+        """DP early stopping's proxy features (:class:`~mmdsynth.features.PooledFeatures` of a public
+        encoder), or None without early stopping."""
+        if not self.early_stopping:
+            return None
+        from ..features.perceptual import PooledFeatures
+
+        encoder = self.proxy_encoder or self.default_proxy_encoder()
+        if encoder is None:
+            raise InvalidParameterError(
+                "early_stopping=True needs a PUBLIC network for its proxy: pass proxy_encoder=PATH (an encoder "
+                "from `mmdsynth pretrain-encoder` on a public dataset)."
+            )
+        return PooledFeatures(encoder, shape)
+
+    #: the data are read once (sums released), so a fit can stream shards and resume from the release alone
+    releases_once = True
+    #: the output is a generator (sample any n), not a fixed set
+    generative = True
+
+    def fit_summary(self, dataset: str, out) -> list[str]:
+        """What `mmdsynth fit` prints when this model is fitted."""
+        from ..training import describe_trend
+
+        eps, delta = self.release_.ledger.total()
+        lines = [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.losses_)} "
+                 f"iterations, final loss {self.losses_[-1]:.4g}; saved to {out}",
+                 describe_trend(self.loss_trend_).replace("more iterations", "a larger --iterations with --resume")]
+        if getattr(self, "selection_", None):
+            sel = self.selection_
+            lines.append(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
+                         f"{len(sel['scores'])} scored; `sample` uses it (--checkpoint final: the last one)")
+        return lines
+
+    # -- parameters ----------------------------------------------------------------------
+    def fit_params(self) -> dict:
+        """The settings saved with the release, so that ``mmdsynth fit --resume --out DIR`` can rebuild the
+        model from the folder alone (public: chosen before any data was read)."""
+        return {k: v for k, v in self.get_params().items() if k not in ("device", "progress")}
+
+    def train_config(self) -> TrainConfig:
+        # by name: every TrainConfig field is a same-named attribute of the method
+        return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(TrainConfig)}).validate()
+
+    def _validate(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        if self.numeric_encoding not in NUMERIC_ENCODINGS:
+            raise InvalidParameterError(f"numeric_encoding must be one of {NUMERIC_ENCODINGS}; got "
+                                        f"{self.numeric_encoding!r}.")
+        shares = {"proportions_share": self.proportions_share, "schema_share": self.schema_share,
+                  "numeric_share": self.numeric_share if self.numeric_encoding == "quantile" else None}
+        check_shares(**shares)
+        if sum(float(v or 0) for v in shares.values()) >= 1:
+            raise InvalidParameterError(
+                f"the shares {', '.join(f'{k}={v}' for k, v in shares.items() if v)} add up to 1 or more, leaving "
+                f"nothing for the embedding; lower them (e.g. 0.1 each).")
+        self.train_config()
+        if self.early_stopping:
+            check_positive(self.proxy_multiplier, "proxy_multiplier")
+            check_positive(self.select_samples, "select_samples", integer=True)
+            if self.select_every is not None:
+                check_positive(self.select_every, "select_every", integer=True)
+        if self.conditional and (self.n_classes is None or int(self.n_classes) < 2):
+            raise InvalidParameterError(
+                f"n_classes must be given for a class-conditional model (public metadata, >= 2); got "
+                f"{self.n_classes!r}. It is never read from the private labels. Pass n_classes=10 for "
+                f"MNIST, or conditional=False for an unconditional generator."
+            )
+
+    # -- fit ------------------------------------------------------------------------------
+    def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
+            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
+            privacy_unit: str = PRIVACY_UNIT, train: bool = True):
+        """Release the private embedding (once), then train the generator (``train=False``: stop after the release,
+        which ``out`` keeps for :func:`~mmdsynth.methods.distill.distill_release` or a later ``resume=True``).
+        Returns self.
+
+        Images/arrays: ``fit(X, y)`` with ``n_classes`` given. Tables: ``fit(df, label="income",
+        schema=...)`` with a :class:`~mmdsynth.data.Schema` (or a path to its JSON) declaring
+        bounds and categories; the class proportions are released too (``proportions_share``
+        of the privacy) and generated labels follow them. Data in many files: a
+        :class:`~mmdsynth.data.ShardedTable` (its schema and label inside) or
+        :class:`~mmdsynth.data.ShardedArrays`, read in bounded memory and summed on its engine
+        (streamed, or on Ray); see :meth:`release`.
+
+        ``out``: a folder; the release is saved there before training, with checkpoints.
+        ``resume=True`` with a folder that already holds a release reuses it and the last
+        checkpoint: no private data is read and no budget is spent. ``public_facts`` are stored
+        in the release (e.g. the preset and split seed a benchmark table came from).
+        ``privacy_unit`` says what one record of ``X`` is, for the ledger (presets pass theirs:
+        the guarantee covers their preprocessed training split).
+        """
+        out = Path(out) if out is not None else None
+        has_release = out is not None and (out / "release" / META_FILE).exists()
+        if has_release and not resume:
+            raise ArtifactError(
+                f"{out} already holds a release; fitting again would spend privacy budget a second "
+                f"time. Pass resume=True to continue training from it, or a new folder."
+            )
+        if resume and not has_release:
+            raise ArtifactError(f"nothing to resume: {out} holds no release. Run without resume first.")
+        if has_release:
+            self.release_ = Release.load(out / "release")
+            logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
+            if self.n_classes is None:
+                self.n_classes = self.release_.dataset.get("n_classes")
+        else:
+            self.release_ = self.release(X, y, label=label, schema=schema, dataset=dataset, budget=budget,
+                                         public_facts=public_facts, privacy_unit=privacy_unit)
+            if out is not None:
+                self.release_.save(out / "release")
+        self._validate()
+        if not train:
+            return self
+        self._train(out, resume)
+        if out is not None:
+            self.save(out)
+        return self
+
+    def release(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "",
+                budget: BudgetFile | None = None, public_facts: dict | None = None,
+                privacy_unit: str = PRIVACY_UNIT) -> Release:
+        """Step 1 of :meth:`fit` alone: the one private release (all of its plan), without training; kept as
+        ``release_`` (so :meth:`distill` can use it) and returned.
+        ``X`` as for :meth:`fit`, or a :class:`~mmdsynth.data.ShardedTable` / :class:`~mmdsynth.data.ShardedArrays`
+        (summed on its engine: streamed, or on Ray)."""
+        self._public_facts = dict(public_facts or {})
+        self._privacy_unit = privacy_unit
+        if not _is_table(X):
+            self._validate()
+            self.release_ = self._release(X, y, dataset, budget)
+            return self.release_
+        if isinstance(X, ShardedTable):
+            if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
+                raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
+            schema = X.schema
+        schema = _as_schema(schema, label)
+        self.n_classes = schema.n_classes  # public: the declared label categories
+        self._validate()
+        self.release_ = self._release_table(X, label, schema, dataset, budget)
+        return self.release_
+
+    def _release(self, X, y, dataset: str, budget) -> Release:
+        # the record shape is public
+        shape = X.record_shape if isinstance(X, ShardedArrays) else tuple(int(s) for s in np.shape(X)[1:])
+        if len(shape) not in (1, 3):
+            raise InvalidParameterError(
+                f"X must hold images (n, channels, height, width) or flat records (n, d); got shape "
+                f"{tuple(np.shape(X))}."
+            )
+        if isinstance(X, ShardedArrays) and self.conditional != X.labelled:
+            raise InvalidParameterError(
+                f"the shards {'hold' if X.labelled else 'hold no'} labels: use conditional={X.labelled}"
+                f"{'' if X.labelled else ' (or shards with a y array)'}.")
+        if self.conditional and y is None and not isinstance(X, ShardedArrays):
+            raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
+        n_classes = int(self.n_classes) if self.conditional else 1
+        fmap = self.image_feature_map(shape, n_classes)
+        proxy = self.proxy_map(shape) if len(shape) == 3 else None
+        if self.early_stopping and proxy is None:
+            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
+                                        "network's features); these records are not images: early_stopping=False.")
+        return self._release_arrays(
+            fmap, X, y if self.conditional else None, n_classes=n_classes if self.conditional else None,
+            proxy=proxy, dataset=dataset, budget=budget,
+            public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
+                          **self._public_facts})
+
+    def _release_arrays(self, fmap: FeatureMap, X, y, *, n_classes: int | None, proxy: FeatureMap | None,
+                        dataset: str, budget, public_facts: dict) -> Release:
+        """The release of array records (checked and featurised by :meth:`_release`): the one-shot mean embedding.
+        A method with another release of the same statistic (dp-randconv's ``sample_rate``) overrides this."""
+        return release_mean_embedding(
+            fmap, X, y, epsilon=self.epsilon, delta=self.delta, proxy_map=proxy,
+            proxy_multiplier=self.proxy_multiplier, n_classes=n_classes, accountant=self.accountant,
+            seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
+            public_facts=public_facts)
+
+    def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
+        """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as
+        sums computed on its engine: streamed or on Ray)."""
+        if not self.conditional:
+            raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
+        if self.early_stopping:
+            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
+                                        "network's features); for tables use early_stopping=False.")
+        source = as_source(data)
+        # every release of the fit joins one plan, calibrated by the engine before any row is read
+        shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
+                              numeric_share=self.numeric_share)
+        plan, mults = release_plan(blocks=self.block_multipliers(),
+                                   shares={**shares, "class_proportions": self.proportions_share})
+        engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
+                               budget=budget, noise_seed=self.noise_seed, dataset=dataset,
+                               privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self.delta))
+        # ---- private data: the table's releases, then the embedding ----------------------------
+        encoder, prior, table_facts = prepare_table(engine, data, source, schema)
+        return release_mean_embedding(
+            self.table_feature_map(encoder, encoder.schema.n_classes), source, encoder=encoder,
+            n_classes=encoder.schema.n_classes, dataset=dataset, proportions_share=self.proportions_share,
+            privacy_unit=self._privacy_unit,
+            public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
+                          **table_facts, **self._public_facts},
+            engine=engine, prior_tensors=prior,
+        )
+
+    @property
+    def encoder_(self) -> TableEncoder | None:
+        """The table encoder of the release (schema, column order, released CDFs); None for images."""
+        return encoder_of(self.release_) if hasattr(self, "release_") else None
+
+    @property
+    def proportions_(self) -> torch.Tensor | None:
+        """Released class proportions, floored at 1e-3 and renormalised (post-processing)."""
+        p = self.release_.tensors.get("class_proportions") if hasattr(self, "release_") else None
+        if p is None:
+            return None
+        p = p.double().clamp(min=1e-3)
+        return p / p.sum()
+
+    def _generator_spec(self) -> dict:
+        shape = self.release_.dataset["record_shape"]
+        n_classes = int(self.release_.dataset["n_classes"] or 1)
+        code = {"code_dim": self.code_dim} if self.code_dim else {}
+        encoder = self.encoder_
+        if encoder is not None:
+            return {"name": "table", "n_numeric": encoder.n_numeric, "category_sizes": encoder.category_sizes,
+                    "n_classes": n_classes, **code}
+        if self.generator == "auto":
+            return {**default_generator_spec(shape, n_classes), **code}
+        if isinstance(self.generator, str):
+            return {"name": self.generator, "image_shape": shape, "n_classes": n_classes}
+        return {"image_shape": shape, "n_classes": n_classes, **self.generator}
+
+    def _train(self, out: Path | None, resume: bool) -> None:
+        for c in self.noisy_classes():
+            logger.warning("class %r: released count %.4g is within the noise (std %.4g records); its share of the "
+                           "synthetic rows follows the noise. Training weights each class by its released "
+                           "proportion squared, so it cannot dominate.", c["class"], c["released_count"],
+                           c["noise_std"])
+        spec = self._generator_spec()
+        done = checkpoint_iteration(out) if resume and has_checkpoint(out) else None
+        if done is not None and done > self.iterations:
+            raise InvalidParameterError(
+                f"iterations={self.iterations} is fewer than the {done} the checkpoint in {out} already trained; "
+                f"resuming would do nothing. Give iterations > {done} to train longer (no privacy is spent), or "
+                f"use the model as it is.")
+        if resume and has_checkpoint(out):
+            # continue the generator the checkpoint holds, even if this version's defaults differ;
+            # a checkpoint without a spec predates the options in the class's LEGACY_SPEC
+            legacy = getattr(GENERATORS.get(spec["name"]), "LEGACY_SPEC", {})
+            spec = checkpoint_generator_spec(out) or {k: v for k, v in spec.items() if k not in legacy}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.generator_ = build_generator(spec)
+        fmap = build_feature_map(self.release_.feature_spec)
+        selection = self._selection()
+        self.losses_ = train_generator(
+            self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
+            conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
+            resume=resume and has_checkpoint(out), device=self.device, selection=selection,
+        )
+        self.loss_trend_ = loss_trend(self.losses_)
+        self.generator_.cpu().eval()
+        self.selection_ = selection.to_dict() if selection is not None else None
+        if selection is not None and selection.best_state is not None:
+            self.final_generator_ = self.generator_
+            self.generator_ = build_generator(self.final_generator_.spec())
+            self.generator_.load_state_dict(selection.best_state)
+            self.generator_.eval()
+
+    def noisy_classes(self) -> list[dict]:
+        """Classes whose released count is within two noise standard deviations of zero (post-processing
+        of the release: its class proportions and their ledger entry). Their synthetic share follows the
+        noise; training weights each class by its proportion squared, so they cannot dominate the loss."""
+        p = self.release_.tensors.get("class_proportions") if hasattr(self, "release_") else None
+        entry = next((e for e in self.release_.ledger.entries if e.description.startswith("class proportions")),
+                     None) if p is not None else None
+        if entry is None:
+            return []
+        m = int(self.release_.dataset["n_records"])
+        std = entry.noise_std * m
+        encoder = self.encoder_
+        names = encoder.schema.label_categories if encoder is not None else [str(c) for c in range(len(p))]
+        return [{"class": str(names[c]), "released_count": round(float(p[c]) * m, 2), "noise_std": round(std, 2)}
+                for c in range(len(p)) if float(p[c]) * m < 2 * std]
+
+    def _selection(self) -> Selection | None:
+        """Checkpoint selection against the release's early-stopping proxy, if it holds one."""
+        proxy = self.release_.tensors.get("proxy")
+        if proxy is None:
+            return None
+        every = self.select_every or max(1, self.iterations // 20)
+        return Selection(build_feature_map(self.release_.extra["proxy_spec"]), proxy, every, self.select_samples,
+                         seed=self.seed)
+
+    # -- sample ---------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "generator_"):
+            raise InvalidParameterError(f"this {type(self).__name__} is not fitted; call fit() or mmdsynth.load().")
+
+    def sample(self, n: int, *, labels=None, seed: int | None = None, batch_size: int = 10000,
+               checkpoint: str = "selected"):
+        """``n`` synthetic records. Images/arrays: numpy ``(X, y)`` with labels balanced over
+        classes (each class n // C or n // C + 1 times, shuffled) unless given. Tables: a
+        DataFrame with the original columns and dtypes, labels drawn from the released
+        class proportions.
+
+        ``checkpoint``: with DP early stopping, ``"selected"`` (default) samples the checkpoint
+        with the lowest proxy distance, ``"final"`` the last one; without it both are the last."""
+        self._check_fitted()
+        n = int(check_positive(n, "n", integer=True))
+        if checkpoint not in ("selected", "final"):
+            raise InvalidParameterError(f"checkpoint must be 'selected' or 'final'; got {checkpoint!r}.")
+        gen = getattr(self, "final_generator_", self.generator_) if checkpoint == "final" else self.generator_
+        seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        rng = torch.Generator().manual_seed(seed)
+        encoder = self.encoder_
+        if labels is None and encoder is not None:
+            labels = gen.draw_labels(n, rng, self.proportions_)
+        elif labels is None:
+            labels = (torch.arange(n) % gen.n_classes)[torch.randperm(n, generator=rng)]
+        else:
+            labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+            if labels.shape != (n,) or labels.min() < 0 or labels.max() >= gen.n_classes:
+                raise InvalidParameterError(f"labels must be {n} integers in 0..{gen.n_classes - 1}.")
+        dev = default_device(self.device)
+        gen.to(dev).eval()
+        with torch.no_grad():
+            xs = [gen.generate(lb, rng).cpu() for lb in labels.split(batch_size)]
+        gen.cpu()
+        x = torch.cat(xs).numpy()
+        if encoder is not None:
+            return encoder.decode(x, labels.numpy(), rng=np.random.default_rng(seed))
+        return x, (labels.numpy() if self.conditional else None)
+
+    def distill(self, per_class: int, **kwargs):
+        """``per_class`` records per class learned to match this model's release (post-processing: no private
+        data, no budget; the set carries the release's ledger). ``kwargs``: those of
+        :func:`~mmdsynth.methods.distill.distill_release` (``iterations``, ``lr``, ``seed``, ``device``)."""
+        from .distill import distill_release
+
+        if not hasattr(self, "release_"):
+            raise InvalidParameterError(f"this {type(self).__name__} holds no release yet; call fit() or release() "
+                                        f"first, or mmdsynth.load() a fitted folder.")
+        return distill_release(self.release_, per_class, **kwargs)
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write the release (if not there yet), generator weights and model.json."""
+        self._check_fitted()
+
+        def weights(folder: Path) -> None:
+            gens = {GENERATOR_FILE: self.generator_}
+            if hasattr(self, "final_generator_"):
+                gens[FINAL_GENERATOR_FILE] = self.final_generator_
+            for name, gen in gens.items():
+                save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(folder / name))
+        return write_model_folder(directory, self, {
+            "generator_spec": self.generator_.spec(), "final_loss": self.losses_[-1] if self.losses_ else None,
+            "iterations_done": len(self.losses_), "selection": getattr(self, "selection_", None),
+            "loss_trend": getattr(self, "loss_trend_", None)}, payload=weights)
+
+    @classmethod
+    def _from_folder(cls, directory: Path, meta: dict):
+        model = read_model_folder(cls, directory, meta)
+        model.generator_ = build_generator(meta["generator_spec"])
+        model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
+        model.generator_.eval()
+        files = meta.get("files")          # None: written before model.json listed its files
+        if FINAL_GENERATOR_FILE in files if files is not None else (directory / FINAL_GENERATOR_FILE).exists():
+            model.final_generator_ = build_generator(meta["generator_spec"])
+            model.final_generator_.load_state_dict(load_file(str(directory / FINAL_GENERATOR_FILE)))
+            model.final_generator_.eval()
+        model.selection_ = meta.get("selection")
+        model.losses_ = [meta["final_loss"]] if meta.get("final_loss") is not None else []
+        model.loss_trend_ = meta.get("loss_trend")
+        return model
+
+
+def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
+    """A fitted model folder, for every method: the release (if not there yet), then the files
+    ``payload(folder)`` writes (e.g. generator weights), then ``model.json`` (method, params,
+    ``meta``, the sha256 of every payload file and of itself), written last because its presence
+    marks the folder complete.
+
+    Crash safety: the payload and model.json are written to a staging folder first (a full disk
+    or any error there leaves the previous model untouched, and the staging folder is removed),
+    then moved into place, model.json last. A kill between those moves leaves files that do not
+    match the model.json beside them: :func:`load` refuses that folder, naming the file, and
+    ``fit(..., resume=True)`` rewrites it from the checkpoint without spending privacy."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "release" / META_FILE).exists():
+        model.release_.save(directory / "release")
+    staging = directory / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        if payload is not None:
+            payload(staging)
+        files = {f.name: sha256_file(f) for f in sorted(staging.iterdir())}
+        meta = sealed({"format": "mmdsynth-model", "library_version": __version__, "method": model.method,
+                       "params": model.get_params(), **meta, "files": files,
+                       "release": release_pin(directory / "release")})
+        (staging / MODEL_META).write_text(json.dumps(meta, indent=2))
+        for name in files:
+            os.replace(staging / name, directory / name)
+        os.replace(staging / MODEL_META, directory / MODEL_META)
+        if FINAL_GENERATOR_FILE not in files:      # the previous model may have had one; this one has not
+            (directory / FINAL_GENERATOR_FILE).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+def read_model_folder(cls, directory: Path, meta: dict):
+    """The method object rebuilt from ``model.json``'s params, with its release loaded."""
+    model = cls(**meta["params"])
+    model.release_ = Release.load(directory / "release")
+    return model
+
+
+def _is_table(X) -> bool:
+    return isinstance(X, (pd.DataFrame, ShardedTable))
+
+
+def _as_schema(schema, label) -> Schema:
+    if schema is None:
+        raise InvalidParameterError(
+            "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
+            "categories, the label and its categories): pass schema=Schema(...) or a path to its JSON. "
+            "mmdsynth never reads bounds or categories from the private data unless asked to, with "
+            "budget (leave them out of the schema and pass schema_share=0.1)."
+        )
+    if isinstance(schema, (str, Path)):
+        schema = Schema.from_json(schema)
+    elif isinstance(schema, dict):
+        schema = Schema.from_dict(schema)
+    if label is not None and label != schema.label:
+        raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
+    if schema.label is None:
+        raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
+    return schema
+
+
+def load(directory):
+    """Load a fitted model folder written by ``fit(out=...)``, ``save`` or ``mmdsynth fit``."""
+    directory = Path(directory)
+    path = directory / MODEL_META
+    if not path.exists():
+        hint = " It holds a release but no trained generator: fit again with resume=True (no privacy spent)." \
+            if (directory / "release" / META_FILE).exists() else ""
+        raise ArtifactError(f"no fitted model in {directory}: {MODEL_META} is missing.{hint}")
+    meta = read_sealed_json(path, "model")
+    for name, digest in meta.get("files", {}).items():
+        check_file_digest(directory / name, digest, f"model in {directory} (fit again with resume=True to "
+                                                     f"rewrite it without spending privacy)")
+    if current_tag(meta.get("format"), path) != "mmdsynth-model":
+        raise ArtifactError(f"{path} is not an mmdsynth model (format={meta.get('format')!r}).")
+    if meta.get("method") not in METHODS:
+        raise unknown_name("method", str(meta.get("method")), METHODS)
+    check_release_pin(directory / "release", meta.get("release"), f"model in {directory}")
+    return METHODS[meta["method"]]._from_folder(directory, meta)

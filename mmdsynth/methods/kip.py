@@ -1,0 +1,524 @@
+"""DP-KIP (Vinaroz & Park 2023): a small support set learned by DP-SGD on the KRR loss under the
+infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
+
+``fit`` validates, calibrates sigma for the whole schedule (epochs -> T Poisson-sampled steps at
+q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
+set from public noise N(0, I) with fixed balanced labels (or, with ``start``, from a set distilled from a
+release of a share of the same plan), and only then reads private records, through
+:func:`mmdsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
+step (support set, Adam, step; the noise and the Poisson sample are fresh from the OS CSPRNG
+every step, so there is no generator state to keep unless a testing-only seed fixed them), so an
+interrupted run resumes where it stopped without re-spending budget; the checkpoint holds
+private state (the support set after private steps) and is deleted when training ends.
+
+Which records a step reads is as secret as the noise (:class:`~mmdsynth.privacy.sampling.PoissonSampler`):
+``seed`` fixes public things only (the N(0, I) start); ``sampler_seed`` and ``noise_seed`` exist for
+tests, the CLI never sets them, and the ledger says they void the guarantee. Neighbours are
+replace-one (N public) as for every other release; ``neighbouring="add_remove"`` is the paper's accounting, which
+holds here for zero-out neighbours only (a record replaced by a null record, N public: the clipped sum is divided
+by the public expected batch q N), and its ledger entry says so beside the replace-one epsilon of the same sigma.
+The result is saved as a release: ``support_x``, ``support_y``,
+the kernel spec and the DP-SGD ledger entry.
+
+Inputs are mapped to the kernel's space by a fixed, data-independent affine map: images in
+[0, 1] and encoded tables (numbers in [0, 1], one-hot blocks) by x -> (x - 0.5) / 0.5.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
+from ..data.encoding import TableEncoder
+from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..embedding import release_mean_embedding
+from ..engines import as_source
+from ..errors import ArtifactError, InvalidParameterError
+from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
+from ..kip.dpsgd import clipped_sum, private_gradient
+from ..kip.kernels import FCReLUKernel
+from ..kip.krr import centred_one_hot, krr_accuracy
+from ..privacy.budget import BudgetFile
+from ..privacy.calibration import PrivacyPlan
+from ..privacy.engine import PrivacyEngine
+from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
+from ..release import META_FILE, Release
+from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
+from .base import _as_schema, read_model_folder, write_model_folder
+from . import presets
+from .contract import Method, register
+from .distill import distill_release
+from .tables import check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
+from ..runtime import default_device, progress_rate
+
+logger = logging.getLogger(__name__)
+
+CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
+#: where the support set starts: public noise, or distilled from a release of a share of the plan
+STARTS = ("noise", "pixels", "random-conv")
+DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 84.4 against 73.9 from noise (benchmarks/RESULTS.md)
+START_RELEASE = "embedding"           # the start's release in the plan (release_mean_embedding's block name)
+START_ITERATIONS, START_NETWORKS = 500, 8
+
+
+def to_kernel_space(x: torch.Tensor) -> torch.Tensor:
+    """The fixed public map from data in [0, 1] to the kernel's inputs."""
+    return (x.reshape(x.shape[0], -1).to(torch.float32) - 0.5) / 0.5
+
+
+def from_kernel_space(x: torch.Tensor) -> torch.Tensor:
+    return x * 0.5 + 0.5
+
+
+@register
+class DPKIP(Method):
+    """Private data distillation: ``images_per_class`` learned points per class.
+
+    Parameters follow the paper's Tables 5/6 names: ``epochs``, ``batch_size`` (the expected
+    Poisson batch, q = batch_size / N), ``lr`` (Adam, or ``optimizer="sgd"``), ``clip`` (C),
+    ``reg`` (lambda), kernel ``depth``/``W_std``/``b_std``. ``seed`` fixes the support set's
+    public initialisation only. ``noise_seed`` fixes the privacy noise and ``sampler_seed`` the
+    Poisson sample (testing only, each on its own: the ledger records that they void the
+    guarantee). ``neighbouring``: ``"replace_one"`` (default, N public, like every release) or
+    ``"add_remove"`` (the paper's accounting; with N public and the sum divided by q N it holds for zero-out
+    neighbours, and the ledger entry prints the replace-one epsilon of the same sigma beside it). Tables share the other methods' preparation
+    (:mod:`mmdsynth.methods.tables`): ``schema_share`` releases the bounds / categories a schema leaves
+    out, ``numeric_encoding="quantile"`` the numeric columns' CDFs (``numeric_share``), both in the
+    same plan as the DP-SGD steps; the default ``"minmax"`` scales by the declared bounds.
+
+    ``start``: where the support set starts. ``"noise"``: N(0, I) from ``seed`` (the paper's), or ``public_init``.
+    ``"pixels"`` (the default, None, without ``public_init``) / ``"random-conv"``: ``images_per_class`` records
+    per class distilled
+    (:func:`~mmdsynth.methods.distill.distill_release`) from the class-conditional mean embedding of the private
+    records under :class:`~mmdsynth.features.PixelFeatures` (each class's mean record) or 8 random ConvNets
+    (images only), released once with ``start_share`` of the plan (1/sqrt(start_share) times the steps' noise
+    multiplier, calibrated with them, one charge) before the first step.
+    """
+
+    method = "dp-kip"
+    #: user tables: the privacy level of every table default, and a batch below a few thousand rows
+    kind_defaults = {"table": {"epsilon": 1.0, "batch_size": 200}}
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, n_classes: int | None = None,
+                 images_per_class: int = 10, epochs: int = 10, batch_size: int = 500, lr: float = 1e-2,
+                 clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
+                 W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
+                 noise_seed: int | None = None, sampler_seed: int | None = None,
+                 neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
+                 dtype: str = "float32", device: str = "cpu", schema_share: float | None = None,
+                 numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE,
+                 start: str | None = None, start_share: float = 0.1):
+        self.start, self.start_share = start, start_share
+        self.epsilon, self.delta, self.n_classes, self.images_per_class = epsilon, delta, n_classes, images_per_class
+        self.epochs, self.batch_size, self.lr, self.clip, self.reg = epochs, batch_size, lr, clip, reg
+        self.optimizer, self.depth, self.W_std, self.b_std = optimizer, depth, W_std, b_std
+        self.seed, self.noise_seed, self.accountant, self.progress, self.dtype = (
+            seed, noise_seed, accountant, progress, dtype)
+        self.device, self.sampler_seed, self.neighbouring = device, sampler_seed, neighbouring
+        self.schema_share, self.numeric_encoding, self.numeric_share = schema_share, numeric_encoding, numeric_share
+
+    #: DP-SGD reads the records at every step: no shards, no resume without the data
+    releases_once = False
+    #: the output is the support set itself, not a generator
+    generative = False
+
+    def fit_summary(self, dataset: str, out) -> list[str]:
+        """What `mmdsynth fit` prints when this model is fitted."""
+        eps, delta = self.release_.ledger.total()
+        steps = self.release_.ledger.entries[-1].plan.get("steps")
+        return [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.support()[0])} "
+                f"support points, {steps} DP-SGD steps; saved to {out}"]
+
+    @classmethod
+    def dataset_defaults(cls, dataset: str, kind: str) -> dict:
+        return presets.dpkip_table(dataset) if kind == "table" else {}
+
+    @property
+    def kernel(self) -> FCReLUKernel:
+        return FCReLUKernel(self.depth, self.W_std, self.b_std)
+
+    @property
+    def private(self) -> bool:
+        """False for ``epsilon=math.inf``: the non-private KIP baseline (no noise; benchmark only)."""
+        return self.epsilon != math.inf
+
+    def _validate(self, n_records: int) -> None:
+        if self.private:
+            check_epsilon(self.epsilon)
+        check_delta(self.delta)
+        for name in ("images_per_class", "epochs", "batch_size"):
+            check_positive(getattr(self, name), name, integer=True)
+        for name in ("lr", "clip", "reg"):
+            check_positive(getattr(self, name), name)
+        if self.optimizer not in ("adam", "sgd"):
+            raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self.optimizer!r}.")
+        if self.neighbouring not in ("replace_one", "add_remove"):
+            raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
+                                        f"(the paper's accounting); got {self.neighbouring!r}.")
+        check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share,
+                     start_share=self.start_share if self.start not in (None, "noise") else None)
+        if self.start is not None and self.start not in STARTS:
+            raise InvalidParameterError(f"start={self.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
+        if self.dtype not in ("float32", "float64"):
+            raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {self.device!r}.") from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidParameterError(f"device={self.device!r} but no CUDA GPU is visible; use device='cpu'.")
+        if self.n_classes is None or int(self.n_classes) < 2:
+            raise InvalidParameterError(
+                f"n_classes must be given (public metadata, >= 2); got {self.n_classes!r}. It is never read "
+                f"from the private labels: pass n_classes=10 for MNIST.")
+        if self.batch_size >= n_records:
+            raise InvalidParameterError(
+                f"batch_size={self.batch_size} must be smaller than the number of records ({n_records}): "
+                f"it is the expected Poisson batch, q = batch_size / N < 1.")
+
+    def _public_start(self, public_init, shape) -> torch.Tensor | None:
+        """The user's public starting support set in kernel space, checked (None: N(0, I))."""
+        if public_init is None:
+            return None
+        m = int(self.images_per_class) * int(self.n_classes)
+        x = np.asarray(public_init, dtype=np.float32)
+        if x.shape[0] != m or int(np.prod(x.shape[1:])) != int(np.prod(shape)):
+            raise InvalidParameterError(
+                f"public_init must hold images_per_class * n_classes = {m} records of shape {list(shape)}, "
+                f"ordered class by class; got shape {list(x.shape)}.")
+        if not np.isfinite(x).all():
+            raise InvalidParameterError("public_init holds non-finite values.")
+        return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self.dtype))
+
+    def _start_words(self, public_init) -> str:
+        if self.start != "noise":
+            return (f"{self.images_per_class} records per class distilled from the class-conditional mean embedding "
+                    f"under {self.start} features, released with {self.start_share:g} of the plan")
+        return "N(0, I) noise" if public_init is None else "a public set given by the user"
+
+    def _start_map(self, shape) -> FeatureMap:
+        """The feature map of the start's release (public: from the record shape and ``seed``)."""
+        if self.start == "pixels":
+            return PixelFeatures(int(np.prod(shape)))
+        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)   # images: checked in fit
+
+    def _start_parts(self, shape, table_state) -> tuple:
+        """What the start's release is built from, all public: (feature map, table encoder or None, the
+        release's public facts, the tensors it carries beside the embedding: a table's schema / sketch
+        releases, which its encoder is rebuilt from)."""
+        encoder, prior, facts = table_state or (None, {}, {})
+        return (self._start_map(shape), encoder, {**facts, "record_shape": list(shape), "method": self.method},
+                dict(prior))
+
+    def _distil_start(self, release: Release, encoder, iterations: int) -> torch.Tensor:
+        """``images_per_class`` records per class distilled from the start's release, in kernel space, class by
+        class (:func:`~mmdsynth.methods.distill.distill_release`: post-processing)."""
+        small = distill_release(release, int(self.images_per_class), iterations=iterations, seed=self.seed or 0,
+                                blocks_per_step=2 if self.start == "random-conv" else None, device=self.device)
+        x = encoder.encode(small.x)[0] if encoder is not None else small.x
+        return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self.dtype))
+
+    def _rehearse_start(self, parts, engine: PrivacyEngine, n_records: int, dataset: str) -> None:
+        """Run the start's post-processing once on a public placeholder release (a zero embedding with the real
+        release's spec, facts and carried tensors), before the charge: whatever would fail after the release
+        (rebuilding a table's encoder from the release, distillation's checks, encoding the distilled rows) fails
+        here, with nothing read from the private data and nothing charged (issue 45, item 5)."""
+        fmap, encoder, facts, prior = parts
+        engine.multiplier(START_RELEASE)                 # the start's release is in the plan
+        n_classes = int(self.n_classes)
+        placeholder = Release({"embedding": torch.zeros(fmap.out_dim, n_classes, dtype=torch.float64), **prior},
+                              fmap.spec(), {"name": dataset, "n_records": n_records, "n_classes": n_classes,
+                                            "conditional": True, **facts}, Ledger())
+        self._distil_start(placeholder, encoder, iterations=1)
+
+    def _private_start(self, engine: PrivacyEngine, X, y, parts, dataset: str) -> torch.Tensor:
+        """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
+        class-conditional mean embedding under :meth:`_start_map` (:func:`~mmdsynth.embedding.release_mean_embedding`,
+        the release every kernel method makes; a table's release carries the schema / sketch tensors its encoder is
+        rebuilt from), then ``images_per_class`` records per class distilled from it (:meth:`_distil_start`)."""
+        fmap, encoder, facts, prior = parts
+        release = release_mean_embedding(
+            fmap, X, None if encoder is not None else y, n_classes=int(self.n_classes), engine=engine,
+            dataset=dataset, encoder=encoder, public_facts=facts, prior_tensors=prior)
+        return self._distil_start(release, encoder, START_ITERATIONS)
+
+    def _encode(self, X, y, table_state, n_records: int) -> tuple:
+        """The records and labels as arrays (a table through its prepared encoder), with the input-domain checks
+        (finite numbers, labels in 0..n_classes-1): run before the charge, so a refusal charges nothing."""
+        if table_state is not None:
+            return table_state[0].encode(X)
+        return check_features(X), check_labels(y, n_records, n_classes=int(self.n_classes))
+
+    def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
+        """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
+        one-shot releases a table needs (``shares``: name -> share; each at 1/sqrt(share) times the
+        steps' noise multiplier), all in one plan; and the one-shot releases' multipliers by name."""
+        steps = math.ceil(self.epochs * n_records / self.batch_size)
+        mults = {k: 1 / float(v) ** 0.5 for k, v in (shares or {}).items()}
+        return PrivacyPlan(tuple(mults.values()), sample_rate=self.batch_size / n_records, steps=steps,
+                           neighbouring=self.neighbouring), mults
+
+    # -- fit ------------------------------------------------------------------------------
+    def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
+            budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
+            privacy_unit: str = PRIVACY_UNIT, public_init=None):
+        """Learn the support set with DP-SGD. Images/arrays: ``fit(X, y)`` with ``n_classes``;
+        tables: ``fit(df, label=..., schema=...)``. ``out``: folder for checkpoints and the
+        result; ``resume=True`` continues an interrupted run there (its calibration and ledger
+        are reused; nothing is charged again). ``public_init``: a PUBLIC starting support set
+        (images_per_class * n_classes records in the data's scale, ordered class by class)
+        instead of N(0, I) noise; it is not charged, so it must not come from the private data.
+        Returns self."""
+        if self.device is None:            # the CLI's default: a GPU when one is visible
+            self.device = str(default_device())
+        out = Path(out) if out is not None else None
+        if out is not None and (out / "release" / META_FILE).exists():
+            raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
+        ckpt = out is not None and (out / CKPT_META).exists()
+        if ckpt and not resume:
+            raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True to "
+                                f"continue it, or use a new folder.")
+        if resume and not ckpt:
+            raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
+        state, encoded = None, None
+        if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
+            state = _KIPState.load(out, self.device)
+            self.__dict__.update({k: v for k, v in state.model_params.items() if k not in ("progress", "device")})
+        table = isinstance(X, pd.DataFrame)
+        shares = {}
+        if table:
+            schema = _as_schema(schema, label)
+            self.n_classes = schema.n_classes
+            shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
+                                  numeric_share=self.numeric_share)
+            n_records = len(X)
+        else:
+            shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
+        self._validate(n_records)
+        if self.start is None:          # the default: the private pixels start, or the public set when one is given
+            self.start = "noise" if public_init is not None else DEFAULT_START
+        if self.start != "noise":
+            if public_init is not None:
+                raise InvalidParameterError(
+                    f"public_init and start={self.start!r} both give the starting support set: pass start='noise' "
+                    f"with a public set (it then replaces the noise), or leave public_init out.")
+            if self.start == "random-conv" and (table or len(shape) != 3):   # before calibration and the charge
+                raise InvalidParameterError(
+                    f"start='random-conv' takes images (channels, height, width); the records are "
+                    f"{'table rows' if table else f'of shape {list(shape)}'}: use start='pixels'.")
+            shares[START_RELEASE] = self.start_share
+        plan, mults = self.plan(n_records, shares)
+        if state is not None:
+            entry = state.entry
+            if entry.n_records != n_records or entry.plan != plan.to_dict():
+                raise ArtifactError(f"the checkpoint in {out} was calibrated for {entry.n_records} records and plan "
+                                    f"{entry.plan}; the data given now has {n_records} records. Resume with the "
+                                    f"same data.")
+        else:
+            # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
+            # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
+            engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
+                                   budget=budget, noise_seed=self.noise_seed, sampler_seed=self.sampler_seed,
+                                   dataset=dataset, privacy_unit=privacy_unit, private=self.private,
+                                   reserved_delta=reserved_delta(schema, self.delta) if table else 0.0)
+            table_state = prepare_table(engine, X, as_source(X), schema) if table else None   # private releases
+            if table:
+                shape = [table_state[0].dim]
+            description = (f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD on the KRR loss: "
+                           f"{plan.describe()}, clip {self.clip:g}; start: {self._start_words(public_init)}")
+            # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
+            # records' input domain, and the private start's post-processing rehearsed on a placeholder
+            start_x = self._public_start(public_init, shape) if self.start == "noise" else None
+            encoded = self._encode(X, y, table_state, n_records)
+            if self.start != "noise":
+                parts = self._start_parts(shape, table_state)
+                self._rehearse_start(parts, engine, n_records, dataset)
+                engine.charge(description)          # the whole plan, before the start's release reads a record
+                start_x = self._private_start(engine, X, y, parts, dataset)
+            entry = engine.declare_dpsgd(
+                clip=self.clip, n_records=n_records, description=description,
+                assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
+                         "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
+                                        "moves the sum by <= 2 clip (the accountant's replace-one relation: "
+                                        "mixtures at +-clip)" if self.neighbouring == "replace_one" else
+                                        "clip: one record zeroed out (replaced by a null record that adds "
+                                        "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
+                                        "so the add/remove accounting holds for zero-out neighbours only, not for "
+                                        "adding or removing a record",
+                         "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N"},
+                notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
+                       "after private steps) until it is resumed and finishes; delete it or resume it, never "
+                       "publish it",))
+            state = _KIPState.start(self, shape, engine, start_x, table_state)
+            engine.charge(entry.description)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                state.save(out)
+        encoder, prior, table_facts = state.table or (None, {}, {})
+        if encoder is not None:
+            shape = [encoder.dim]
+        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
+                 "record_shape": shape, "method": self.method, **table_facts, **(public_facts or {})}
+        # ---- private data from here on, through private_gradient only -----------------------
+        Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
+        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
+        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes)).to(self.device)
+        self._train(state, x_all, y_all, plan, out)
+        # ---- end of private data -----------------------------------------------------------------
+        self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
+                                self.kernel.spec(), facts, state.engine.ledger,
+                                extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
+        if out is not None:
+            self.save(out)
+            remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
+        return self
+
+    def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
+        kernel, n = self.kernel, x_all.shape[0]
+        y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype).to(state.x.device)
+        bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step",
+                   **progress_rate())
+        observe = getattr(self, "_observer", None)     # the audit's attacker: sees every iterate
+        if observe is not None:
+            observe(state.x.detach().clone())
+        while state.step < plan.steps:
+            idx = state.engine.sample(n).to(x_all.device)
+            if self.private:
+                g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
+                                     engine=state.engine, expected_batch=plan.sample_rate * n)
+            else:
+                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip)
+                     / max(len(idx), 1)).to(state.x.dtype)
+            state.optimizer.zero_grad(set_to_none=True)
+            state.x.grad = g
+            state.optimizer.step()
+            state.step += 1
+            if observe is not None:
+                observe(state.x.detach().clone())
+            bar.update(1)
+            if out is not None:
+                state.save(out)
+        bar.close()
+
+    # -- outputs --------------------------------------------------------------------------
+    def _check_fitted(self):
+        if not hasattr(self, "release_"):
+            raise InvalidParameterError("this DPKIP is not fitted; call fit() or mmdsynth.load().")
+
+    @property
+    def encoder_(self) -> TableEncoder | None:
+        """The table encoder of the release (schema, column order, released CDFs); None for images."""
+        return encoder_of(self.release_) if hasattr(self, "release_") else None
+
+    def support(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The support set in the kernel's space (float64) and its integer labels."""
+        self._check_fitted()
+        return self.release_.tensors["support_x"], self.release_.tensors["support_y"].long()
+
+    def sample(self, n: int | None = None, *, seed: int | None = None, **_):
+        """The support set (post-processing of the DP output): images as numpy ``(X, y)`` in
+        the data's scale (not clipped), tables as a DataFrame decoded like the generators'.
+        ``n`` must be None or the support size: a support set is not a generator."""
+        x, y = self.support()
+        if n is not None and int(n) != x.shape[0]:
+            logger.warning("DP-KIP returns its %d support points, not %d samples", x.shape[0], n)
+        data = from_kernel_space(x).numpy()
+        encoder = self.encoder_
+        if encoder is not None:
+            return encoder.decode(data, y.numpy(), categorical="argmax", rng=np.random.default_rng(seed))
+        shape = self.release_.dataset["record_shape"]
+        return data.reshape(-1, *shape).astype(np.float32), y.numpy()
+
+    def krr_accuracy(self, x_test, y_test) -> float:
+        """Accuracy of KRR with the same kernel, support set as training data, on (x_test, y_test)
+        given in the data's scale ([0, 1])."""
+        xs, ys = self.support()
+        x_t = to_kernel_space(torch.as_tensor(np.asarray(x_test, dtype=np.float32))).double()
+        return krr_accuracy(self.kernel, xs, centred_one_hot(ys, int(self.n_classes), torch.float64), x_t,
+                            torch.as_tensor(np.asarray(y_test)).long(), self.reg)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        self._check_fitted()
+        return write_model_folder(directory, self, {})
+
+    @classmethod
+    def _from_folder(cls, directory: Path, meta: dict):
+        return read_model_folder(cls, directory, meta)
+
+
+class _KIPState:
+    """Support set, optimiser, step, the privacy engine (noise, sampler, ledger) and a table's prepared
+    encoder: everything a resume needs."""
+
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, engine: PrivacyEngine, table=None):
+        self.x = x.to(model.device).requires_grad_(True)
+        self.labels = labels
+        self.engine = engine
+        self.table = table                 # (encoder, released tensors, public facts) of a table, or None
+        self.step = 0
+        cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
+        self.optimizer = cls([self.x], lr=model.lr)
+
+    @property
+    def entry(self) -> LedgerEntry:
+        """The DP-SGD entry (declared after a table's releases, so the last)."""
+        return self.engine.entries[-1]
+
+    @classmethod
+    def start(cls, model: DPKIP, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None,
+              table=None) -> "_KIPState":
+        """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
+        labels. ``seed`` fixes only this public start; the sampler and the noise are secret."""
+        seed = model.seed if model.seed is not None else int.from_bytes(os.urandom(7), "little")
+        g = torch.Generator().manual_seed(seed)
+        m = int(model.images_per_class) * int(model.n_classes)
+        dtype = getattr(torch, model.dtype)
+        x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
+        labels = torch.arange(m) // int(model.images_per_class)
+        state = cls(x, labels, model, engine, table)
+        state.model_params = model.get_params()
+        return state
+
+    def save(self, directory: Path) -> None:
+        tensors = {"x": self.x.detach().cpu().contiguous(), "labels": self.labels}
+        sampler, noise = self.engine.sampler.get_state(), self.engine.noise.generator
+        if sampler is not None:                 # a testing-only sampler; the secure one has no state
+            tensors["sampler"] = sampler
+        if noise is not None:
+            tensors["noise_rng"] = noise.get_state()
+        meta = {"step": self.step, "entries": self.engine.ledger.to_list(), "params": self.model_params}
+        if self.table is not None:
+            _, prior, facts = self.table
+            tensors.update({f"table/{k}": v.contiguous() for k, v in prior.items()})
+            meta["table_facts"] = facts
+        save_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, tensors, meta, self.optimizer)
+
+    @classmethod
+    def load(cls, directory: Path, device: str = "cpu") -> "_KIPState":
+        t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
+        meta["params"].setdefault("neighbouring", "add_remove")     # checkpoints written before replace-one
+        meta["params"].setdefault("start", "noise")                 # checkpoints written before the private starts
+        model = DPKIP(**{**meta["params"], "device": device})
+        entries = [LedgerEntry.from_dict(e) for e in meta.get("entries", [meta.get("entry")])]
+        engine = PrivacyEngine.resume(entries, noise_seed=model.noise_seed, sampler_seed=model.sampler_seed)
+        table = None
+        if "table_facts" in meta:           # the table's releases were made before the first step: reuse them
+            prior = {k[len("table/"):]: v for k, v in t.items() if k.startswith("table/")}
+            facts = meta["table_facts"]
+            table = (encoder_from(facts, prior), prior, facts)
+        state = cls(t["x"].clone(), t["labels"], model, engine, table)
+        state.model_params = meta["params"]
+        engine.sampler.set_state(t.get("sampler"))
+        if "noise_rng" in t and engine.noise.generator is not None:
+            engine.noise.generator.set_state(t["noise_rng"])
+        restore_optimizer(state.optimizer, t, meta)
+        state.step = int(meta["step"])
+        return state

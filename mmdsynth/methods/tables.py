@@ -1,0 +1,119 @@
+"""Table preparation shared by every method that takes tables: the releases a table needs before its
+records can be encoded (private schema inference, the numeric sketch of the quantile encoding), and
+the encoder rebuilt from a release.
+
+A method declares the table's releases in its plan (:func:`table_shares`), lets its
+:class:`~mmdsynth.privacy.engine.PrivacyEngine` calibrate the whole plan, then calls
+:func:`prepare_table`, which reads the private table only through the two data-touching functions
+(:func:`~mmdsynth.data.private_schema.release_schema_statistics`,
+:func:`~mmdsynth.data.numeric_sketch.release_numeric_sketch`), each noised by the engine, and returns
+the encoder built from their noisy output (post-processing).
+"""
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+
+from ..data.encoding import TableEncoder
+from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
+from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
+                                   release_schema_statistics, require_complete)
+from ..data.schema import Schema
+from ..errors import InvalidParameterError
+
+NUMERIC_ENCODINGS = ("quantile", "minmax")
+
+
+def table_shares(schema: Schema, *, schema_share: float | None, numeric_encoding: str,
+                 numeric_share: float | None) -> dict[str, float]:
+    """The Gaussian releases a table adds to a plan before its records can be encoded, by their share
+    of the privacy: ``schema`` when the schema leaves out bounds or categories (refused without
+    ``schema_share``, naming the columns), ``numeric_sketch`` for quantile-encoded numeric columns."""
+    if numeric_encoding not in NUMERIC_ENCODINGS:
+        raise InvalidParameterError(f"numeric_encoding must be one of {NUMERIC_ENCODINGS}; got {numeric_encoding!r}.")
+    todo = SchemaInference.of(schema)
+    if todo and schema_share is None:
+        require_complete(schema)                 # raises, naming the columns and the fixes
+    shares = {}
+    if todo:
+        shares["schema"] = float(schema_share)
+    if numeric_encoding == "quantile" and schema.numeric and numeric_share:
+        shares["numeric_sketch"] = float(numeric_share)
+    return shares
+
+
+def check_shares(**shares) -> None:
+    """Each named share of the privacy is a number in (0, 1) or None (not released)."""
+    for name, v in shares.items():
+        if v is not None and not (isinstance(v, (int, float)) and 0 < float(v) < 1):
+            raise InvalidParameterError(f"{name} must be a number in (0, 1) (a share of the privacy) or None; "
+                                        f"got {v!r} (try 0.1).")
+
+
+def reserved_delta(schema: Schema, delta: float) -> float:
+    """The part of delta that private schema inference's category thresholds use (0 without them)."""
+    return SchemaInference.of(schema).threshold_delta(delta)
+
+
+def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, dict, dict]:
+    """Release what the plan of ``engine`` declared for this table (``"schema"``, ``"numeric_sketch"``)
+    and build the encoder from it: (encoder, tensors to save in the release, public facts).
+    ``data``: the DataFrame or :class:`~mmdsynth.data.ShardedTable` (its column names are public);
+    ``source``: its :class:`~mmdsynth.engines.Source`."""
+    todo = SchemaInference.of(schema)
+    if todo:
+        std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
+        tau = todo.category_threshold(std, engine.delta) if todo.categorical else None
+        warn_if_noise_swamps(source.n_records, std, tau, bool(todo.numeric))
+        stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
+                                          todo, engine, tau, todo.threshold_delta(engine.delta))
+        schema = complete_schema(schema, stats, std, tau)
+        del stats
+    counts, facts, maps = {}, {}, None
+    if "numeric_sketch" in engine.multipliers:
+        sketch = NumericSketch.of(schema)        # public cells from the (declared or inferred) bounds
+        std = engine.sigma * engine.multiplier("numeric_sketch") * sketch.sensitivity
+        cells = max_cells(source.n_records, std)  # public: m and sigma
+        sketch = sketch.limited(cells)
+        counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
+        facts["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
+        maps = sketch.cdfs(counts, std)
+    encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
+    facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
+    return encoder, {SKETCH_PREFIX + name: c for name, c in counts.items()}, facts
+
+
+def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -> None:
+    """Say, with the numbers, when schema inference's noise is too large for the table (public facts
+    only: m, the noise std and the threshold, before any row is read): a numeric bin must hold
+    NUMERIC_THRESHOLD_SIGMAS std, a category ``tau`` rows, to be told from the noise; when that is
+    more than a quarter of the rows, the inferred bounds and categories are mostly noise."""
+    need = max(NUMERIC_THRESHOLD_SIGMAS * std if numeric else 0.0, tau or 0.0)
+    if need > m / 4:
+        warnings.warn(
+            f"schema inference on {m} rows with noise std {std:.3g} per count: a numeric bin or a category needs "
+            f"about {need:.0f} rows to be told from the noise, more than a quarter of the table, so the inferred "
+            f"bounds and categories will mostly be noise. Declare them in the schema, give the inference a larger "
+            f"share (schema_share / --infer-schema), or use more rows.", UserWarning, stacklevel=3)
+
+
+def encoder_of(release) -> TableEncoder | None:
+    """The table encoder of a release (see :func:`encoder_from`)."""
+    return encoder_from(release.dataset, release.tensors)
+
+
+def encoder_from(facts: dict, tensors: dict) -> TableEncoder | None:
+    """The table encoder from a release's public facts and tensors: its schema and column order, and
+    with quantile encoding the numeric columns' CDFs, rebuilt from the released noisy counts
+    (post-processing). None for images."""
+    table = facts.get("table")
+    if not table:
+        return None
+    encoder = TableEncoder.from_dict(table)
+    sketch = facts.get("numeric_sketch")
+    if sketch is None:
+        return encoder
+    counts = {k[len(SKETCH_PREFIX):]: v for k, v in tensors.items() if k.startswith(SKETCH_PREFIX)}
+    return TableEncoder(encoder.schema, encoder.columns,
+                        NumericSketch.of(encoder.schema).limited(sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))

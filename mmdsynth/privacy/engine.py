@@ -1,0 +1,198 @@
+"""The privacy engine: the one path from a declared plan to noisy tensors, ledger entries and a charge.
+
+A method (or a release function) declares what it will release before any private row is read:
+the releases of one plan by name, each with its noise multiplier relative to one base sigma
+(``multipliers``, e.g. ``{"embedding": 1, "proxy": 10, "class_proportions": 3.2}``), and/or a
+DP-SGD schedule (the plan's sample rate and steps). :class:`PrivacyEngine` then
+
+1. calibrates the base sigma for the whole plan (the only caller of
+   :func:`~mmdsynth.privacy.calibration.calibrate_sigma` outside the calculator commands) and checks
+   the budget file, at construction, so nothing private can have been read yet;
+2. draws every random choice that touches private data from one secure source: the Gaussian noise
+   (:class:`~mmdsynth.privacy.mechanisms.NoiseSource`) and which records a DP-SGD step reads
+   (:class:`~mmdsynth.privacy.sampling.PoissonSampler`);
+3. applies the Gaussian mechanism to each statistic the data-touching functions hand it
+   (:meth:`gaussian`, :meth:`noisy_step`): the only caller of
+   :func:`~mmdsynth.privacy.mechanisms.gaussian_mechanism` on private data;
+4. builds every ledger entry (the only place that constructs :class:`LedgerEntry`), all sharing
+   one budget id, with one neighbouring relation (replace-one unless a DP-SGD plan asks for
+   add/remove by name: then every entry of the plan also records the replace-one epsilon of the same
+   sigma, since the sums are divided by the public m and the add/remove figure holds only for zero-out
+   neighbours, :data:`~mmdsynth.privacy.ledger.ZERO_OUT`);
+5. charges the budget once (:meth:`charge`).
+
+The sums themselves are computed where the data lives by the data-touching functions
+(:func:`~mmdsynth.embedding.release_mean_embedding`, the schema statistics, the numeric sketch, the
+DP-MEPF proxy, the DP-SGD clipped sum), each on its :class:`~mmdsynth.engines.Source` (memory,
+stream, Ray), and handed to the engine as exact statistics with their declared sensitivity.
+"""
+from __future__ import annotations
+
+import math
+import uuid
+
+import torch
+
+from ..errors import InvalidParameterError
+from ..validation import check_delta, check_epsilon
+from .budget import BudgetFile
+from .calibration import PrivacyPlan, calibrate_sigma, replace_one_epsilon
+from .ledger import PRIVACY_UNIT, Ledger, LedgerEntry
+from .mechanisms import NoiseSource, gaussian_mechanism
+from .sampling import PoissonSampler
+
+NON_PRIVATE = "none (NON-PRIVATE: no noise, benchmark only)"
+
+
+class PrivacyEngine:
+    """One plan, calibrated once; every release of it noised, recorded and charged here.
+
+    ``multipliers``: the plan's one-shot releases by name (their noise multiple of the base sigma);
+    ``reserved_delta``: delta kept out of the calibration for a release that is not Gaussian
+    (schema inference's thresholds); ``epsilon=math.inf`` with ``private=False`` is the
+    non-private baseline of a benchmark (no noise, the ledger says so). ``noise_seed`` and
+    ``sampler_seed`` fix the noise and the DP-SGD sample for tests only; each ledger entry says so.
+    """
+
+    def __init__(self, epsilon: float, delta: float, plan: PrivacyPlan, *, multipliers: dict | None = None,
+                 accountant: str = "pld", budget: BudgetFile | None = None, noise_seed: int | None = None,
+                 sampler_seed: int | None = None, dataset: str = "", privacy_unit: str = PRIVACY_UNIT,
+                 reserved_delta: float = 0.0, private: bool = True, sigma: float | None = None):
+        self.private = bool(private)
+        given = sigma is not None        # restored from a ledger entry, or a test's fixed sigma
+        self.epsilon = float(check_epsilon(epsilon)) if self.private and not given else float(epsilon)
+        self.delta = float(check_delta(delta))
+        self.plan, self.accountant = plan, accountant
+        self.multipliers = dict(multipliers or {})
+        if sorted(float(v) for v in self.multipliers.values()) != sorted(plan.multipliers):
+            raise InvalidParameterError(f"the plan's releases {self.multipliers} must be exactly its multipliers "
+                                        f"{list(plan.multipliers)}; build both with compose_plan().")
+        if sigma is not None:           # an engine restored from a ledger entry, or a test's fixed sigma
+            self.sigma = float(sigma)
+        else:
+            self.sigma = calibrate_sigma(self.epsilon, self.delta - reserved_delta, plan, accountant) \
+                if self.private else 0.0
+        self.reserved_delta = float(reserved_delta)
+        self._replace_one_epsilon = None
+        self.budget = budget
+        if budget is not None:
+            budget.check(self.epsilon, self.delta)
+        self.noise = NoiseSource(noise_seed)
+        self.sampler = PoissonSampler(sampler_seed) if plan.subsampled else None
+        self.dataset, self.privacy_unit = dataset, privacy_unit
+        self.budget_id = uuid.uuid4().hex
+        self.entries: list[LedgerEntry] = []
+        self.charged = False
+
+    # -- constructors for what is not a fresh plan ---------------------------------------------------
+    @classmethod
+    def resume(cls, entries, *, noise_seed: int | None = None, sampler_seed: int | None = None) -> "PrivacyEngine":
+        """The engine of an interrupted DP-SGD run, from its ledger entries (the DP-SGD entry last,
+        after any one-shot releases of the same plan): the calibration and the charge were made when
+        it started; nothing is calibrated, checked or charged again."""
+        entries = [entries] if isinstance(entries, LedgerEntry) else list(entries)
+        entry = entries[-1]
+        plan = PrivacyPlan(tuple(entry.plan.get("multipliers", ())), entry.plan["sample_rate"], entry.plan["steps"],
+                           entry.plan.get("neighbouring", entry.neighbouring))
+        private = entry.mechanism != NON_PRIVATE
+        eng = cls(entry.epsilon, entry.delta, plan, accountant=entry.accountant, noise_seed=noise_seed,
+                  sampler_seed=sampler_seed, dataset=entry.dataset, privacy_unit=entry.privacy_unit,
+                  private=private, sigma=entry.noise_multiplier,
+                  multipliers={f"release{i}": m for i, m in enumerate(entry.plan.get("multipliers", ()))})
+        eng.budget_id, eng.entries, eng.charged = entry.budget_id, entries, True
+        return eng
+
+    @classmethod
+    def with_sigma(cls, sigma: float, *, noise_seed: int | None = None, sampler_seed: int | None = None,
+                   plan: PrivacyPlan | None = None, multipliers: dict | None = None,
+                   delta: float = 1e-5) -> "PrivacyEngine":
+        """An engine at a given base sigma (worst-case-neighbour tests and audits that fix the noise
+        level): its entries record the epsilon that sigma buys for ``plan`` at ``delta``."""
+        from .calibration import epsilon_for_sigma
+
+        plan = plan or PrivacyPlan((1.0,))
+        multipliers = multipliers or {f"release{i}": m for i, m in enumerate(plan.multipliers)}
+        eps = epsilon_for_sigma(sigma, delta, plan) if sigma >= 0.05 else math.inf   # ~noise-free test reads
+        return cls(eps, delta, plan, multipliers=multipliers, noise_seed=noise_seed, sampler_seed=sampler_seed,
+                   sigma=sigma)
+
+    @property
+    def replace_one_epsilon(self) -> float | None:
+        """For a plan accounted add/remove (which holds for zero-out neighbours only, m public): the epsilon its
+        sigma gives under replace-one neighbours, at the delta it was calibrated for (same plan, same sampling
+        rate and steps, the accountant's replace-one relation; PLD, as RDP has no replace-one subsampling). None
+        for replace-one plans and the non-private baseline. Computed once, when the first entry is recorded."""
+        if not (self.private and self.plan.subsampled and self.plan.neighbouring == "add_remove"):
+            return None
+        if self._replace_one_epsilon is None:
+            self._replace_one_epsilon = replace_one_epsilon(self.sigma, self.delta - self.reserved_delta, self.plan)
+        return self._replace_one_epsilon
+
+    # -- releases ------------------------------------------------------------------------------------
+    def multiplier(self, name: str) -> float:
+        """The noise multiple of release ``name`` in this plan (refused if it was not declared)."""
+        if name not in self.multipliers:
+            raise InvalidParameterError(f"release {name!r} is not in the plan {sorted(self.multipliers)}: every "
+                                        f"release must be declared before calibration (compose_plan()).")
+        return self.multipliers[name]
+
+    def gaussian(self, name: str, values, sensitivity: float, *, description: str, assumed: dict,
+                 n_records: int, computation: dict | None = None):
+        """Noise a statistic (a tensor, or a dict of tensors released together at one sensitivity)
+        with the Gaussian mechanism at this release's share of the plan, and record its ledger entry (the
+        non-private baseline, ``private=False``: the statistic itself, recorded as non-private)."""
+        s = self.sigma * self.multiplier(name) if self.private else 0.0
+
+        def release(v):
+            v = torch.as_tensor(v)
+            if not self.private:
+                return v.detach().to(device="cpu", dtype=torch.float64)
+            return gaussian_mechanism(v, sensitivity, s, self.noise)
+        noisy = {k: release(v) for k, v in values.items()} if isinstance(values, dict) else release(values)
+        self._record("gaussian" if self.private else NON_PRIVATE, description, s, sensitivity, assumed, n_records,
+                     computation)
+        return noisy
+
+    def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
+                      notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
+        """Record the entry of the plan's subsampled steps (before the first): every step's noise is
+        :meth:`noisy_step`, every step's records :meth:`sample`. ``mechanism`` names them in the ledger
+        ("dp-sgd"; a subsampled release of sums: "subsampled-gaussian")."""
+        if not self.plan.subsampled:
+            raise InvalidParameterError("declare_dpsgd needs a plan with sample_rate and steps.")
+        return self._record(mechanism if self.private else NON_PRIVATE, description, self.sigma, clip, assumed,
+                            n_records, None, notes=notes, relation=self.plan.neighbouring,
+                            sampler=self.sampler.policy)
+
+    def sample(self, n: int) -> torch.Tensor:
+        """The records one DP-SGD step reads: Poisson at the plan's rate, from the secret sampler."""
+        return self.sampler.sample(n, self.plan.sample_rate)
+
+    def noisy_step(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
+        """One DP-SGD step's clipped sum plus N(0, (sigma C)^2 I) (the sum itself: non-private run)."""
+        if not self.private:
+            return clipped_sum.detach().to(dtype=torch.float64)
+        return gaussian_mechanism(clipped_sum, clip, self.sigma, self.noise)
+
+    def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
+                *, notes: tuple = (), relation: str = "replace_one", sampler: str = "") -> LedgerEntry:
+        entry = LedgerEntry(
+            mechanism=mechanism, description=description, epsilon=self.epsilon, delta=self.delta,
+            noise_multiplier=float(noise_multiplier), sensitivity=float(sensitivity), accountant=self.accountant,
+            plan=self.plan.to_dict(), noise_source=self.noise.policy, dataset=self.dataset,
+            n_records=None if n_records is None else int(n_records), neighbouring=relation,
+            privacy_unit=self.privacy_unit, assumed=dict(assumed), computation=dict(computation or {}),
+            budget_id=self.budget_id, sampler=sampler, notes=tuple(notes), replace_one_epsilon=self.replace_one_epsilon)
+        self.entries.append(entry)
+        return entry
+
+    # -- the end of a plan ---------------------------------------------------------------------------------
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(tuple(self.entries))
+
+    def charge(self, what: str) -> None:
+        """Charge the budget file once for the whole plan (later calls do nothing)."""
+        if self.budget is not None and not self.charged:
+            self.budget.charge(self.epsilon, self.delta, what, self.budget_id)
+        self.charged = True
