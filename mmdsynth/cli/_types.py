@@ -13,3 +13,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"takes a whole number >= 1; got {text!r}")
     return value
+
+
+def existing_path(text: str) -> str:
+    """A file or folder that exists (checked before the command imports anything heavy)."""
+    from pathlib import Path
+
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"no file or folder {text!r}; give the folder `mmdsynth fit` wrote (--out)")
+    return text

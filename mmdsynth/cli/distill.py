@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 from ._common import release_folder
+from ._types import existing_path
 
 
 def cmd_distill(args) -> int:
@@ -50,7 +51,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        description="Learn K images (or table rows) per class whose class-conditional feature means "
                                    "match a release that `mmdsynth fit` already made. Post-processing: no private data "
                                    "is read and no budget is spent; re-run it with other K or settings for free.")
-    s.add_argument("run", help="a model folder written by `mmdsynth fit` (or its release/ folder)")
+    s.add_argument("run", type=existing_path, help="a model folder written by `mmdsynth fit` (or its release/ folder)")
     s.add_argument("--images-per-class", "--rows-per-class", dest="per_class", type=int, required=True, metavar="K",
                    help="records learned per class (e.g. 10)")
     s.add_argument("--out", required=True, help="FILE.npz (images: x in [0, 1], y, and the ledger) or FILE.csv / "

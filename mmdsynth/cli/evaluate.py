@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
-from ._types import positive_int
+from ._types import existing_path, positive_int
 
 
 def cmd_evaluate(args) -> int:
@@ -166,7 +166,7 @@ def _result_header(model, n: int) -> dict:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="classifiers trained on synthetic data, tested on the real test split")
-    s.add_argument("model", help="model folder written by `mmdsynth fit`, or a set.npz written by `mmdsynth distill`")
+    s.add_argument("model", type=existing_path, help="model folder written by `mmdsynth fit`, or a set.npz written by `mmdsynth distill`")
     s.add_argument("--json", action="store_true", help="print the whole result as one JSON object (for scripts) "
                    "instead of the summary; MODEL/evaluation.json holds it either way")
     s.add_argument("--n", type=positive_int, default=None, help="synthetic training samples (default 6000 images with "

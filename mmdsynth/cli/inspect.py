@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..privacy.ledger import replace_one_words, zero_out_plan
 from ._common import release_folder
+from ._types import existing_path
 
 def cmd_inspect(args) -> int:
     from ..release import Release
@@ -96,7 +97,7 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("inspect", help="summarise a release: what it spent, with which noise")
-    s.add_argument("path", help="a release folder (or a folder holding release/)")
+    s.add_argument("path", type=existing_path, help="a release folder (or a folder holding release/)")
     s.add_argument("--json", action="store_true", help="print the dataset facts, feature spec, ledger and tensor "
                    "shapes as one JSON object (for scripts)")
     s.add_argument("--ledger", action="store_true", help="print every field of every ledger entry (the default is a "

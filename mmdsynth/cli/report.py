@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InvalidParameterError
+from ._types import existing_path
 
 
 def cmd_report(args) -> int:
@@ -27,7 +28,7 @@ def cmd_report(args) -> int:
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="one self-contained HTML file: marginals, dependence heatmaps, utility, "
                        "the privacy ledger in words (tables), or the sample grid (images)")
-    s.add_argument("model", help="model folder written by `mmdsynth fit` (run `mmdsynth evaluate` first for the "
+    s.add_argument("model", type=existing_path, help="model folder written by `mmdsynth fit` (run `mmdsynth evaluate` first for the "
                    "utility table)")
     s.add_argument("--test", help="tables fitted with --csv: real rows to compare against (same schema)")
     s.add_argument("--out", default=None, help="HTML file (default MODEL/report.html)")

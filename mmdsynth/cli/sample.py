@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
-from ._types import positive_int
+from ._types import existing_path, positive_int
 
 
 def cmd_sample(args) -> int:
@@ -61,7 +61,7 @@ def _sample_to_db(args) -> int:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
-    s.add_argument("model", help="model folder written by `mmdsynth fit`")
+    s.add_argument("model", type=existing_path, help="model folder written by `mmdsynth fit`")
     s.add_argument("--n", type=positive_int, required=True, help="how many records (a DP-KIP support set has a fixed size "
                    "and writes all of its points)")
     s.add_argument("--out", help="FILE.npz with arrays x and y (images), FILE.csv or FILE.parquet (tables)")

@@ -37,8 +37,10 @@ CASES = [  # (argv, first words of the one-line message)
       "--epsilon", "1", "--out", "{d}/o"], "mmdsynth: error: numeric column 'amount': bounds [0, 1e+304] span 1e+304"),
     (FIT + ["--csv", "{d}/train.csv", "--conditional", "false", "--out", "{d}/o"],   # was dropped: now applied, so refused
      "mmdsynth: error: tables are modelled class-conditionally: use conditional=True"),
-    (["evaluate", "{d}/o", "--n", "0"], "mmdsynth evaluate: error: argument --n: takes a whole number >= 1; got '0'"),
-    (["sample", "{d}/o", "--n", "-3"], "mmdsynth sample: error: argument --n: takes a whole number >= 1; got '-3'"),
+    (["evaluate", "{d}", "--n", "0"], "mmdsynth evaluate: error: argument --n: takes a whole number >= 1; got '0'"),
+    (["sample", "{d}", "--n", "-3"], "mmdsynth sample: error: argument --n: takes a whole number >= 1; got '-3'"),
+    (["sample", "{d}/o", "--n", "5"], "mmdsynth sample: error: argument model: no file or folder '{d}/o'"),
+    (["inspect", "{d}/o"], "mmdsynth inspect: error: argument path: no file or folder '{d}/o'"),
     (["budget", "--epsilon", "1e4", "--delta", "1e-5"], "mmdsynth: error: --epsilon 10000 is above 1000"),
 ]
 
