@@ -417,6 +417,16 @@ class _DPSGDFitTarget:
         e = model.release_.ledger.entries[0]
         return proj.numpy(), f"{e.noise_source}; records per step: {e.sampler}"
 
+    def power(self, claim: float, delta: float, trials: int, alpha: float) -> tuple[float, str, None]:
+        """No power statement: each step reads a secret Poisson sample, so the statistic is a mixture, and the
+        Gaussian-shaped bound of the one-shot targets (:func:`detectable_epsilon`) would promise power this
+        audit has not been shown to have (issue 45: the sampled release passed noise/4 while it promised 3.79).
+        Said in the output instead of a number."""
+        q = self.plan_dict["sample_rate"]
+        return math.inf, (f"not stated: every step reads a secret Poisson sample (q={q:g}), so the per-step "
+                          f"statistic is a mixture and the Gaussian-shaped bound of the one-shot targets does not "
+                          f"say what {trials} trials can catch; this target's own power has not been simulated"), None
+
     def optimal(self, gap: float) -> float:
         from .privacy.calibration import PrivacyPlan, epsilon_for_sigma
 
