@@ -45,7 +45,7 @@ def _png(fig) -> str:
 
 def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    fig, ax = plt.subplots(figsize=(3.6, 2.7))           # three to a row of the page
     if kind == "numeric":
         r, s = np.asarray(real, float), np.asarray(synth, float)
         r, s = r[~np.isnan(r)], s[~np.isnan(s)]             # present values (missing rates: the table)
@@ -55,7 +55,7 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         bins = np.linspace(lo, hi, 31)
         ax.hist(np.clip(r, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="real")
         ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
-        ax.set_xlabel("value (1st-99th percentile of real; outside clipped to the edges)", fontsize=8)
+        ax.set_xlabel("value (real 1st-99th percentile; tails clipped)", fontsize=7)
     else:
         cats = [str(c) for c in categories] + ([MISSING] if real.isna().any() or synth.isna().any() else [])
         real, synth = real.astype(object).fillna(MISSING), synth.astype(object).fillna(MISSING)
@@ -66,28 +66,57 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         ax.bar(x - 0.2, p[top], 0.4, label="real")
         ax.bar(x + 0.2, q[top], 0.4, label="synthetic")
         ax.set_xticks(x, [t if len(t) <= 20 else t[:19] + "…" for t in top], rotation=40, ha="right",
-                      rotation_mode="anchor", fontsize=8)
-    ax.set_title(name, fontsize=11)
-    ax.tick_params(labelsize=8)
-    ax.legend(fontsize=8)
+                      rotation_mode="anchor", fontsize=7)
+    ax.set_title(name, fontsize=10)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
     return _png(fig)
+
+
+#: the widest a picture may be (inches at the PNG's 100 dpi) to fit the page's column without scaling
+PAGE_INCHES = 11.0
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 18 else name[:17] + "…"
+
+
+def heatmap_figure(pair: dict):
+    """The three dependence matrices (real, synthetic, difference) as one matplotlib figure at most
+    ``PAGE_INCHES`` wide, sized by the number of columns so that no two tick labels overlap: side by
+    side (one set of row labels) while three panels fit with labels of at least 6.5 pt, else one under
+    the other with labels of 8 pt down to 5 pt, and every k-th column labelled when even 5 pt labels
+    would not fit."""
+    plt = _pyplot()
+    real, synth = np.asarray(pair["real"], float), np.asarray(pair["synthetic"], float)
+    names = [_short(str(c)) for c in pair["columns"]]
+    n = max(len(names), 1)
+    per_pt = 1.5 / 72                                        # inches per column per point of label: a label and a gap
+    label = max((len(c) for c in names), default=4) * 8 * 0.62 / 72 + 0.15    # the longest label at 8 pt
+    row_side = (PAGE_INCHES - label - 1.0) / 3 - 0.15        # three panels, one set of row labels, a colour bar
+    side_by_side = n * 6.5 * per_pt <= row_side
+    widest = row_side if side_by_side else PAGE_INCHES - label - 1.1
+    fs = float(np.clip(widest / (n * per_pt), 5, 8))
+    side = min(max(n * fs * per_pt, 2.6), widest)
+    step = int(np.ceil(n * fs * per_pt / side))              # 1 unless labels must be thinned
+    panels = [("real", real), ("synthetic", synth), ("|real - synthetic|", np.abs(real - synth))]
+    if side_by_side:
+        fig, axes = plt.subplots(1, 3, figsize=(label + 3 * side + 1.2, side + label + 0.5), layout="constrained")
+    else:
+        fig, axes = plt.subplots(3, 1, figsize=(label + side + 1.1, 3 * (side + label + 0.5)), layout="constrained")
+    ticks = list(range(0, len(names), step))
+    tick_names = [names[i] for i in ticks]
+    for i, (ax, (title, m)) in enumerate(zip(axes, panels)):
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(title, fontsize=11)
+        ax.set_xticks(ticks, tick_names, rotation=90, fontsize=fs)
+        ax.set_yticks(ticks, tick_names if (i == 0 or not side_by_side) else [], fontsize=fs)
+    fig.colorbar(im, ax=list(axes), shrink=0.8 if side_by_side else 0.3)
+    return fig
 
 
 def _heatmaps(pair: dict) -> str:
-    plt = _pyplot()
-    real, synth = np.asarray(pair["real"]), np.asarray(pair["synthetic"])
-    cols = pair["columns"]
-    side = min(9.0, max(4.5, 0.32 * len(cols)))          # ~0.3 inch per column: labels stay 8 pt and apart
-    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 1.5, side + 1.2))
-    names = [c if len(c) <= 18 else c[:17] + "…" for c in cols]
-    for ax, (title, m) in zip(axes, [("real", real), ("synthetic", synth), ("|real - synthetic|", np.abs(real - synth))]):
-        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(title, fontsize=12)
-        ticks = range(len(cols)) if len(cols) <= 30 else []
-        ax.set_xticks(ticks, names if ticks else [], rotation=90, fontsize=8)
-        ax.set_yticks(ticks, names if ticks else [], fontsize=8)
-    fig.colorbar(im, ax=axes, shrink=0.8)
-    return _png(fig)
+    return _png(heatmap_figure(pair))
 
 
 def ledger_in_words(release) -> str:
@@ -175,7 +204,8 @@ def _table_sections(model, test, seed: int, n: int) -> str:
         f"<h3>Marginals, real vs synthetic</h3><div class='grid'>{''.join(plots)}</div>"
         f"<table><tr><th>column</th><th>kind</th><th>TV</th><th>W1 / std</th><th>missing rate, real / synthetic</th>"
         f"</tr>{rows}</table>"
-        f"<h3>Pairwise dependence ({html.escape(fid['pairwise']['measure'])})</h3>{_heatmaps(fid['pairwise'])}")
+        f"<h3>Pairwise dependence ({html.escape(fid['pairwise']['measure'])})</h3>"
+        f"<div class='wide'>{_heatmaps(fid['pairwise'])}</div>")
 
 
 def _image_section(model, seed: int) -> str:
@@ -197,9 +227,14 @@ def _image_section(model, seed: int) -> str:
             f"src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>")
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;color:#222}table{border-collapse:collapse;"
-         "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}.grid{display:flex;"
-         "flex-wrap:wrap;gap:6px}h1{font-size:22px}")
+STYLE = ("*{box-sizing:border-box}body{font-family:system-ui,sans-serif;line-height:1.45;max-width:1200px;"
+         "margin:0 auto;padding:24px 40px 48px;color:#222;background:#fff}h1{font-size:24px;margin-top:0}"
+         "h2{font-size:20px;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:4px}h3{font-size:16px}"
+         "p,li{max-width:75em}img{max-width:100%;height:auto}table{border-collapse:collapse;margin:1em 0}"
+         "td,th{border:1px solid #ccc;padding:3px 10px;font-size:13px;text-align:left}"
+         ".grid{display:flex;flex-wrap:wrap;gap:12px}.grid img{flex:0 1 auto}"
+         ".wide{overflow-x:auto}.wide img{max-width:none}"
+         "@media (max-width:700px){body{padding:12px 14px}}")
 
 
 def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:

@@ -71,6 +71,50 @@ def test_report_renders_in_headless_chromium_and_is_not_blank(table_run, capsys,
     non_white = (img < 0.9).any(-1).mean()
     coloured = (np.ptp(img, axis=-1) > 0.2).mean()        # the plots' colours, not only black text
     assert non_white > 0.03 and coloured > 0.005, (non_white, coloured)
+    # the page has margins: nothing is drawn in the outer 24 px on either side
+    assert (img[:, :24] > 0.95).all() and (img[:, -24:] > 0.95).all()
+
+
+def _tick_label_overlaps(fig) -> list[str]:
+    """Pairs of tick labels whose drawn boxes overlap, and labels drawn over another panel."""
+    import itertools
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.images]
+    labels = [(ax, t.get_text(), t.get_window_extent(renderer)) for ax in panels
+              for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text() and t.get_visible()]
+    bad = []
+    for (_, a, box_a), (_, b, box_b) in itertools.combinations(labels, 2):
+        if box_a.overlaps(box_b) and min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 0.5 \
+                and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 0.5:
+            bad.append(f"{a!r} over {b!r}")
+    for ax, a, box in labels:
+        bad += [f"{a!r} over another panel" for other in panels if other is not ax
+                and box.overlaps(other.get_window_extent(renderer))]
+    return bad
+
+
+@pytest.mark.parametrize("n", [4, 15, 40, 179])
+def test_dependence_heatmap_labels_never_overlap_and_fit_the_page(n):
+    """adult's 15 columns drew each panel's row labels over the panel beside it; 30 columns made a 2,850 px
+    wide picture. Now: labels apart at any column count, within the page's width, at least 5 pt."""
+    from matplotlib import pyplot as plt
+
+    from mmdsynth.evaluation.report import PAGE_INCHES, heatmap_figure
+
+    names = [f"a-rather-long-column-name-{i}" if i % 3 == 0 else f"col{i}" for i in range(n)]
+    m = np.random.default_rng(0).random((n, n))
+    fig = heatmap_figure({"columns": names, "real": m, "synthetic": m.T})
+    try:
+        assert _tick_label_overlaps(fig) == []
+        assert fig.get_size_inches()[0] <= PAGE_INCHES + 1e-9
+        sizes = {t.get_fontsize() for ax in fig.axes if ax.images for t in ax.get_xticklabels()}
+        assert min(sizes) >= 5
+        shown = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+        assert len(shown) == n if n <= 60 else len(shown) >= n // 3       # every column named while they fit
+    finally:
+        plt.close(fig)
 
 
 def test_image_model_report_has_the_sample_grid(digits, tmp_path, capsys):
