@@ -81,3 +81,59 @@ def test_a_generated_flag_given_is_applied_false_too(files, capsys, flag, param,
                  "0", "--out", str(out), flag, json.dumps(value) if not isinstance(value, str) else value])
     assert code == 0, capsys.readouterr().err
     assert json.loads((out / "model.json").read_text())["params"][param] == value
+
+
+def test_a_corrupt_release_is_named_corrupt_not_replaced(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "written-by-0.1" / "run", run)
+    text = (run / "release" / "release.json").read_text()
+    (run / "release" / "release.json").write_text(text[: len(text) // 2])          # truncated
+    assert main(["sample", str(run), "--n", "5", "--out", str(tmp_path / "s.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid JSON (truncated or corrupt?)" in err and "replaced" not in err
+    assert not (tmp_path / "s.npz").exists()
+
+
+def test_ctrl_c_after_the_release_says_the_budget_is_spent_and_how_to_resume(files, capsys, monkeypatch):
+    from mmdsynth.methods import base
+
+    def interrupt(self, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(base.KernelGeneratorMethod, "_train", interrupt)
+    out = files / "m"
+    code = main(["fit", "--method", "dp-merf", "--csv", str(files / "toy.csv"), "--schema", str(files / "toy.json"),
+                 "--label", "y", "--epsilon", "1", "--iterations", "2", "--n-features", "50", "-q", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 130 and len(err.splitlines()) == 1
+    assert "after the private release was written" in err and "privacy budget is spent" in err
+    assert f"mmdsynth fit --resume --out {out}" in err
+
+
+def test_log_records_and_warnings_share_one_form(capsys):
+    import logging
+    import warnings
+
+    from mmdsynth.cli import _LineFormatter, _show_warning
+
+    record = logging.LogRecord("mmdsynth.methods.kernel", logging.WARNING, __file__, 1, "pairs left out: %d", (3,), None)
+    assert _LineFormatter().format(record) == "mmdsynth: warning: pairs left out: 3"
+    _show_warning(warnings.WarningMessage("noise swamps", UserWarning, __file__, 1).message, UserWarning, __file__, 1)
+    assert capsys.readouterr().err.strip() == "mmdsynth: warning: noise swamps"
+
+
+def test_dp_hp_defaults_fit_a_table_with_few_encoded_inputs(tmp_path, capsys):
+    import numpy as np
+    import pandas as pd
+
+    g = np.random.default_rng(0)
+    pd.DataFrame({"a": g.random(200), "b": g.choice(["u", "v"], 200), "y": g.choice(["p", "q"], 200)}).to_csv(
+        tmp_path / "t.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"columns": [{"name": "a", "type": "numeric", "bounds": [0, 1]},
+                                                             {"name": "b", "type": "categorical", "categories": ["u", "v"]}],
+                                                 "label": "y", "label_categories": ["p", "q"]}))
+    code = main(["fit", "--method", "dp-hp", "--csv", str(tmp_path / "t.csv"), "--schema", str(tmp_path / "s.json"),
+                 "--label", "y", "--epsilon", "1", "--iterations", "2", "-q", "--out", str(tmp_path / "m")])
+    assert code == 0, capsys.readouterr().err                      # 3 encoded inputs; the table default was 5
