@@ -11,7 +11,7 @@ def cmd_datasets(args) -> int:
     print(f"{'name':<14} {'kind':<6} {'rows (train / test)':<44} local copy")
     for name, info in DATASETS.items():
         where = is_available(name, args.data_dir)
-        print(f"{name:<14} {info.kind:<6} {info.rows:<44} {where or 'not found (see README: Datasets)'}")
+        print(f"{name:<14} {info.kind:<6} {info.rows:<44} {where or 'not found: see docs/datasets.md'}")
     return 0
 
 

@@ -2,7 +2,8 @@
 categories), and which is the label.
 
 A schema is public information. mmdsynth never derives one from private data
-behind the user's back: it comes from the user (a JSON file, see README), or
+behind the user's back: it comes from the user (a JSON file, see the schema section of
+docs/tutorials/tables.md), or
 for the built-in benchmark datasets from the complete published files, which
 are public (``source`` says which).
 """
@@ -275,7 +276,8 @@ class Schema:
         if is_sdv_metadata(d):
             return schema_from_sdv(d)
         if not isinstance(d, dict) or "columns" not in d:
-            raise SchemaError("a schema is a JSON object with a 'columns' list (see the README).")
+            raise SchemaError("a schema is a JSON object with a 'columns' list: see 'The schema' in "
+                              "docs/tutorials/tables.md.")
         return cls([Column.from_dict(c) for c in d["columns"]], d.get("label"),
                    d.get("label_categories"), d.get("source", "user"), d.get("notes", {}), d.get("constraints", []))
 

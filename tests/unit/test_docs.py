@@ -1,10 +1,13 @@
 """The documentation (issue 35): the site builds with `mkdocs build --strict`, and every code block in it and in the
 README runs as written.
 
-Python blocks of a page run in order in one namespace; bash blocks run in the same working folder (lines starting
-with ``$ `` are the commands of a block that shows its output; other blocks are all commands). A block preceded by
-``<!-- illustrative: REASON -->`` is shown, not run (it needs a dataset, a cluster or minutes); the reason must be
-given. ``json`` blocks must parse unless they are marked fragments (``<!-- fragment -->``); ``text`` blocks are output.
+Python blocks of a page run in order in one namespace; bash and console blocks run in the same working folder (lines
+starting with ``$ ``, and the lines their ``\\`` continues, are the commands of a block that shows its output, as a
+``console`` block does; other blocks are all commands). A block preceded by ``<!-- illustrative: REASON -->`` is
+shown, not run (it needs a dataset, a cluster or minutes); the reason must be given. ``json`` blocks must parse unless
+they are marked fragments (``<!-- fragment -->``); ``text`` blocks are output. A block preceded by
+``<!-- file: NAME -->`` is a file the reader writes (a schema, a config): it is written to NAME in the working folder,
+so the commands after it read exactly what the page shows.
 """
 import json
 import os
@@ -20,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md"))
-RUN = {"python", "bash"}
+RUN = {"python", "bash", "console"}          # console: a shell session, ``$ `` commands and their output
 KNOWN = RUN | {"json", "text"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 
@@ -43,10 +46,16 @@ def blocks(path: Path):
 
 
 def commands(code: str) -> list[str]:
-    """A bash block's commands: the ``$ `` lines if it shows output, else every line; ``\\`` joins lines."""
+    """A bash block's commands: the ``$ `` lines if it shows output (with the lines a ``\\`` continues), else every
+    line; ``\\`` joins lines."""
     lines = code.split("\n")
     if any(line.startswith("$ ") for line in lines):
-        lines = [line[2:] for line in lines if line.startswith("$ ")]
+        kept, going_on = [], False
+        for line in lines:
+            if line.startswith("$ ") or going_on:
+                kept.append(line[2:] if line.startswith("$ ") else line)
+                going_on = line.rstrip().endswith("\\")
+        lines = kept
     out, current = [], ""
     for line in lines:
         current += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
@@ -89,11 +98,15 @@ def test_every_code_block_runs(page, tmp_path, monkeypatch, capsys):
             if marker.startswith("<!-- illustrative"):
                 assert re.match(r"<!-- illustrative: \S.+ -->", marker), f"{where}: say why it is illustrative"
                 continue
+            if marker.startswith("<!-- file:"):
+                name = re.match(r"<!-- file: ([\w.-]+) -->", marker)
+                assert name, f"{where}: a file marker reads <!-- file: NAME -->"
+                (tmp_path / name.group(1)).write_text(code + "\n")
             if lang == "json" and marker != "<!-- fragment -->":
                 json.loads(code)
             elif lang == "python":
                 exec(compile(code, where, "exec"), namespace)
-            elif lang == "bash":
+            elif lang in ("bash", "console"):
                 for cmd in commands(code):
                     run_command(cmd, env, where, capsys)
     finally:
@@ -111,6 +124,10 @@ def test_site_builds_strictly(tmp_path):
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
     for command in ("mmdsynth fit", "mmdsynth distill", "mmdsynth evaluate", "--images-per-class", "--ntk-width"):
         assert command in cli, command                     # the reference is generated from the parsers
+    # its help text wraps inside the box instead of being cut off at the edge (issue 46)
+    assert cli.count('class="cli-help') >= 10 and "stylesheets/extra.css" in cli
+    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.cli-help pre > code \{[^}]*white-space: pre-wrap", css)
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "distill_release" in api and "DPNTK" in api and "KernelGeneratorMethod" in api
 
