@@ -56,7 +56,7 @@ def cli_message(message: str) -> str:
         value = m.group(2)
         return CLI_FLAGS[m.group(1)] + ("" if value == "True" else f" {value}")
     message = re.sub(rf"(?<![\w.-])({names})=(True\b|[^\s,;)]+)", flag, message)
-    return re.sub(rf"^({names}) must", lambda m: f"{CLI_FLAGS[m.group(1)]} must", message)
+    return re.sub(rf"^({names}) (must|is required)", lambda m: f"{CLI_FLAGS[m.group(1)]} {m.group(2)}", message)
 
 
 class _LineFormatter(logging.Formatter):
@@ -93,11 +93,22 @@ def _after_release(args) -> str:
             f"Train from it without spending more: mmdsynth fit --resume --out {out}")
 
 
+def _given_method(argv: list[str]) -> str | None:
+    """The value of ``--method`` in ``argv`` (``--method M`` or ``--method=M``), before parsing: `fit --method M
+    --help` shows M's options only."""
+    for i, arg in enumerate(argv):
+        if arg == "--method" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--method="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def _main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "fit" in argv[:3]:                        # fit's method options come from the registered methods
-        add_method_options(parser.fit_parser)
+        add_method_options(parser.fit_parser, method=_given_method(argv))
     args = parser.parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(_LineFormatter())
@@ -106,16 +117,16 @@ def _main(argv=None) -> int:
     warnings.showwarning = _show_warning
     try:
         return args.func(args)
+    except TrainingInterrupted as exc:          # a KeyboardInterrupt too: before the general case
+        where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: mmdsynth fit --resume --out " \
+                f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
+        print(f"mmdsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print(f"mmdsynth: interrupted{_after_release(args)}", file=sys.stderr)
         return 130
     except MmdsynthError as exc:
         print(f"mmdsynth: error: {cli_message(str(exc))}", file=sys.stderr)
         return 2
-    except TrainingInterrupted as exc:
-        where = f"; checkpoint saved in {exc.checkpoint_dir}. Resume with: mmdsynth fit --resume --out " \
-                f"{exc.checkpoint_dir}" if exc.checkpoint_dir is not None else " (nothing saved)"
-        print(f"mmdsynth: interrupted at iteration {exc.iteration}{where}", file=sys.stderr)
-        return 130
     finally:
         warnings.showwarning = previous

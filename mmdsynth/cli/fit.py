@@ -34,19 +34,8 @@ NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "q
 TESTING_ONLY = ("sampler_seed",)
 
 
-FIT_EPILOG = """\
-defaults live in the methods (`mmdsynth fit --method M --help` lists every option with each method's default):
-  --dataset (images): the method's own defaults and its per-dataset settings; --epsilon is required.
-  --dataset (tables): the paper's preset (epsilon 1, delta 1e-5, its iterations and network).
-  --csv (your table){table} (the release-once methods' table defaults; --shards of tables too);
-      numeric columns quantile-encoded with 0.1 of the privacy, class proportions released with 0.1: shares
-      of one (epsilon, delta), not extra charges.
-  A flag that the chosen method does not take is refused by name (exit status 2).
-
-examples:
-  mmdsynth fit --method dp-merf --csv data.csv --schema schema.json --label income --out runs/mine
-  mmdsynth fit --resume --out runs/mine --iterations 4000      # train longer: no data read, no budget spent
-"""
+#: `fit --help`'s epilog: filled by :func:`add_method_options` (the methods, or the chosen one's defaults)
+FIT_EPILOG = "{epilog}"
 
 
 def cmd_fit(args) -> int:
@@ -65,21 +54,17 @@ def cmd_fit(args) -> int:
     _check_out_folder(out, args)
     from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
     if from_folder:
-        data, fit_kwargs, defaults, facts = _resume_inputs(args)
+        data, fit_kwargs, defaults, facts, kind = _resume_inputs(args)
     elif not args.method:
-        raise InvalidParameterError("--method is required (dp-ntk, dp-merf, dp-hp, dp-mepf or dp-kip); only "
-                                    "`fit --resume --out DIR` reads it from the folder.")
+        raise InvalidParameterError(f"--method is required ({', '.join(METHODS)}); only `fit --resume --out DIR` "
+                                    f"reads it from the folder.")
     else:
-        data, fit_kwargs, defaults, facts = _fit_inputs(args)
+        data, fit_kwargs, defaults, facts, kind = _fit_inputs(args)
     cls = METHODS[args.method]
     given = _method_options(args, cls)
-    # defaults hold only what this method takes (its per-kind defaults, a preset, the release's settings);
-    # a flag given overrides them
+    # defaults hold only a preset's settings or the release's; a flag given overrides them; what neither sets
+    # the method resolves for the kind of data, as it does in Python (its kind_defaults)
     params = {**defaults, **given}
-    if params.get("epsilon") is None:
-        raise InvalidParameterError("--epsilon is required (e.g. --epsilon 10); there is no default privacy level "
-                                    "for images.")
-    params.setdefault("delta", 1e-5)
     if args.infer_schema is not None and not args.csv:
         raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
                                     "categories; built-in datasets come with a public schema.")
@@ -87,14 +72,15 @@ def cmd_fit(args) -> int:
            "checkpoint_every": args.checkpoint_every, "progress": not args.quiet}
     names = set(cls.param_names())
     model = cls(**{k: v for k, v in run.items() if k in names}, **params)
+    settings = model.settings_for(kind)          # refuses a missing --epsilon where the kind has no default
     fit_kwargs["public_facts"] = facts
     if args.public_init is not None:
         if "public_init" not in inspect.signature(cls.fit).parameters:
             raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
                                         f"run is --method {args.method}.")
         fit_kwargs["public_init"] = _public_init(args.public_init)
-    eps_budget = args.budget_epsilon or model.epsilon
-    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, model.delta) if args.budget else None
+    eps_budget = args.budget_epsilon or settings.epsilon
+    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, settings.delta) if args.budget else None
     if args.release_only:
         if not cls.releases_once:
             raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
@@ -134,7 +120,7 @@ def _schema(args):
 
 
 def _fit_inputs(args):
-    """(data for fit, fit kwargs, method defaults, public facts) for --dataset or --csv."""
+    """(data for fit, fit kwargs, the dataset's settings, public facts, kind of data) for --dataset or --csv."""
     from ..data import Schema, get_info, load_dataset, load_preset, read_table
 
     if args.shards:
@@ -147,18 +133,19 @@ def _fit_inputs(args):
                                         "COLUMN (instead of --csv or --dataset).")
         from ..data import read_sql
 
+        _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
         schema = _schema(args)
         df = read_sql(args.db, args.query, schema, label=args.label, drop_unlisted=args.drop_unlisted)
-        return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, \
-            _method(args).defaults_for("table"), {}
+        return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, {}, {}, "table"
     if args.csv:
         if not (args.schema and args.label):
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
+        _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
         schema = _schema(args)
         df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding)
-        return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, \
-            _method(args).defaults_for("table"), {}
+        return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, {}, {}, \
+            "table"
     if not args.dataset:
         raise InvalidParameterError("give --dataset NAME (see `mmdsynth datasets`) or --csv FILE with --schema.")
     info = get_info(args.dataset)
@@ -167,11 +154,11 @@ def _fit_inputs(args):
         facts = {"preset": args.dataset, "split_seed": args.split_seed}
         return (data.train,), {"label": data.schema.label, "schema": data.schema, "dataset": args.dataset,
                                "privacy_unit": data.privacy_unit}, \
-            _method(args).dataset_defaults(args.dataset, "table"), facts
-    defaults = _method(args).defaults_for("image")
+            _method(args).dataset_defaults(args.dataset, "table"), facts, "table"
+    _method(args).defaults_for("image")            # refuses a method that takes no images, before loading them
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
-        {**defaults, **_method(args).dataset_defaults(args.dataset, "image"), "n_classes": data.n_classes}, {}
+        {**_method(args).dataset_defaults(args.dataset, "image"), "n_classes": data.n_classes}, {}, "image"
 
 
 def _method(args):
@@ -182,7 +169,7 @@ def _method(args):
 
 
 def _shard_inputs(args):
-    """(data, fit kwargs, defaults, facts) for --shards: a table or arrays in many files, summed on --engine."""
+    """(data, fit kwargs, settings, facts, kind) for --shards: a table or arrays in many files, summed on --engine."""
     from ..data import Schema
     from ..data.shards import ShardedTable, open_shards
     from ..engines import get_engine
@@ -206,11 +193,11 @@ def _shard_inputs(args):
     shards = Path(str(args.shards))
     name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
-        return (src,), {"label": args.label, "schema": schema, "dataset": name}, _method(args).defaults_for("table"), {}
+        return (src,), {"label": args.label, "schema": schema, "dataset": name}, {}, {}, "table"
     if src.labelled and args.n_classes is None:
         raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
     labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
-    return (src,), {"dataset": name}, {**_method(args).defaults_for("image"), **labels}, {}
+    return (src,), {"dataset": name}, labels, {}, "image"
 
 
 def _resume_inputs(args):
@@ -228,13 +215,13 @@ def _resume_inputs(args):
     if not _method(args).releases_once:
         raise InvalidParameterError(f"{method} resumes DP-SGD, which reads the private data: give the same --dataset "
                                     f"or --csv as the first run, with --resume.")
-    params = dict(facts.get("fit_params") or {})
+    params = _method(args).known_params(dict(facts.get("fit_params") or {}), f"{out / 'release' / META_FILE}")
     for key in ("seed", "noise_seed", "checkpoint_every"):      # the first run's, unless given again
         if key in params:
             value = params.pop(key)
             if getattr(args, key) == RUN_DEFAULTS.get(key):
                 setattr(args, key, value)
-    return (None,), {"dataset": facts.get("name", "")}, params, {}
+    return (None,), {"dataset": facts.get("name", "")}, params, {}, "table" if facts.get("table") else "image"
 
 
 def _check_out_folder(out: Path, args) -> None:
@@ -283,31 +270,154 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def add_method_options(fit_parser) -> None:
+def add_method_options(fit_parser, method: str | None = None) -> None:
     """Give `fit` a flag for every method parameter that has no hand-written one (generated from the
     registered methods' signatures; values are JSON, or plain strings). Run only for `fit`: it imports
-    the methods, hence torch."""
+    the methods, hence torch.
+
+    ``method`` (the ``--method`` given, if any) sets what `--help` shows: that method's options only, each with
+    its default (per-kind ones for each kind of data it takes); without it, the options every run has and the
+    list of methods. Every method's flags are still parsed, so one the chosen method does not take is refused
+    by name (:func:`_method_options`)."""
     from ..methods import METHODS, KernelGeneratorMethod
 
-    t = {"delta": 1e-5, **KernelGeneratorMethod.kind_defaults["table"]}
-    fit_parser.epilog = fit_parser.epilog.replace("{table}", (
-        f": epsilon {t['epsilon']:g}, delta {t['delta']:g}, {t['iterations']} iterations, batch {t['batch_size']}, "
-        f"lr {t['lr']} x0.9 every {t['lr_step']}\n      iterations"))
+    cls = METHODS.get(method) if method else None
+    fit_parser.epilog = fit_parser.epilog.replace("{epilog}", _epilog(cls, METHODS, KernelGeneratorMethod))
     taken = {a.dest for a in fit_parser._actions} | {p for p, _ in FLAG_PARAMS.values()}
-    group = fit_parser.add_argument_group("more method options (generated from the methods' parameters; values "
-                                          "as JSON, e.g. --conditional false, --generator '{\"name\": \"conv\"}')")
+    group = fit_parser.add_argument_group(
+        f"more {method} options (values as JSON, e.g. --conditional false, --generator '{{\"name\": \"conv\"}}')"
+        if cls is not None else "more method options")
     owners: dict[str, list] = {}
-    for name, cls in METHODS.items():
-        for param, default in cls.param_defaults().items():
+    for name, klass in METHODS.items():
+        for param, default in klass.param_defaults().items():
             owners.setdefault(param, []).append((name, default))
     for param, where in owners.items():
         if param in taken or param in RUN_DEFAULTS or param in TESTING_ONLY or param in ("progress", "device"):
             continue
-        text = "; ".join(f"{m}: default {d!r}" for m, d in where)
         kind = _value_kind([d for _, d in where])
         group.add_argument(_flag(param), dest=param, type=_typed(param, kind), default=None,
                            metavar={"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"),
-                           help=text)
+                           help=_default_text(cls, param) if cls is not None else "a method option")
+    for action in fit_parser._actions:            # --help: the chosen method's options, or none without one
+        if action.dest in METHOD_FLAGS and (cls is None or not METHOD_FLAGS[action.dest](cls)):
+            action.help = argparse.SUPPRESS
+        if action.dest in TABLE_FLAGS and cls is not None and "table" not in cls.data_kinds:
+            action.help = argparse.SUPPRESS
+        param = _param_of(action.dest)
+        if param is None:
+            continue
+        if cls is None:
+            if param not in ("epsilon", "delta"):
+                action.help = argparse.SUPPRESS
+        elif param not in cls.param_names():
+            action.help = argparse.SUPPRESS
+        elif action.dest not in FLAG_CONVERTS:
+            words = _default_text(cls, param)
+            text = action.help if action.dest in taken else ""
+            action.help = f"{text} ({words})" if text and words else (text or words or param.replace("_", " "))
+
+
+#: `fit` flags that are not method parameters but apply to some methods only (shown for those)
+METHOD_FLAGS = {"public_init": lambda cls: "public_init" in inspect.signature(cls.fit).parameters,
+                "release_only": lambda cls: cls.releases_once}
+#: `fit` flags for tables only: not shown for a method that takes images only
+TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "drop_unlisted", "encoding",
+               "infer_schema", "split_seed")
+#: flags whose value is not the parameter's (their help says what they do; a default would mislead)
+FLAG_CONVERTS = ("no_early_stopping",)
+#: what a default of None means, where it is not "unset"
+NONE_MEANS = {"epsilon": "required", "length_scale": "sqrt(d)/2", "product_dims": "5, at most the encoded inputs",
+              "code_dim": "auto (5, or a table preset's)", "select_every": "iterations / 20",
+              "proxy_encoder": "--encoder", "conv_depth": "3 (2 on 8 x 8 images)", "conv_pool": "none",
+              "start": "pixels", "device": "cuda when available"}
+
+
+def _param_of(dest: str) -> str | None:
+    """The method parameter a `fit` flag sets (None: a flag of the run, the data or the output)."""
+    if dest in NOT_PARAMS or dest in ("help", "n_classes") or dest in TESTING_ONLY:
+        return None
+    return FLAG_PARAMS.get(dest, (dest, None))[0]
+
+
+def _default_text(cls, param: str) -> str:
+    """``param``'s default for ``cls`` in words: the value, or for a per-kind one its value for each kind of data
+    the method takes ("" where None means unset and the help says what it does)."""
+    if param in cls.per_kind_params():
+        shown = [f"{kind}s {_shown(cls.defaults_for(kind).get(param), param)}" for kind in cls.data_kinds]
+        return "default: " + ", ".join(shown)
+    value = _shown(cls.param_defaults().get(param), param)
+    return value if value == "required" else f"default {value}" if value else ""
+
+
+def _shown(value, param: str) -> str:
+    if value is None:
+        return NONE_MEANS.get(param, "")
+    if isinstance(value, (bool, dict, list, tuple)):
+        return json.dumps(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _summary(cls) -> str:
+    """A method's one-line description: its ``summary``, or the first sentence of its docstring."""
+    text = getattr(cls, "summary", "") or " ".join((cls.__doc__ or "").split())
+    return text.split(". ")[0].rstrip(".")
+
+
+def _kinds(cls) -> str:
+    return " and ".join(k + "s" for k in cls.data_kinds)
+
+
+def _epilog(cls, methods: dict, generic) -> str:
+    """`fit --help`'s epilog: without --method, the methods and how to see one's options; with ``cls``, that
+    method and its defaults for each kind of data it takes."""
+    if cls is None:
+        lines = ["methods (each has its own options: `mmdsynth fit --method M --help` lists them with their defaults):"]
+        lines += [f"  {name:<12} {_kinds(c):<18} {_summary(c)}" for name, c in methods.items()]
+        lines.append("")
+    else:
+        lines = [f"{cls.method} ({_kinds(cls)}): {_summary(cls)}.", ""]
+    lines.append("defaults live in the methods, the same for `mmdsynth fit` and Python (`DPMERF(epsilon=1).fit(df, "
+                 "...)`):")
+    kinds = (cls or generic).data_kinds
+    if "image" in kinds:
+        lines.append("  --dataset (images): the method's defaults for images and its per-dataset settings; --epsilon "
+                     "is required.")
+    if "table" in kinds:
+        lines.append("  --dataset (tables): the paper's preset (epsilon 1, delta 1e-5, its iterations and network).")
+        lines.append(f"  --csv (your table){_table_defaults(cls or generic)}.")
+    else:
+        lines.append(f"  --csv (your table): {cls.method} takes images only.")
+    lines += ["  An option left out takes the method's default for the kind of data; one given is used as given. A flag",
+              "  that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
+    name = cls.method if cls is not None else "dp-merf"
+    if "table" in kinds:
+        lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
+    if "image" in kinds and (cls is not None and "table" not in kinds):
+        lines.append(f"  mmdsynth fit --method {name} --dataset mnist --epsilon 1 --out runs/mine"
+                     + (" --encoder runs/enc.safetensors" if "encoder" in cls.param_names() else ""))
+    if (cls or generic).releases_once:
+        lines.append("  mmdsynth fit --resume --out runs/mine --iterations 4000      # train longer: no data read, no "
+                     "budget spent")
+    return "\n".join(lines) + "\n"
+
+
+def _table_defaults(cls) -> str:
+    """The epilog's words for a table fit's defaults with ``cls`` (the release-once methods' without --method)."""
+    t = {**cls._shared_defaults, **cls.param_defaults(), **cls.defaults_for("table")}
+    words = f": epsilon {t['epsilon']:g}, delta {t['delta']:g}"
+    if "iterations" in t:
+        words += (f", {t['iterations']} iterations, batch {t['batch_size']}, lr {t['lr']} x0.9 every "
+                  f"{t['lr_step']} iterations")
+    else:
+        words += f", batch {t['batch_size']}"
+    words += "\n      (the release-once methods' table defaults; --shards of tables too)" if not cls.method else ""
+    if t.get("numeric_encoding") != "quantile":
+        return words + ";\n      numeric columns scaled by their declared bounds (--numeric-encoding quantile:\n      " \
+                       "their CDF, released with a share of the privacy)"
+    words += f";\n      numeric columns quantile-encoded with {t.get('numeric_share', 0.1):g} of the privacy"
+    if "proportions_share" in t:
+        words += f", class proportions released with {t['proportions_share']:g}"
+    return words + ": shares\n      of one (epsilon, delta), not extra charges"
 
 
 def _value_kind(defaults: list) -> str:
@@ -388,65 +498,63 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--ray-address", help="--engine ray: a running cluster (e.g. auto); default: a local one")
     s.add_argument("--ray-workers", type=int, help="--engine ray without --ray-address: CPUs of the local cluster")
     s.add_argument("--numeric-encoding", choices=["quantile", "minmax"], default=None, help="tables: numeric "
-                   "columns through their privately released CDF (quantile, default) or scaled by their declared "
-                   "bounds (minmax)")
+                   "columns through their privately released CDF (quantile) or scaled by their declared bounds "
+                   "(minmax)")
     s.add_argument("--numeric-share", type=float, default=None, help="tables: share of the privacy plan for the "
-                   "numeric columns' distributions (quantile encoding; default 0.1)")
+                   "numeric columns' distributions (quantile encoding)")
     s.add_argument("--force", action="store_true", help="write into a non-empty --out that is not an mmdsynth run")
     s.add_argument("--infer-schema", type=float, default=None, metavar="SHARE",
                    help="--csv: release the bounds / categories the schema leaves out from the data, with "
                    "this share of the privacy plan (e.g. 0.1); recorded in the ledger")
     s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
-    s.add_argument("--epsilon", type=float, help="required for images; tables default to the preset's 1")
-    s.add_argument("--delta", type=float, default=None, help="default 1e-5")
+    s.add_argument("--epsilon", type=float, help="the privacy level")
+    s.add_argument("--delta", type=float, default=None, help="the privacy level's delta")
     s.add_argument("--out", help="model folder (required; release/ is written before training)")
     s.add_argument("--release-only", action="store_true", help="stop after the private release (release/ in "
                    "--out, no generator): for `mmdsynth distill`, or a later `fit --resume` to train")
-    s.add_argument("--iterations", type=int, help="default: 2000 (images), the preset's (tables)")
-    s.add_argument("--batch-size", type=int, help="generator batch per step (default 5000 images, 200 tables)")
-    s.add_argument("--lr", type=float, help="default 0.01")
-    s.add_argument("--lr-step", type=int, help="multiply the learning rate by 0.9 every N iterations (default 1500 "
-                   "images, as the DP-NTK authors' code; 100 tables)")
-    s.add_argument("--code-dim", type=int, help="generator code size (default 5 images, the preset's tables)")
-    s.add_argument("--ntk-width", type=int, help="dp-ntk: width of a one-hidden-layer NTK network (default 800)")
-    s.add_argument("--ntk-widths", help="dp-ntk: comma-separated widths, e.g. 30,200 for cnn_2l")
-    s.add_argument("--arch", choices=["fc_1l", "fc_2l", "cnn_2l", "cnn"], help="dp-ntk: NTK network "
-                   "(default fc_1l images, the preset's tables)")
-    s.add_argument("--n-features", type=int, help="dp-merf: number of random features (default 10000 images)")
-    s.add_argument("--length-scale", type=float, default=None, help="dp-merf, dp-hp: kernel length scale s of "
-                   "exp(-(x-y)^2/(2 s^2)) (public; dp-hp default 0.0707, the authors' MNIST s^2 = 0.005)")
-    s.add_argument("--hp-order", type=int, help="dp-hp: Hermite order C of the sum kernel (default 100)")
-    s.add_argument("--product-releases", type=int, help="dp-hp: number of product-kernel releases, each over its "
-                   "own random dimensions (default 10, one per epoch in the paper; 0: sum kernel only)")
-    s.add_argument("--product-dims", type=int, help="dp-hp: dimensions per product kernel (default 2)")
-    s.add_argument("--product-order", type=int, help="dp-hp: Hermite order of the product kernels (default 20)")
-    s.add_argument("--sum-weight", type=float, help="dp-hp: weight gamma of the sum-kernel loss (default 20)")
-    s.add_argument("--product-weight", type=float, help="dp-hp: weight of the product-kernel loss (default 1; "
-                   "tables: the preset's)")
-    s.add_argument("--sum-share", type=float, help="dp-hp: share of the privacy for the sum kernel (default 0.8)")
-    s.add_argument("--encoder", metavar="FILE", help="dp-mepf: encoder trained on PUBLIC data (from `mmdsynth "
+    s.add_argument("--iterations", type=int, help="generator training iterations")
+    s.add_argument("--batch-size", type=int, help="generated batch per step (dp-kip: the expected Poisson batch "
+                   "of records)")
+    s.add_argument("--lr", type=float, help="learning rate (Adam)")
+    s.add_argument("--lr-step", type=int, help="multiply the learning rate by 0.9 every N iterations")
+    s.add_argument("--code-dim", type=int, help="generator code size")
+    s.add_argument("--ntk-width", type=int, help="width of a one-hidden-layer NTK network")
+    s.add_argument("--ntk-widths", help="comma-separated widths of the NTK network, e.g. 30,200 for cnn_2l")
+    s.add_argument("--arch", choices=["fc_1l", "fc_2l", "cnn_2l", "cnn"], help="NTK network")
+    s.add_argument("--n-features", type=int, help="number of random features")
+    s.add_argument("--length-scale", type=float, default=None, help="kernel length scale s of "
+                   "exp(-(x-y)^2/(2 s^2)) (public: never read from the data)")
+    s.add_argument("--hp-order", type=int, help="Hermite order C of the sum kernel")
+    s.add_argument("--product-releases", type=int, help="number of product-kernel releases, each over its own "
+                   "random dimensions (one per epoch in the paper; 0: sum kernel only)")
+    s.add_argument("--product-dims", type=int, help="dimensions per product kernel")
+    s.add_argument("--product-order", type=int, help="Hermite order of the product kernels")
+    s.add_argument("--sum-weight", type=float, help="weight gamma of the sum-kernel loss")
+    s.add_argument("--product-weight", type=float, help="weight of the product-kernel loss")
+    s.add_argument("--sum-share", type=float, help="share of the privacy for the sum kernel")
+    s.add_argument("--encoder", metavar="FILE", help="encoder trained on PUBLIC data (from `mmdsynth "
                    "pretrain-encoder`, or its name; or a torchvision VGG19/ResNet18 .pth)")
-    s.add_argument("--moments", help="dp-mepf: 1,2 (phi1 and phi2, default) or 1")
-    s.add_argument("--loss", choices=["mavg", "direct"], help="dp-mepf: moving-average (default) or direct MMD loss")
-    s.add_argument("--mavg-lr", type=float, help="dp-mepf: learning rate of the moving average (default 1e-2)")
-    s.add_argument("--no-early-stopping", action="store_true", help="dp-mepf: no proxy release, keep the last "
-                   "checkpoint (the proxy otherwise takes its part of the plan at 10x the noise)")
-    s.add_argument("--proxy-encoder", metavar="FILE", help="dp-mepf: PUBLIC network for the early-stopping proxy "
+    s.add_argument("--moments", help="1,2 (phi1 and phi2) or 1")
+    s.add_argument("--loss", choices=["mavg", "direct"], help="generator loss: moving average or direct MMD")
+    s.add_argument("--mavg-lr", type=float, help="learning rate of the moving average")
+    s.add_argument("--no-early-stopping", action="store_true", help="no proxy release, keep the last checkpoint "
+                   "(the proxy otherwise takes its part of the plan at 10x the noise)")
+    s.add_argument("--proxy-encoder", metavar="FILE", help="PUBLIC network for the early-stopping proxy "
                    "(default: --encoder)")
-    s.add_argument("--select-every", type=int, help="dp-mepf: score a checkpoint every N iterations "
-                   "(default iterations / 20)")
-    s.add_argument("--images-per-class", type=int, help="dp-kip: support points per class (default 10)")
-    s.add_argument("--epochs", type=int, help="dp-kip: DP-SGD epochs (default 10)")
-    s.add_argument("--clip", type=float, help="dp-kip: per-record gradient clip norm C (default 1e-6)")
-    s.add_argument("--reg", type=float, help="dp-kip: KRR regulariser lambda (default 1e-6)")
+    s.add_argument("--select-every", type=int, help="score a checkpoint every N iterations (default "
+                   "iterations / 20)")
+    s.add_argument("--images-per-class", type=int, help="support points per class")
+    s.add_argument("--epochs", type=int, help="DP-SGD epochs")
+    s.add_argument("--clip", type=float, help="per-record gradient clip norm C")
+    s.add_argument("--reg", type=float, help="KRR regulariser lambda")
     s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
                    "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
                    "not charged, so never from the private data (default: --start pixels)")
-    s.add_argument("--start", choices=["noise", "pixels", "random-conv"], help="dp-kip: where the support set "
-                   "starts: a set distilled from the class means (pixels; the default without --public-init) or "
-                   "from 8 random ConvNets' class-conditional means, released with --start-share of the same plan; "
-                   "or noise: N(0, I), the paper's start (the default with --public-init, which replaces it)")
-    s.add_argument("--start-share", type=float, help="dp-kip: the start's share of the privacy plan (default 0.1)")
+    s.add_argument("--start", choices=["noise", "pixels", "random-conv"], help="where the support set starts: a "
+                   "set distilled from the class means (pixels; the default without --public-init) or from 8 random "
+                   "ConvNets' class-conditional means, released with --start-share of the same plan; or noise: "
+                   "N(0, I), the paper's start (the default with --public-init, which replaces it)")
+    s.add_argument("--start-share", type=float, help="the start's share of the privacy plan")
     s.add_argument("--seed", type=int, default=0, help="public randomness only: generator initialisation and "
                    "training; dp-kip: the support set's N(0, I) start. Never the privacy noise, never which "
                    "records a DP-SGD step reads (both drawn from the OS CSPRNG)")

@@ -47,7 +47,7 @@ from ..training import (Selection, TrainConfig, checkpoint_generator_spec, check
                         has_checkpoint,
                         loss_trend, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
-from .contract import METHODS, Method, register  # noqa: F401  (METHODS, register: re-exported)
+from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
 from .tables import NUMERIC_ENCODINGS, check_shares, encoder_of, prepare_table, reserved_delta, table_shares
 
 logger = logging.getLogger(__name__)
@@ -59,34 +59,51 @@ STAGING = ".staging"       # where a save writes before moving its files into pl
 
 
 class KernelGeneratorMethod(Method):
-    """Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF): they differ in
-    the feature map and their own parameters."""
+    """Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-RandConv): they differ
+    in the feature map and their own parameters.
+
+    The parameters every one of them takes: ``epsilon`` (required for images; tables: 1.0) and ``delta``;
+    ``n_classes`` (public; a table's comes from its schema); the generator's training, ``iterations``,
+    ``batch_size`` (images 5,000, tables 200), Adam ``lr`` decayed by ``lr_decay`` every ``lr_step``
+    iterations (images 1,500, tables 100), ``generator`` ("auto" or a spec) and ``code_dim``, ``conditional``;
+    the run, ``seed`` (public randomness: the generator's), ``noise_seed`` (the privacy noise: tests only,
+    the ledger says it voids the guarantee), ``accountant``, ``device``, ``checkpoint_every`` and ``progress``
+    (None: a bar when stderr is a terminal or in a notebook). A parameter left as None takes the default for
+    the kind of data ``fit`` receives (:attr:`kind_defaults`); ``settings_`` holds what the fit used.
+    Methods that take tables add :class:`~mmdsynth.methods.tables.TableOptions`; DP-MEPF adds its loss and DP
+    early stopping. Options of the shared code that a method does not take keep the values in
+    ``_shared_defaults`` (read as attributes; not parameters).
+    """
 
     method = ""
-    #: user tables (``fit --csv``): the privacy level and a batch and schedule sized for thousands of rows
-    kind_defaults = {"table": {"epsilon": 1.0, "iterations": 2000, "batch_size": 200, "lr": 0.01, "lr_step": 100}}
+    #: the values of the per-kind parameters (None in the signature): images (MNIST-sized: the DP-NTK authors'
+    #: batch and schedule; no default privacy level) and user tables (``fit --csv``: the privacy level, and a
+    #: batch and schedule sized for thousands of rows)
+    kind_defaults = {"image": {"batch_size": 5000, "lr_step": 1500},
+                     "table": {"epsilon": 1.0, "batch_size": 200, "lr_step": 100}}
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_classes: int | None = None,
-                 iterations: int = 2000, batch_size: int = 5000, lr: float = 0.01, lr_decay: float = 0.9,
-                 lr_step: int = 1500, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
+    #: the options of the shared code that not every method exposes, at the values it uses for a method that does
+    #: not: DP-MEPF's generator loss ("direct": ||mu_P - mu_Q||^2, or the moving average "mavg" learned at
+    #: mavg_lr), the generator's Adam beta1, DP early stopping (a proxy released with proxy_multiplier times the
+    #: noise, checkpoints scored against it), and the table options (TableOptions). A method that takes one
+    #: declares it in its own signature; read as attributes either way (``model.loss``)
+    _shared_defaults = {"loss": "direct", "mavg_lr": 1e-3, "beta1": 0.9, "early_stopping": False,
+                        "proxy_encoder": None, "proxy_multiplier": 10.0, "select_every": None, "select_samples": 2000,
+                        "proportions_share": 0.1, "schema_share": None, "numeric_encoding": "quantile",
+                        "numeric_share": DEFAULT_SKETCH_SHARE}
+
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
+                 iterations: int = 2000, batch_size: int | None = None, lr: float = 0.01, lr_decay: float = 0.9,
+                 lr_step: int | None = None, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
-                 checkpoint_every: int = 200, progress: bool = False, code_dim: int | None = None,
-                 proportions_share: float = 0.1, schema_share: float | None = None,
-                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SKETCH_SHARE,
-                 loss: str = "direct",
-                 mavg_lr: float = 1e-3, beta1: float = 0.9, early_stopping: bool = False, proxy_encoder: str | None = None,
-                 proxy_multiplier: float = 10.0, select_every: int | None = None, select_samples: int = 2000):
+                 checkpoint_every: int = 200, progress: bool | None = None, code_dim: int | None = None):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
         self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
-        self.code_dim, self.proportions_share, self.schema_share = code_dim, proportions_share, schema_share
-        self.numeric_encoding, self.numeric_share = numeric_encoding, numeric_share
-        self.loss, self.mavg_lr, self.beta1 = loss, mavg_lr, beta1
-        self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
-        self.select_every, self.select_samples = select_every, select_samples
+        self.code_dim = code_dim
 
     # -- hooks ---------------------------------------------------------------------------
     def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:
@@ -113,11 +130,11 @@ class KernelGeneratorMethod(Method):
     def proxy_map(self, shape) -> FeatureMap | None:
         """DP early stopping's proxy features (:class:`~mmdsynth.features.PooledFeatures` of a public
         encoder), or None without early stopping."""
-        if not self.early_stopping:
+        if not self._s.early_stopping:
             return None
         from ..features.perceptual import PooledFeatures
 
-        encoder = self.proxy_encoder or self.default_proxy_encoder()
+        encoder = self._s.proxy_encoder or self.default_proxy_encoder()
         if encoder is None:
             raise InvalidParameterError(
                 "early_stopping=True needs a PUBLIC network for its proxy: pass proxy_encoder=PATH (an encoder "
@@ -146,37 +163,50 @@ class KernelGeneratorMethod(Method):
 
     # -- parameters ----------------------------------------------------------------------
     def fit_params(self) -> dict:
-        """The settings saved with the release, so that ``mmdsynth fit --resume --out DIR`` can rebuild the
-        model from the folder alone (public: chosen before any data was read)."""
-        return {k: v for k, v in self.get_params().items() if k not in ("device", "progress")}
+        """The settings saved with the release (the per-kind ones resolved), so that ``mmdsynth fit --resume --out
+        DIR`` can rebuild the model from the folder alone (public: chosen before any data was read)."""
+        return {k: v for k, v in self._s.to_dict().items() if k not in ("device", "progress")}
 
     def train_config(self) -> TrainConfig:
-        # by name: every TrainConfig field is a same-named attribute of the method
-        return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(TrainConfig)}).validate()
+        # by name: every TrainConfig field is a same-named setting (an option the method does not take: the
+        # class attribute, e.g. loss="direct")
+        return TrainConfig(**{f.name: getattr(self._s, f.name) for f in fields(TrainConfig)}).validate()
+
+    def _resolve(self, kind: str, **learned) -> None:
+        """``settings_``: the parameters as a fit on data of ``kind`` uses them (:meth:`settings_for`), with
+        ``learned`` public facts (a table's n_classes from its schema). The constructor's attributes stay as
+        given."""
+        self.defaults_for(kind)                       # refuses a kind the method does not take, naming it
+        settings = self.settings_for(kind, require_epsilon=False)
+        for k, v in learned.items():
+            setattr(settings, k, v)
+        if settings.epsilon is None:
+            raise epsilon_required(kind)
+        self.settings_ = settings
 
     def _validate(self) -> None:
-        check_epsilon(self.epsilon)
-        check_delta(self.delta)
-        if self.numeric_encoding not in NUMERIC_ENCODINGS:
+        check_epsilon(self._s.epsilon)
+        check_delta(self._s.delta)
+        if self._s.numeric_encoding not in NUMERIC_ENCODINGS:
             raise InvalidParameterError(f"numeric_encoding must be one of {NUMERIC_ENCODINGS}; got "
-                                        f"{self.numeric_encoding!r}.")
-        shares = {"proportions_share": self.proportions_share, "schema_share": self.schema_share,
-                  "numeric_share": self.numeric_share if self.numeric_encoding == "quantile" else None}
+                                        f"{self._s.numeric_encoding!r}.")
+        shares = {"proportions_share": self._s.proportions_share, "schema_share": self._s.schema_share,
+                  "numeric_share": self._s.numeric_share if self._s.numeric_encoding == "quantile" else None}
         check_shares(**shares)
         if sum(float(v or 0) for v in shares.values()) >= 1:
             raise InvalidParameterError(
                 f"the shares {', '.join(f'{k}={v}' for k, v in shares.items() if v)} add up to 1 or more, leaving "
                 f"nothing for the embedding; lower them (e.g. 0.1 each).")
         self.train_config()
-        if self.early_stopping:
-            check_positive(self.proxy_multiplier, "proxy_multiplier")
-            check_positive(self.select_samples, "select_samples", integer=True)
-            if self.select_every is not None:
-                check_positive(self.select_every, "select_every", integer=True)
-        if self.conditional and (self.n_classes is None or int(self.n_classes) < 2):
+        if self._s.early_stopping:
+            check_positive(self._s.proxy_multiplier, "proxy_multiplier")
+            check_positive(self._s.select_samples, "select_samples", integer=True)
+            if self._s.select_every is not None:
+                check_positive(self._s.select_every, "select_every", integer=True)
+        if self._s.conditional and (self._s.n_classes is None or int(self._s.n_classes) < 2):
             raise InvalidParameterError(
                 f"n_classes must be given for a class-conditional model (public metadata, >= 2); got "
-                f"{self.n_classes!r}. It is never read from the private labels. Pass n_classes=10 for "
+                f"{self._s.n_classes!r}. It is never read from the private labels. Pass n_classes=10 for "
                 f"MNIST, or conditional=False for an unconditional generator."
             )
 
@@ -215,8 +245,12 @@ class KernelGeneratorMethod(Method):
         if has_release:
             self.release_ = Release.load(out / "release")
             logger.info("resume: reusing the release in %s (no privacy spent)", out / "release")
+            facts, learned = self.release_.dataset, {}
             if self.n_classes is None:
-                self.n_classes = self.release_.dataset.get("n_classes")
+                learned["n_classes"] = facts.get("n_classes")
+            if self.epsilon is None:                 # nothing is released again: the release's own privacy level
+                learned["epsilon"] = self.release_.ledger.total()[0]
+            self._resolve("table" if facts.get("table") else "image", **learned)
         else:
             self.release_ = self.release(X, y, label=label, schema=schema, dataset=dataset, budget=budget,
                                          public_facts=public_facts, privacy_unit=privacy_unit)
@@ -240,15 +274,17 @@ class KernelGeneratorMethod(Method):
         self._public_facts = dict(public_facts or {})
         self._privacy_unit = privacy_unit
         if not _is_table(X):
+            self._resolve("image")
             self._validate()
             self.release_ = self._release(X, y, dataset, budget)
             return self.release_
+        self._resolve("table")                        # first: a method that takes no tables says so
         if isinstance(X, ShardedTable):
             if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
             schema = X.schema
         schema = _as_schema(schema, label)
-        self.n_classes = schema.n_classes  # public: the declared label categories
+        self.settings_.n_classes = schema.n_classes  # public: the declared label categories
         self._validate()
         self.release_ = self._release_table(X, label, schema, dataset, budget)
         return self.release_
@@ -261,20 +297,20 @@ class KernelGeneratorMethod(Method):
                 f"X must hold images (n, channels, height, width) or flat records (n, d); got shape "
                 f"{tuple(np.shape(X))}."
             )
-        if isinstance(X, ShardedArrays) and self.conditional != X.labelled:
+        if isinstance(X, ShardedArrays) and self._s.conditional != X.labelled:
             raise InvalidParameterError(
                 f"the shards {'hold' if X.labelled else 'hold no'} labels: use conditional={X.labelled}"
                 f"{'' if X.labelled else ' (or shards with a y array)'}.")
-        if self.conditional and y is None and not isinstance(X, ShardedArrays):
+        if self._s.conditional and y is None and not isinstance(X, ShardedArrays):
             raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
-        n_classes = int(self.n_classes) if self.conditional else 1
+        n_classes = int(self._s.n_classes) if self._s.conditional else 1
         fmap = self.image_feature_map(shape, n_classes)
         proxy = self.proxy_map(shape) if len(shape) == 3 else None
-        if self.early_stopping and proxy is None:
+        if self._s.early_stopping and proxy is None:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); these records are not images: early_stopping=False.")
         return self._release_arrays(
-            fmap, X, y if self.conditional else None, n_classes=n_classes if self.conditional else None,
+            fmap, X, y if self._s.conditional else None, n_classes=n_classes if self._s.conditional else None,
             proxy=proxy, dataset=dataset, budget=budget,
             public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
                           **self._public_facts})
@@ -284,33 +320,33 @@ class KernelGeneratorMethod(Method):
         """The release of array records (checked and featurised by :meth:`_release`): the one-shot mean embedding.
         A method with another release of the same statistic (dp-randconv's ``sample_rate``) overrides this."""
         return release_mean_embedding(
-            fmap, X, y, epsilon=self.epsilon, delta=self.delta, proxy_map=proxy,
-            proxy_multiplier=self.proxy_multiplier, n_classes=n_classes, accountant=self.accountant,
-            seed=self.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
+            fmap, X, y, epsilon=self._s.epsilon, delta=self._s.delta, proxy_map=proxy,
+            proxy_multiplier=self._s.proxy_multiplier, n_classes=n_classes, accountant=self._s.accountant,
+            seed=self._s.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
             public_facts=public_facts)
 
     def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
         """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as
         sums computed on its engine: streamed or on Ray)."""
-        if not self.conditional:
+        if not self._s.conditional:
             raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
-        if self.early_stopping:
+        if self._s.early_stopping:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); for tables use early_stopping=False.")
         source = as_source(data)
         # every release of the fit joins one plan, calibrated by the engine before any row is read
-        shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
-                              numeric_share=self.numeric_share)
+        shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
+                              numeric_share=self._s.numeric_share)
         plan, mults = release_plan(blocks=self.block_multipliers(),
-                                   shares={**shares, "class_proportions": self.proportions_share})
-        engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
-                               budget=budget, noise_seed=self.noise_seed, dataset=dataset,
-                               privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self.delta))
+                                   shares={**shares, "class_proportions": self._s.proportions_share})
+        engine = PrivacyEngine(self._s.epsilon, self._s.delta, plan, multipliers=mults, accountant=self._s.accountant,
+                               budget=budget, noise_seed=self._s.noise_seed, dataset=dataset,
+                               privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))
         # ---- private data: the table's releases, then the embedding ----------------------------
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         return release_mean_embedding(
             self.table_feature_map(encoder, encoder.schema.n_classes), source, encoder=encoder,
-            n_classes=encoder.schema.n_classes, dataset=dataset, proportions_share=self.proportions_share,
+            n_classes=encoder.schema.n_classes, dataset=dataset, proportions_share=self._s.proportions_share,
             privacy_unit=self._privacy_unit,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
                           **table_facts, **self._public_facts},
@@ -334,16 +370,16 @@ class KernelGeneratorMethod(Method):
     def _generator_spec(self) -> dict:
         shape = self.release_.dataset["record_shape"]
         n_classes = int(self.release_.dataset["n_classes"] or 1)
-        code = {"code_dim": self.code_dim} if self.code_dim else {}
+        code = {"code_dim": self._s.code_dim} if self._s.code_dim else {}
         encoder = self.encoder_
         if encoder is not None:
             return {"name": "table", "n_numeric": encoder.n_numeric, "category_sizes": encoder.category_sizes,
                     "n_classes": n_classes, **code}
-        if self.generator == "auto":
+        if self._s.generator == "auto":
             return {**default_generator_spec(shape, n_classes), **code}
-        if isinstance(self.generator, str):
-            return {"name": self.generator, "image_shape": shape, "n_classes": n_classes}
-        return {"image_shape": shape, "n_classes": n_classes, **self.generator}
+        if isinstance(self._s.generator, str):
+            return {"name": self._s.generator, "image_shape": shape, "n_classes": n_classes}
+        return {"image_shape": shape, "n_classes": n_classes, **self._s.generator}
 
     def _train(self, out: Path | None, resume: bool) -> None:
         for c in self.noisy_classes():
@@ -353,9 +389,9 @@ class KernelGeneratorMethod(Method):
                            c["noise_std"])
         spec = self._generator_spec()
         done = checkpoint_iteration(out) if resume and has_checkpoint(out) else None
-        if done is not None and done > self.iterations:
+        if done is not None and done > self._s.iterations:
             raise InvalidParameterError(
-                f"iterations={self.iterations} is fewer than the {done} the checkpoint in {out} already trained; "
+                f"iterations={self._s.iterations} is fewer than the {done} the checkpoint in {out} already trained; "
                 f"resuming would do nothing. Give iterations > {done} to train longer (no privacy is spent), or "
                 f"use the model as it is.")
         if resume and has_checkpoint(out):
@@ -364,14 +400,14 @@ class KernelGeneratorMethod(Method):
             legacy = getattr(GENERATORS.get(spec["name"]), "LEGACY_SPEC", {})
             spec = checkpoint_generator_spec(out) or {k: v for k, v in spec.items() if k not in legacy}
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+            torch.manual_seed(self._s.seed)
             self.generator_ = build_generator(spec)
         fmap = build_feature_map(self.release_.feature_spec)
         selection = self._selection()
         self.losses_ = train_generator(
             self.generator_, fmap, self.release_.tensors["embedding"], self.train_config(),
-            conditional=self.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
-            resume=resume and has_checkpoint(out), device=self.device, selection=selection,
+            conditional=self._s.conditional, label_proportions=self.proportions_, checkpoint_dir=out,
+            resume=resume and has_checkpoint(out), device=self._s.device, selection=selection,
         )
         self.loss_trend_ = loss_trend(self.losses_)
         self.generator_.cpu().eval()
@@ -403,9 +439,9 @@ class KernelGeneratorMethod(Method):
         proxy = self.release_.tensors.get("proxy")
         if proxy is None:
             return None
-        every = self.select_every or max(1, self.iterations // 20)
-        return Selection(build_feature_map(self.release_.extra["proxy_spec"]), proxy, every, self.select_samples,
-                         seed=self.seed)
+        every = self._s.select_every or max(1, self._s.iterations // 20)
+        return Selection(build_feature_map(self.release_.extra["proxy_spec"]), proxy, every, self._s.select_samples,
+                         seed=self._s.seed)
 
     # -- sample ---------------------------------------------------------------------------
     def _check_fitted(self) -> None:
@@ -445,7 +481,7 @@ class KernelGeneratorMethod(Method):
         x = torch.cat(xs).numpy()
         if encoder is not None:
             return encoder.decode(x, labels.numpy(), rng=np.random.default_rng(seed))
-        return x, (labels.numpy() if self.conditional else None)
+        return x, (labels.numpy() if self._s.conditional else None)
 
     def distill(self, per_class: int, **kwargs):
         """``per_class`` records per class learned to match this model's release (post-processing: no private
@@ -513,8 +549,11 @@ def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
         if payload is not None:
             payload(staging)
         files = {f.name: sha256_file(f) for f in sorted(staging.iterdir())}
+        # params: the constructor's, as given (None: the default for the data's kind), so that load() rebuilds the
+        # same object; settings: as the fit used them (per-kind defaults resolved), so model.json says what ran
+        settings = {"settings": model.settings_.to_dict()} if hasattr(model, "settings_") else {}
         meta = sealed({"format": "mmdsynth-model", "library_version": __version__, "method": model.method,
-                       "params": model.get_params(), **meta, "files": files,
+                       "params": model.get_params(), **settings, **meta, "files": files,
                        "release": release_pin(directory / "release")})
         (staging / MODEL_META).write_text(json.dumps(meta, indent=2))
         for name in files:
@@ -528,9 +567,16 @@ def write_model_folder(directory, model, meta: dict, payload=None) -> Path:
 
 
 def read_model_folder(cls, directory: Path, meta: dict):
-    """The method object rebuilt from ``model.json``'s params, with its release loaded."""
-    model = cls(**meta["params"])
+    """The method object rebuilt from ``model.json``'s params (those of a 0.1 file that the method no longer takes:
+    :meth:`~mmdsynth.methods.contract.Method.known_params`), with its release loaded and its settings resolved for
+    the release's kind of data."""
+    where = f"{directory / MODEL_META}"
+    model = cls(**cls.known_params(meta["params"], where))
     model.release_ = Release.load(directory / "release")
+    kind = "table" if model.release_.dataset.get("table") else "image"
+    model.settings_ = model.settings_for(kind, require_epsilon=False)
+    for k, v in cls.known_params(meta.get("settings") or {}, where).items():   # as the fit used them
+        setattr(model.settings_, k, v)
     return model
 
 

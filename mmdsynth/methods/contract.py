@@ -5,9 +5,20 @@
   (JSON-plain), so ``cls(**model.get_params())`` rebuilds the model and ``model.json`` needs no
   hand-typed list. Constructors only store their arguments; ``fit`` validates.
 * **Data kinds and per-kind defaults**: ``data_kinds`` says what the method takes ("image": arrays
-  (n, c, h, w) or (n, d); "table": a DataFrame with a schema); ``defaults_for(kind)`` the settings
-  that differ from the constructor's for that kind (user tables get smaller batches than MNIST). The
-  CLI reads both; a method's defaults live nowhere else.
+  (n, c, h, w) or (n, d); "table": a DataFrame with a schema). A parameter whose best value depends on
+  the kind of data (user tables get smaller batches than MNIST, and a privacy level where images have
+  none) defaults to None in the signature, meaning "the default for the data's kind"; ``kind_defaults``
+  (``defaults_for(kind)``) holds those values. ``fit`` resolves them for the data it receives into
+  ``settings_`` (:meth:`Method.settings_for`), which training reads; a parameter given is used as given
+  and the constructor's attributes are never rewritten. The Python API and the CLI resolve them the same
+  way; a method's defaults live nowhere else.
+* **A method's parameters are its own**: a signature lists only what the method uses. Options shared
+  by a family come from cooperative mixins (``TableOptions``: the options of methods that take tables);
+  options of the shared code that a method does not expose keep the values in its base's ``_shared_defaults``
+  (read as attributes, so shared code reads them alike; not parameters).
+  ``model.json`` files written by 0.1 (every method listed the 29 options of all) load through
+  :meth:`Method.known_params`: an option the method no longer takes is dropped when its value is what the
+  method does anyway, and refused, naming it, otherwise.
 * **Registration**: :func:`register` files the class under ``method`` (its CLI name).
 
 Adding a method is one module with a class keeping this contract plus its ``@register`` line (see
@@ -16,9 +27,11 @@ the README's "Adding a method").
 from __future__ import annotations
 
 import inspect
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-from ..errors import InvalidParameterError
+from ..errors import ArtifactError, InvalidParameterError
 
 METHODS: dict[str, type] = {}
 #: parameters that set how a run goes, not what the method computes: the CLI fills them from its
@@ -48,13 +61,91 @@ def _plain(value):
     return value
 
 
+class Settings(SimpleNamespace):
+    """A fitted method's settings (``settings_``): every constructor parameter with the per-kind ones resolved
+    for the data ``fit`` received, plus what fit learned from public facts (``n_classes`` of a table's schema).
+    Attribute access like the method's own; an option the method does not take reads its value in the method's
+    ``_shared_defaults`` (the one the shared code uses). :meth:`to_dict`: the parameters, JSON-plain."""
+
+    def __init__(self, owner: type | None = None, **values):
+        super().__init__(**values)
+        self.__dict__["_owner"] = owner
+
+    def __getattr__(self, name):
+        shared = getattr(self.__dict__.get("_owner"), "_shared_defaults", {})
+        if name in shared:
+            return shared[name]
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict:
+        return {k: _plain(v) for k, v in vars(self).items() if not k.startswith("_")}
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in vars(self).items() if not k.startswith('_'))})"
+
+
+def epsilon_required(kind: str) -> InvalidParameterError:
+    """The refusal of a fit with no privacy level where the data's kind has no default (images)."""
+    return InvalidParameterError(
+        f"epsilon is required (e.g. epsilon=10): there is no default privacy level for {kind}s (tables default "
+        f"to epsilon=1.0).")
+
+
+def _terminal() -> bool:
+    """Whether progress bars have a reader: stderr is a terminal, or this is a Jupyter kernel."""
+    stderr = sys.stderr
+    return bool(getattr(stderr, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+
+
 class Method:
     """Base of every method: parameters from the signature, data kinds, per-kind defaults."""
 
     method = ""
+    #: one line for `mmdsynth fit --help` (default: the docstring's first sentence)
+    summary = ""
+    #: options of a family's shared code that this method does not take, at the values the shared code uses for
+    #: it (read as attributes, ``model.loss``; not parameters: not in the signature, help or ``get_params``)
+    _shared_defaults: dict = {}
     data_kinds: tuple[str, ...] = DATA_KINDS
-    #: kind -> {parameter: default for that kind}, where it differs from the constructor's
+    #: kind -> {parameter: its value for data of that kind}, for the parameters whose constructor default is
+    #: None ("the default for the data's kind"); a kind that leaves one out keeps None (epsilon for images:
+    #: required)
     kind_defaults: dict[str, dict] = {}
+
+    def __getattr__(self, name):
+        # only for names not found otherwise: an option this method does not take, at its shared value
+        shared = type(self)._shared_defaults
+        if name in shared:
+            return shared[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # help(cls) and inspect.signature(cls) show every parameter the class takes, through its mixins' and
+        # bases' **kwargs, not only those of its own __init__
+        try:
+            cls.__signature__ = cls.signature()
+        except (TypeError, ValueError):          # a class whose parameters cannot be listed keeps its own
+            pass
+
+    @classmethod
+    def signature(cls) -> inspect.Signature:
+        """The class's whole parameter list as one signature (epsilon and delta positional, the rest keyword)."""
+        params, seen = [], set()
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            own = list(inspect.signature(init).parameters.values())[1:]
+            for p in own:
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in seen:
+                    seen.add(p.name)
+                    kind = p.POSITIONAL_OR_KEYWORD if p.name in ("epsilon", "delta") else p.KEYWORD_ONLY
+                    params.append(p.replace(kind=kind))
+            if not any(p.kind is p.VAR_KEYWORD for p in own):
+                break
+        positional = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        return inspect.Signature(positional + [p for p in params if p.kind is not p.POSITIONAL_OR_KEYWORD])
 
     @classmethod
     def param_names(cls) -> list[str]:
@@ -89,11 +180,60 @@ class Method:
 
     @classmethod
     def defaults_for(cls, kind: str) -> dict:
-        """The settings of this method for data of ``kind`` that differ from its constructor's."""
+        """The values this method gives its per-kind parameters (those that default to None) for data of
+        ``kind``; refuses a kind the method does not take."""
         if kind not in cls.data_kinds:
             raise InvalidParameterError(f"{cls.method} takes {' and '.join(cls.data_kinds)} data, not {kind}s; "
                                         f"choose another method (see `mmdsynth fit --help`).")
         return dict(cls.kind_defaults.get(kind, {}))
+
+    @classmethod
+    def per_kind_params(cls) -> list[str]:
+        """The parameters whose default depends on the kind of data (None in the signature)."""
+        defaults = cls.param_defaults()
+        return [k for k in defaults if defaults[k] is None
+                and any(k in cls.kind_defaults.get(kind, {}) for kind in cls.data_kinds)]
+
+    def settings_for(self, kind: str, *, require_epsilon: bool = True) -> Settings:
+        """Every parameter as a fit on data of ``kind`` uses it: a value given as given, a per-kind parameter
+        left out (None) at the kind's default (:meth:`defaults_for`), ``progress`` left out (None) on when
+        someone can see it (stderr a terminal, or a notebook). Reads the constructor's attributes, never
+        writes them. Refuses a missing epsilon where the kind has no default (images)."""
+        values = {k: getattr(self, k) for k in self.param_names()}
+        for k, v in self.defaults_for(kind).items():
+            if k in values and values[k] is None:
+                values[k] = v
+        if "progress" in values and values["progress"] is None:
+            values["progress"] = _terminal()
+        if require_epsilon and "epsilon" in values and values["epsilon"] is None:
+            raise epsilon_required(kind)
+        return Settings(type(self), **values)
+
+    @property
+    def _s(self) -> Settings:
+        """The settings in force: ``settings_`` once a fit has resolved them for its data, before that the
+        constructor's values with the per-kind ones for this method's first kind (hooks called directly)."""
+        return self.__dict__.get("settings_") or self.settings_for(self.data_kinds[0], require_epsilon=False)
+
+    @classmethod
+    def known_params(cls, params: dict, where: str) -> dict:
+        """``params`` from a file (``model.json``, a release's ``fit_params``) as this method's constructor takes
+        them. Files written by 0.1 list every option of the shared base: one this method no longer takes is
+        dropped when its value is the one the method uses anyway (``_shared_defaults``), and refused, naming it,
+        otherwise (the model would not be the one that was fitted)."""
+        names = set(cls.param_names())
+        kept, wrong = {}, []
+        for k, v in params.items():
+            if k in names:
+                kept[k] = v
+            elif not (k in cls._shared_defaults and _plain(cls._shared_defaults[k]) == _plain(v)):
+                wrong.append(f"{k}={v!r}")
+        if wrong:
+            raise ArtifactError(
+                f"{where} sets {', '.join(wrong)}, which {cls.method} does not take: mmdsynth 0.1 gave every method "
+                f"the options of all of them, and these change what the model does. Refit with today's options "
+                f"(`mmdsynth fit --method {cls.method} --help`), or load it with mmdsynth 0.1.")
+        return kept
 
     @classmethod
     def dataset_defaults(cls, dataset: str, kind: str) -> dict:

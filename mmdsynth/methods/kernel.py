@@ -12,6 +12,7 @@ from ..release import Release
 from ..validation import check_probability
 from . import presets
 from .base import KernelGeneratorMethod, register
+from .tables import TableOptions
 
 logger = logging.getLogger(__name__)
 #: categorical_pairs="auto" adds the pairwise marginals when they are at most this many features
@@ -23,18 +24,21 @@ MIN_AUTO_CROSS_BINS = 4
 
 
 @register
-class DPNTK(KernelGeneratorMethod):
+class DPNTK(TableOptions, KernelGeneratorMethod):
     """DP-NTK (Yang, Adamczewski, Sutherland, Li, Park, 2023): the mean embedding under
-    normalised e-NTK features of a randomly initialised network, released once.
+    normalised e-NTK features of a randomly initialised network, released once. Images and tables.
 
     ``arch``: ``fc_1l`` (fast factorised path), ``fc_2l``, ``cnn_2l`` or ``cnn``;
     ``widths``: one width per hidden layer (``ntk_width`` sets a single one, the paper's
-    800 for MNIST); ``ntk_seed``: the network's initialisation (public).
+    800 for MNIST); ``ntk_seed``: the network's initialisation (public). Also takes the table options
+    (:class:`~mmdsynth.methods.tables.TableOptions`) and the generator's and the run's
+    (:class:`~mmdsynth.methods.KernelGeneratorMethod`).
     """
 
     method = "dp-ntk"
+    summary = "the empirical neural tangent kernel of a random network (DP-NTK)"
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, arch: str = "fc_1l",
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, arch: str = "fc_1l",
                  ntk_width: int | None = 800, widths=None, ntk_seed: int = 0, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.arch, self.ntk_width, self.widths, self.ntk_seed = arch, ntk_width, widths, ntk_seed
@@ -44,19 +48,24 @@ class DPNTK(KernelGeneratorMethod):
         return presets.dpntk_table(dataset) if kind == "table" else {}
 
     def feature_map(self, input_dim: int, n_classes: int) -> ENTKFeatures:
-        widths = self.widths if self.widths is not None else (self.ntk_width,)
-        return ENTKFeatures(input_dim, self.arch, widths, n_outputs=max(n_classes, 1), seed=self.ntk_seed)
+        widths = self._s.widths if self._s.widths is not None else (self._s.ntk_width,)
+        return ENTKFeatures(input_dim, self._s.arch, widths, n_outputs=max(n_classes, 1), seed=self._s.ntk_seed)
 
 
 @register
-class DPMERF(KernelGeneratorMethod):
+class DPMERF(TableOptions, KernelGeneratorMethod):
     """DP-MERF (Harder, Adamczewski, Park, 2021): random Fourier features of a Gaussian
-    kernel. ``length_scale`` is a data-independent choice (default sqrt(d)/2 for inputs
-    in [0, 1]), never a median heuristic on private data."""
+    kernel. Images and tables. ``n_features`` random features; ``length_scale`` is a data-independent
+    choice (default sqrt(d)/2 for inputs in [0, 1]), never a median heuristic on private data;
+    ``rff_seed``: the features' draw (public). Tables: ``rff_inputs``, ``categorical_pairs`` and
+    ``numeric_categorical`` (:meth:`table_feature_map`). Also takes the table options
+    (:class:`~mmdsynth.methods.tables.TableOptions`) and the generator's and the run's
+    (:class:`~mmdsynth.methods.KernelGeneratorMethod`)."""
 
     method = "dp-merf"
+    summary = "random Fourier features of a Gaussian kernel (DP-MERF)"
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_features: int = 10000,
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
                  categorical_pairs: bool | str = "auto", numeric_categorical: bool | str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
@@ -71,14 +80,14 @@ class DPMERF(KernelGeneratorMethod):
     def _validate(self) -> None:
         super()._validate()
         for name in ("categorical_pairs", "numeric_categorical"):
-            value = getattr(self, name)
+            value = getattr(self._s, name)
             if not (isinstance(value, bool) or value == "auto"):
                 raise InvalidParameterError(f"{name} must be 'auto' (default), True or False; got {value!r}.")
-        if self.rff_inputs not in ("numeric", "all"):
-            raise InvalidParameterError(f"rff_inputs must be 'numeric' (default) or 'all'; got {self.rff_inputs!r}.")
+        if self._s.rff_inputs not in ("numeric", "all"):
+            raise InvalidParameterError(f"rff_inputs must be 'numeric' (default) or 'all'; got {self._s.rff_inputs!r}.")
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
-        return RandomFourierFeatures(input_dim, self.n_features, self.length_scale, seed=self.rff_seed)
+        return RandomFourierFeatures(input_dim, self._s.n_features, self._s.length_scale, seed=self._s.rff_seed)
 
     def table_feature_map(self, encoder, n_classes: int) -> MixedRFF:
         """Heterogeneous columns (DP-MERF Sec. 4.3): the one-hot part raw (per-class frequencies), random
@@ -94,28 +103,29 @@ class DPMERF(KernelGeneratorMethod):
         at eps 1 (3 seeds): pairwise dependence error 0.060 vs 0.085 without, ROC 0.854 vs 0.846."""
         sizes = encoder.category_sizes
         pair_dim = sum(a * b for i, a in enumerate(sizes) for b in sizes[i + 1:])
-        pairs = pair_dim <= MAX_AUTO_PAIR_FEATURES if self.categorical_pairs == "auto" else bool(self.categorical_pairs)
-        if pair_dim and not pairs and self.categorical_pairs == "auto":
+        s = self._s
+        pairs = pair_dim <= MAX_AUTO_PAIR_FEATURES if s.categorical_pairs == "auto" else bool(s.categorical_pairs)
+        if pair_dim and not pairs and self._s.categorical_pairs == "auto":
             logger.warning("pairwise marginals of the categorical columns would add %d features (> %d): left out, so "
                            "the release holds no dependence between categorical columns beyond the label; "
                            "categorical_pairs=True forces them.", pair_dim, MAX_AUTO_PAIR_FEATURES)
         width = encoder.n_numeric * sum(sizes)          # features per histogram bin
         bins = min(CROSS_BINS, MAX_AUTO_PAIR_FEATURES // width) if width else 0
-        cross = (bins >= MIN_AUTO_CROSS_BINS if self.numeric_categorical == "auto" else bool(self.numeric_categorical))
+        cross = (bins >= MIN_AUTO_CROSS_BINS if s.numeric_categorical == "auto" else bool(s.numeric_categorical))
         bins = max(bins, MIN_AUTO_CROSS_BINS) if cross else 0
-        if width and not cross and self.numeric_categorical == "auto":
+        if width and not cross and self._s.numeric_categorical == "auto":
             logger.warning("joint histograms of numeric and categorical columns would add %d features even with %d "
                            "bins (> %d): left out, so the release holds no numeric-categorical dependence beyond the "
                            "label; numeric_categorical=True forces them.", width * MIN_AUTO_CROSS_BINS,
                            MIN_AUTO_CROSS_BINS, MAX_AUTO_PAIR_FEATURES)
         return MixedRFF(encoder.n_numeric, len(encoder.category_sizes), sum(encoder.category_sizes),
-                        self.n_features, self.length_scale, seed=self.rff_seed, rff_inputs=self.rff_inputs,
+                        self._s.n_features, self._s.length_scale, seed=self._s.rff_seed, rff_inputs=self._s.rff_inputs,
                         category_sizes=sizes if pairs and len(sizes) > 1 else None,
                         cross_sizes=sizes if cross and width else None, cross_bins=bins)
 
 
 @register
-class DPHP(KernelGeneratorMethod):
+class DPHP(TableOptions, KernelGeneratorMethod):
     """DP-HP (Vinaroz, Charusaie, Harder, Adamczewski, Park, ICML 2022): Hermite polynomial features
     of a Gaussian kernel (:class:`~mmdsynth.features.HermiteFeatures`), a sum kernel over all
     dimensions (order ``order``) and ``n_product`` product kernels over ``product_dims`` dimensions
@@ -123,27 +133,40 @@ class DPHP(KernelGeneratorMethod):
     gets ``sum_share`` of the privacy, the product releases the rest. The generator minimises
     ``sum_weight ||d_sum||^2 + product_weight mean_j ||d_product_j||^2``.
 
-    Defaults are the authors' MNIST setting at eps 1 (s^2 = 0.005, i.e. ``length_scale`` 0.0707,
-    gamma = ``sum_weight`` 20, C = 100 / 20, 2 product dimensions, 10 epochs of batch 200 with one
-    product release each, Adam 0.01 x0.9 per epoch; Fashion-MNIST: ``length_scale=0.387,
-    sum_weight=10``). ``length_scale`` is public (a number, or one per input dimension), never a
-    median of the private data. Tables: the rows as encoded (numeric columns in [0, 1] through their
-    released CDF or their public bounds, then one-hot blocks).
+    The parameters left as None take the default for the kind of data ``fit`` receives
+    (:attr:`kind_defaults`). Images: the authors' MNIST setting at eps 1 (s^2 = 0.005, i.e. ``length_scale``
+    0.0707, gamma = ``sum_weight`` 20, C = 100 / 20, 2 product dimensions, 10 epochs of batch 200 with one
+    product release each, 3,000 iterations, Adam 0.01 x0.9 every 300; Fashion-MNIST: ``length_scale=0.387,
+    sum_weight=10``). Tables: the adult preset's (``length_scale`` 0.3, sum weight 1, product order 5 over
+    5 dimensions, at most the encoded inputs, product weight 0.1, 20 product releases with 0.4 of the privacy,
+    2,000 iterations, x0.9 every 100, epsilon 1); the rows as encoded (numeric columns in [0, 1] through their
+    released CDF or their public bounds, then one-hot blocks). ``length_scale`` is public (a number, or one per
+    input dimension), never a median of the private data. Also takes the table options
+    (:class:`~mmdsynth.methods.tables.TableOptions`) and the generator's and the run's
+    (:class:`~mmdsynth.methods.KernelGeneratorMethod`).
     """
 
     method = "dp-hp"
-    #: user tables: the adult preset's kernel and schedule (the image defaults, length scale 0.07 and
-    #: sum weight 20, are the authors' MNIST setting); its code size is adult's, so it is left out, and its
-    #: product dimensions (5) become None: as many, at most the table's encoded inputs (a public shape)
-    kind_defaults = {"table": {**{k: v for k, v in presets.dphp_table("adult").items() if k != "code_dim"},
-                               "product_dims": None}}
+    summary = "Hermite polynomial features of a Gaussian kernel (DP-HP)"
+    #: the per-kind parameters (None in the signature). Images: the authors' MNIST setting (length scale 0.07,
+    #: sum weight 20). User tables: the adult preset's kernel and schedule (:func:`~mmdsynth.methods.presets.
+    #: dphp_table`; its code size is adult's, so it is left out, and its product dimensions, 5, become None: as
+    #: many, at most the table's encoded inputs, a public shape)
+    kind_defaults = {
+        "image": {"length_scale": 0.0707, "n_product": 10, "product_dims": 2, "product_order": 20, "sum_share": 0.8,
+                  "sum_weight": 20.0, "product_weight": 1.0, "iterations": 3000, "lr_step": 300},
+        "table": {"epsilon": 1.0, **{k: presets.dphp_table("adult")[k] for k in (
+            "length_scale", "n_product", "product_order", "sum_share", "sum_weight", "product_weight", "iterations",
+            "lr_step")}, "product_dims": None},
+    }
     #: product dimensions of a table fit that leaves them to the method (None): the adult preset's
     TABLE_PRODUCT_DIMS = 5
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, order: int = 100, length_scale=0.0707,
-                 n_product: int = 10, product_dims: int | None = 2, product_order: int = 20, product_length_scale=None,
-                 sum_share: float = 0.8, sum_weight: float = 20.0, product_weight: float = 1.0, hp_seed: int = 0,
-                 iterations: int = 3000, batch_size: int = 200, lr: float = 0.01, lr_step: int = 300, **kwargs):
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, order: int = 100, length_scale=None,
+                 n_product: int | None = None, product_dims: int | None = None, product_order: int | None = None,
+                 product_length_scale=None, sum_share: float | None = None, sum_weight: float | None = None,
+                 product_weight: float | None = None, hp_seed: int = 0, iterations: int | None = None,
+                 batch_size: int = 200, lr: float = 0.01, lr_step: int | None = None, **kwargs):
         super().__init__(epsilon, delta, iterations=iterations, batch_size=batch_size, lr=lr, lr_step=lr_step,
                          **kwargs)
         self.order, self.length_scale, self.n_product, self.product_dims = order, length_scale, n_product, product_dims
@@ -155,13 +178,13 @@ class DPHP(KernelGeneratorMethod):
         return presets.dphp_table(dataset) if kind == "table" else presets.dphp_image(dataset)
 
     def block_multipliers(self) -> dict[str, float]:
-        return hermite_noise_multipliers(int(self.n_product), float(self.sum_share))
+        return hermite_noise_multipliers(int(self._s.n_product), float(self._s.sum_share))
 
     def feature_map(self, input_dim: int, n_classes: int) -> HermiteFeatures:
-        dims = self.product_dims if self.product_dims is not None else min(self.TABLE_PRODUCT_DIMS, input_dim)
-        return HermiteFeatures(input_dim, self.order, self.length_scale, self.n_product, dims,
-                               self.product_order, self.product_length_scale, self.sum_share, self.sum_weight,
-                               self.product_weight, seed=self.hp_seed)
+        dims = self._s.product_dims if self._s.product_dims is not None else min(self.TABLE_PRODUCT_DIMS, input_dim)
+        return HermiteFeatures(input_dim, self._s.order, self._s.length_scale, self._s.n_product, dims,
+                               self._s.product_order, self._s.product_length_scale, self._s.sum_share, self._s.sum_weight,
+                               self._s.product_weight, seed=self._s.hp_seed)
 
 
 @register
@@ -183,9 +206,10 @@ class DPRandConv(KernelGeneratorMethod):
     the views added nothing on MNIST there)."""
 
     method = "dp-randconv"
+    summary = "random ConvNets' features (NDPDC's distribution matching)"
     data_kinds = ("image",)
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
                  conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
                  **kwargs):
@@ -196,32 +220,32 @@ class DPRandConv(KernelGeneratorMethod):
 
     def _validate(self) -> None:
         super()._validate()
-        if self.neighbouring not in ("replace_one", "add_remove"):
+        if self._s.neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default) or 'add_remove'; got "
-                                        f"{self.neighbouring!r}.")
-        if self.neighbouring == "add_remove" and self.sample_rate is None:
+                                        f"{self._s.neighbouring!r}.")
+        if self._s.neighbouring == "add_remove" and self._s.sample_rate is None:
             raise InvalidParameterError("neighbouring='add_remove' is the accounting of the subsampled release: give "
                                         "sample_rate too (1.0 reads every record in every step).")
-        if self.sample_rate is not None:
-            check_probability(self.sample_rate, "sample_rate")
-            if int(self.n_networks) < 2:
-                raise InvalidParameterError(f"sample_rate draws one sample per network; n_networks={self.n_networks}"
+        if self._s.sample_rate is not None:
+            check_probability(self._s.sample_rate, "sample_rate")
+            if int(self._s.n_networks) < 2:
+                raise InvalidParameterError(f"sample_rate draws one sample per network; n_networks={self._s.n_networks}"
                                             f" gives one step: use n_networks >= 2, or sample_rate=None.")
-            if self.early_stopping:
+            if self._s.early_stopping:
                 raise InvalidParameterError("early_stopping's proxy is a full-data release; with sample_rate use "
                                             "early_stopping=False.")
 
     def _release_arrays(self, fmap, X, y, *, n_classes, proxy, dataset: str, budget, public_facts: dict) -> Release:
-        if self.sample_rate is None:
+        if self._s.sample_rate is None:
             return super()._release_arrays(fmap, X, y, n_classes=n_classes, proxy=proxy, dataset=dataset,
                                            budget=budget, public_facts=public_facts)
         if isinstance(X, ShardedArrays):
             raise InvalidParameterError("sample_rate releases read the images in memory, not shards: load them as "
                                         "an array, or use sample_rate=None.")
         return release_sampled_embedding(
-            fmap, X, y, epsilon=self.epsilon, delta=self.delta, sample_rate=self.sample_rate, n_classes=n_classes,
-            accountant=self.accountant, seed=self.noise_seed, dataset=dataset, budget=budget,
-            privacy_unit=self._privacy_unit, neighbouring=self.neighbouring, public_facts=public_facts)
+            fmap, X, y, epsilon=self._s.epsilon, delta=self._s.delta, sample_rate=self._s.sample_rate, n_classes=n_classes,
+            accountant=self._s.accountant, seed=self._s.noise_seed, dataset=dataset, budget=budget,
+            privacy_unit=self._privacy_unit, neighbouring=self._s.neighbouring, public_facts=public_facts)
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
@@ -230,5 +254,5 @@ class DPRandConv(KernelGeneratorMethod):
     def image_feature_map(self, shape: tuple, n_classes: int) -> RandomConvFeatures:
         if len(shape) != 3:
             return self.feature_map(int(shape[0]), n_classes)
-        return RandomConvFeatures(shape, self.n_networks, self.conv_width, self.conv_depth, seed=self.conv_seed,
-                                  augment=self.conv_augment, pool=self.conv_pool)
+        return RandomConvFeatures(shape, self._s.n_networks, self._s.conv_width, self._s.conv_depth, seed=self._s.conv_seed,
+                                  augment=self._s.conv_augment, pool=self._s.conv_pool)

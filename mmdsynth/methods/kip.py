@@ -53,7 +53,7 @@ from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from . import presets
-from .contract import Method, register
+from .contract import Method, epsilon_required, register
 from .distill import distill_release
 from .tables import check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
@@ -103,16 +103,18 @@ class DPKIP(Method):
     """
 
     method = "dp-kip"
-    #: user tables: the privacy level of every table default, and a batch below a few thousand rows
-    kind_defaults = {"table": {"epsilon": 1.0, "batch_size": 200}}
+    summary = "a small support set learned by DP-SGD under the NTK (DP-KIP distillation)"
+    #: the per-kind parameters (None in the signature): images, no default privacy level and the expected batch
+    #: 500; user tables, the privacy level of every table default and a batch below a few thousand rows
+    kind_defaults = {"image": {"batch_size": 500}, "table": {"epsilon": 1.0, "batch_size": 200}}
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, n_classes: int | None = None,
-                 images_per_class: int = 10, epochs: int = 10, batch_size: int = 500, lr: float = 1e-2,
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
+                 images_per_class: int = 10, epochs: int = 10, batch_size: int | None = None, lr: float = 1e-2,
                  clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
                  W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
                  noise_seed: int | None = None, sampler_seed: int | None = None,
-                 neighbouring: str = "replace_one", accountant: str = "pld", progress: bool = False,
-                 dtype: str = "float32", device: str = "cpu", schema_share: float | None = None,
+                 neighbouring: str = "replace_one", accountant: str = "pld", progress: bool | None = None,
+                 dtype: str = "float32", device: str | None = "cpu", schema_share: float | None = None,
                  numeric_encoding: str = "minmax", numeric_share: float = DEFAULT_SKETCH_SHARE,
                  start: str | None = None, start_share: float = 0.1):
         self.start, self.start_share = start, start_share
@@ -142,52 +144,52 @@ class DPKIP(Method):
 
     @property
     def kernel(self) -> FCReLUKernel:
-        return FCReLUKernel(self.depth, self.W_std, self.b_std)
+        return FCReLUKernel(self._s.depth, self._s.W_std, self._s.b_std)
 
     @property
     def private(self) -> bool:
         """False for ``epsilon=math.inf``: the non-private KIP baseline (no noise; benchmark only)."""
-        return self.epsilon != math.inf
+        return self._s.epsilon != math.inf
 
     def _validate(self, n_records: int) -> None:
         if self.private:
-            check_epsilon(self.epsilon)
-        check_delta(self.delta)
+            check_epsilon(self._s.epsilon)
+        check_delta(self._s.delta)
         for name in ("images_per_class", "epochs", "batch_size"):
-            check_positive(getattr(self, name), name, integer=True)
+            check_positive(getattr(self._s, name), name, integer=True)
         for name in ("lr", "clip", "reg"):
-            check_positive(getattr(self, name), name)
-        if self.optimizer not in ("adam", "sgd"):
-            raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self.optimizer!r}.")
-        if self.neighbouring not in ("replace_one", "add_remove"):
+            check_positive(getattr(self._s, name), name)
+        if self._s.optimizer not in ("adam", "sgd"):
+            raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self._s.optimizer!r}.")
+        if self._s.neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
-                                        f"(the paper's accounting); got {self.neighbouring!r}.")
-        check_shares(schema_share=self.schema_share, numeric_share=self.numeric_share,
-                     start_share=self.start_share if self.start not in (None, "noise") else None)
-        if self.start is not None and self.start not in STARTS:
-            raise InvalidParameterError(f"start={self.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
-        if self.dtype not in ("float32", "float64"):
-            raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}.")
+                                        f"(the paper's accounting); got {self._s.neighbouring!r}.")
+        check_shares(schema_share=self._s.schema_share, numeric_share=self._s.numeric_share,
+                     start_share=self._s.start_share if self._s.start not in (None, "noise") else None)
+        if self._s.start is not None and self._s.start not in STARTS:
+            raise InvalidParameterError(f"start={self._s.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
+        if self._s.dtype not in ("float32", "float64"):
+            raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self._s.dtype!r}.")
         try:
-            dev = torch.device(self.device)
+            dev = torch.device(self._s.device)
         except (RuntimeError, TypeError) as exc:
-            raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {self.device!r}.") from exc
+            raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {self._s.device!r}.") from exc
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise InvalidParameterError(f"device={self.device!r} but no CUDA GPU is visible; use device='cpu'.")
-        if self.n_classes is None or int(self.n_classes) < 2:
+            raise InvalidParameterError(f"device={self._s.device!r} but no CUDA GPU is visible; use device='cpu'.")
+        if self._s.n_classes is None or int(self._s.n_classes) < 2:
             raise InvalidParameterError(
-                f"n_classes must be given (public metadata, >= 2); got {self.n_classes!r}. It is never read "
+                f"n_classes must be given (public metadata, >= 2); got {self._s.n_classes!r}. It is never read "
                 f"from the private labels: pass n_classes=10 for MNIST.")
-        if self.batch_size >= n_records:
+        if self._s.batch_size >= n_records:
             raise InvalidParameterError(
-                f"batch_size={self.batch_size} must be smaller than the number of records ({n_records}): "
+                f"batch_size={self._s.batch_size} must be smaller than the number of records ({n_records}): "
                 f"it is the expected Poisson batch, q = batch_size / N < 1.")
 
     def _public_start(self, public_init, shape) -> torch.Tensor | None:
         """The user's public starting support set in kernel space, checked (None: N(0, I))."""
         if public_init is None:
             return None
-        m = int(self.images_per_class) * int(self.n_classes)
+        m = int(self._s.images_per_class) * int(self._s.n_classes)
         x = np.asarray(public_init, dtype=np.float32)
         if x.shape[0] != m or int(np.prod(x.shape[1:])) != int(np.prod(shape)):
             raise InvalidParameterError(
@@ -195,19 +197,19 @@ class DPKIP(Method):
                 f"ordered class by class; got shape {list(x.shape)}.")
         if not np.isfinite(x).all():
             raise InvalidParameterError("public_init holds non-finite values.")
-        return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self.dtype))
+        return to_kernel_space(torch.as_tensor(x)).to(getattr(torch, self._s.dtype))
 
     def _start_words(self, public_init) -> str:
-        if self.start != "noise":
-            return (f"{self.images_per_class} records per class distilled from the class-conditional mean embedding "
-                    f"under {self.start} features, released with {self.start_share:g} of the plan")
+        if self._s.start != "noise":
+            return (f"{self._s.images_per_class} records per class distilled from the class-conditional mean embedding "
+                    f"under {self._s.start} features, released with {self._s.start_share:g} of the plan")
         return "N(0, I) noise" if public_init is None else "a public set given by the user"
 
     def _start_map(self, shape) -> FeatureMap:
         """The feature map of the start's release (public: from the record shape and ``seed``)."""
-        if self.start == "pixels":
+        if self._s.start == "pixels":
             return PixelFeatures(int(np.prod(shape)))
-        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self.seed or 0)   # images: checked in fit
+        return RandomConvFeatures(shape, n_networks=START_NETWORKS, seed=self._s.seed or 0)   # images: checked in fit
 
     def _start_parts(self, shape, table_state) -> tuple:
         """What the start's release is built from, all public: (feature map, table encoder or None, the
@@ -220,10 +222,10 @@ class DPKIP(Method):
     def _distil_start(self, release: Release, encoder, iterations: int) -> torch.Tensor:
         """``images_per_class`` records per class distilled from the start's release, in kernel space, class by
         class (:func:`~mmdsynth.methods.distill.distill_release`: post-processing)."""
-        small = distill_release(release, int(self.images_per_class), iterations=iterations, seed=self.seed or 0,
-                                blocks_per_step=2 if self.start == "random-conv" else None, device=self.device)
+        small = distill_release(release, int(self._s.images_per_class), iterations=iterations, seed=self._s.seed or 0,
+                                blocks_per_step=2 if self._s.start == "random-conv" else None, device=self._s.device)
         x = encoder.encode(small.x)[0] if encoder is not None else small.x
-        return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self.dtype))
+        return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self._s.dtype))
 
     def _rehearse_start(self, parts, engine: PrivacyEngine, n_records: int, dataset: str) -> None:
         """Run the start's post-processing once on a public placeholder release (a zero embedding with the real
@@ -232,7 +234,7 @@ class DPKIP(Method):
         here, with nothing read from the private data and nothing charged (issue 45, item 5)."""
         fmap, encoder, facts, prior = parts
         engine.multiplier(START_RELEASE)                 # the start's release is in the plan
-        n_classes = int(self.n_classes)
+        n_classes = int(self._s.n_classes)
         placeholder = Release({"embedding": torch.zeros(fmap.out_dim, n_classes, dtype=torch.float64), **prior},
                               fmap.spec(), {"name": dataset, "n_records": n_records, "n_classes": n_classes,
                                             "conditional": True, **facts}, Ledger())
@@ -245,7 +247,7 @@ class DPKIP(Method):
         rebuilt from), then ``images_per_class`` records per class distilled from it (:meth:`_distil_start`)."""
         fmap, encoder, facts, prior = parts
         release = release_mean_embedding(
-            fmap, X, None if encoder is not None else y, n_classes=int(self.n_classes), engine=engine,
+            fmap, X, None if encoder is not None else y, n_classes=int(self._s.n_classes), engine=engine,
             dataset=dataset, encoder=encoder, public_facts=facts, prior_tensors=prior)
         return self._distil_start(release, encoder, START_ITERATIONS)
 
@@ -254,16 +256,16 @@ class DPKIP(Method):
         (finite numbers, labels in 0..n_classes-1): run before the charge, so a refusal charges nothing."""
         if table_state is not None:
             return table_state[0].encode(X)
-        return check_features(X), check_labels(y, n_records, n_classes=int(self.n_classes))
+        return check_features(X), check_labels(y, n_records, n_classes=int(self._s.n_classes))
 
     def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
         """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
         one-shot releases a table needs (``shares``: name -> share; each at 1/sqrt(share) times the
         steps' noise multiplier), all in one plan; and the one-shot releases' multipliers by name."""
-        steps = math.ceil(self.epochs * n_records / self.batch_size)
+        steps = math.ceil(self._s.epochs * n_records / self._s.batch_size)
         mults = {k: 1 / float(v) ** 0.5 for k, v in (shares or {}).items()}
-        return PrivacyPlan(tuple(mults.values()), sample_rate=self.batch_size / n_records, steps=steps,
-                           neighbouring=self.neighbouring), mults
+        return PrivacyPlan(tuple(mults.values()), sample_rate=self._s.batch_size / n_records, steps=steps,
+                           neighbouring=self._s.neighbouring), mults
 
     # -- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
@@ -276,8 +278,6 @@ class DPKIP(Method):
         (images_per_class * n_classes records in the data's scale, ordered class by class)
         instead of N(0, I) noise; it is not charged, so it must not come from the private data.
         Returns self."""
-        if self.device is None:            # the CLI's default: a GPU when one is visible
-            self.device = str(default_device())
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
@@ -288,32 +288,41 @@ class DPKIP(Method):
         if resume and not ckpt:
             raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
         state, encoded = None, None
-        if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
-            state = _KIPState.load(out, self.device)
-            self.__dict__.update({k: v for k, v in state.model_params.items() if k not in ("progress", "device")})
         table = isinstance(X, pd.DataFrame)
+        # the settings of this fit: per-kind defaults for the data's kind; the constructor's attributes stay as given
+        kind = "table" if table else "image"
+        s = self.settings_ = self.settings_for(kind, require_epsilon=False)
+        if s.device is None:                # the CLI's default: a GPU when one is visible
+            s.device = str(default_device())
+        if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
+            state = _KIPState.load(out, s.device)
+            for k, v in self.known_params(state.model_params, f"the checkpoint in {out}").items():
+                if k not in ("progress", "device"):
+                    setattr(s, k, v)
+        if s.epsilon is None:
+            raise epsilon_required(kind)
         shares = {}
         if table:
             schema = _as_schema(schema, label)
-            self.n_classes = schema.n_classes
-            shares = table_shares(schema, schema_share=self.schema_share, numeric_encoding=self.numeric_encoding,
-                                  numeric_share=self.numeric_share)
+            s.n_classes = schema.n_classes
+            shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
+                                  numeric_share=self._s.numeric_share)
             n_records = len(X)
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         self._validate(n_records)
-        if self.start is None:          # the default: the private pixels start, or the public set when one is given
-            self.start = "noise" if public_init is not None else DEFAULT_START
-        if self.start != "noise":
+        if s.start is None:          # the default: the private pixels start, or the public set when one is given
+            s.start = "noise" if public_init is not None else DEFAULT_START
+        if self._s.start != "noise":
             if public_init is not None:
                 raise InvalidParameterError(
-                    f"public_init and start={self.start!r} both give the starting support set: pass start='noise' "
+                    f"public_init and start={self._s.start!r} both give the starting support set: pass start='noise' "
                     f"with a public set (it then replaces the noise), or leave public_init out.")
-            if self.start == "random-conv" and (table or len(shape) != 3):   # before calibration and the charge
+            if self._s.start == "random-conv" and (table or len(shape) != 3):   # before calibration and the charge
                 raise InvalidParameterError(
                     f"start='random-conv' takes images (channels, height, width); the records are "
                     f"{'table rows' if table else f'of shape {list(shape)}'}: use start='pixels'.")
-            shares[START_RELEASE] = self.start_share
+            shares[START_RELEASE] = self._s.start_share
         plan, mults = self.plan(n_records, shares)
         if state is not None:
             entry = state.entry
@@ -324,30 +333,30 @@ class DPKIP(Method):
         else:
             # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
             # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
-            engine = PrivacyEngine(self.epsilon, self.delta, plan, multipliers=mults, accountant=self.accountant,
-                                   budget=budget, noise_seed=self.noise_seed, sampler_seed=self.sampler_seed,
+            engine = PrivacyEngine(self._s.epsilon, self._s.delta, plan, multipliers=mults, accountant=self._s.accountant,
+                                   budget=budget, noise_seed=self._s.noise_seed, sampler_seed=self._s.sampler_seed,
                                    dataset=dataset, privacy_unit=privacy_unit, private=self.private,
-                                   reserved_delta=reserved_delta(schema, self.delta) if table else 0.0)
+                                   reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
             table_state = prepare_table(engine, X, as_source(X), schema) if table else None   # private releases
             if table:
                 shape = [table_state[0].dim]
-            description = (f"DP-KIP support set ({self.images_per_class} per class) by DP-SGD on the KRR loss: "
-                           f"{plan.describe()}, clip {self.clip:g}; start: {self._start_words(public_init)}")
+            description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
+                           f"{plan.describe()}, clip {self._s.clip:g}; start: {self._start_words(public_init)}")
             # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
             # records' input domain, and the private start's post-processing rehearsed on a placeholder
-            start_x = self._public_start(public_init, shape) if self.start == "noise" else None
+            start_x = self._public_start(public_init, shape) if self._s.start == "noise" else None
             encoded = self._encode(X, y, table_state, n_records)
-            if self.start != "noise":
+            if self._s.start != "noise":
                 parts = self._start_parts(shape, table_state)
                 self._rehearse_start(parts, engine, n_records, dataset)
                 engine.charge(description)          # the whole plan, before the start's release reads a record
                 start_x = self._private_start(engine, X, y, parts, dataset)
             entry = engine.declare_dpsgd(
-                clip=self.clip, n_records=n_records, description=description,
-                assumed={"N": int(n_records), "n_classes": int(self.n_classes), "clip": float(self.clip),
+                clip=self._s.clip, n_records=n_records, description=description,
+                assumed={"N": int(n_records), "n_classes": int(self._s.n_classes), "clip": float(self._s.clip),
                          "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
                                         "moves the sum by <= 2 clip (the accountant's replace-one relation: "
-                                        "mixtures at +-clip)" if self.neighbouring == "replace_one" else
+                                        "mixtures at +-clip)" if self._s.neighbouring == "replace_one" else
                                         "clip: one record zeroed out (replaced by a null record that adds "
                                         "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
                                         "so the add/remove accounting holds for zero-out neighbours only, not for "
@@ -356,7 +365,7 @@ class DPKIP(Method):
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
-            state = _KIPState.start(self, shape, engine, start_x, table_state)
+            state = _KIPState.start(s, shape, engine, start_x, table_state)
             engine.charge(entry.description)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
@@ -364,17 +373,17 @@ class DPKIP(Method):
         encoder, prior, table_facts = state.table or (None, {}, {})
         if encoder is not None:
             shape = [encoder.dim]
-        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self.n_classes), "conditional": True,
+        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self._s.n_classes), "conditional": True,
                  "record_shape": shape, "method": self.method, **table_facts, **(public_facts or {})}
         # ---- private data from here on, through private_gradient only -----------------------
         Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
-        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
-        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self.n_classes)).to(self.device)
+        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self._s.device)
+        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
         self._train(state, x_all, y_all, plan, out)
         # ---- end of private data -----------------------------------------------------------------
         self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
                                 self.kernel.spec(), facts, state.engine.ledger,
-                                extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self.reg})
+                                extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self._s.reg})
         if out is not None:
             self.save(out)
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
@@ -382,8 +391,8 @@ class DPKIP(Method):
 
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
         kernel, n = self.kernel, x_all.shape[0]
-        y_s = centred_one_hot(state.labels, int(self.n_classes), state.x.dtype).to(state.x.device)
-        bar = tqdm(total=plan.steps, initial=state.step, disable=not self.progress, desc="DP-KIP", unit="step",
+        y_s = centred_one_hot(state.labels, int(self._s.n_classes), state.x.dtype).to(state.x.device)
+        bar = tqdm(total=plan.steps, initial=state.step, disable=not self._s.progress, desc="DP-KIP", unit="step",
                    **progress_rate())
         observe = getattr(self, "_observer", None)     # the audit's attacker: sees every iterate
         if observe is not None:
@@ -391,10 +400,10 @@ class DPKIP(Method):
         while state.step < plan.steps:
             idx = state.engine.sample(n).to(x_all.device)
             if self.private:
-                g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self.reg, clip=self.clip,
+                g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self._s.reg, clip=self._s.clip,
                                      engine=state.engine, expected_batch=plan.sample_rate * n)
             else:
-                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self.reg, self.clip)
+                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self._s.reg, self._s.clip)
                      / max(len(idx), 1)).to(state.x.dtype)
             state.optimizer.zero_grad(set_to_none=True)
             state.x.grad = g
@@ -441,8 +450,8 @@ class DPKIP(Method):
         given in the data's scale ([0, 1])."""
         xs, ys = self.support()
         x_t = to_kernel_space(torch.as_tensor(np.asarray(x_test, dtype=np.float32))).double()
-        return krr_accuracy(self.kernel, xs, centred_one_hot(ys, int(self.n_classes), torch.float64), x_t,
-                            torch.as_tensor(np.asarray(y_test)).long(), self.reg)
+        return krr_accuracy(self.kernel, xs, centred_one_hot(ys, int(self._s.n_classes), torch.float64), x_t,
+                            torch.as_tensor(np.asarray(y_test)).long(), self._s.reg)
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory) -> Path:
@@ -458,13 +467,13 @@ class _KIPState:
     """Support set, optimiser, step, the privacy engine (noise, sampler, ledger) and a table's prepared
     encoder: everything a resume needs."""
 
-    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model: DPKIP, engine: PrivacyEngine, table=None):
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, model, engine: PrivacyEngine, table=None):
         self.x = x.to(model.device).requires_grad_(True)
         self.labels = labels
         self.engine = engine
         self.table = table                 # (encoder, released tensors, public facts) of a table, or None
         self.step = 0
-        cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD
+        cls = torch.optim.Adam if model.optimizer == "adam" else torch.optim.SGD   # model: the fit's Settings
         self.optimizer = cls([self.x], lr=model.lr)
 
     @property
@@ -473,7 +482,7 @@ class _KIPState:
         return self.engine.entries[-1]
 
     @classmethod
-    def start(cls, model: DPKIP, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None,
+    def start(cls, model, shape, engine: PrivacyEngine, public_x: torch.Tensor | None = None,
               table=None) -> "_KIPState":
         """Public initialisation: N(0, I) support inputs (or the user's public set), balanced fixed
         labels. ``seed`` fixes only this public start; the sampler and the noise are secret."""
@@ -484,7 +493,7 @@ class _KIPState:
         x = torch.randn(m, int(np.prod(shape)), generator=g, dtype=dtype) if public_x is None else public_x.clone()
         labels = torch.arange(m) // int(model.images_per_class)
         state = cls(x, labels, model, engine, table)
-        state.model_params = model.get_params()
+        state.model_params = model.to_dict()
         return state
 
     def save(self, directory: Path) -> None:
@@ -506,7 +515,8 @@ class _KIPState:
         t, meta = load_checkpoint(directory / CKPT_TENSORS, directory / CKPT_META, "DP-KIP")
         meta["params"].setdefault("neighbouring", "add_remove")     # checkpoints written before replace-one
         meta["params"].setdefault("start", "noise")                 # checkpoints written before the private starts
-        model = DPKIP(**{**meta["params"], "device": device})
+        model = DPKIP(**{**DPKIP.known_params(meta["params"], f"the checkpoint in {directory}"), "device": device})
+        model = model.settings_for("image", require_epsilon=False)
         entries = [LedgerEntry.from_dict(e) for e in meta.get("entries", [meta.get("entry")])]
         engine = PrivacyEngine.resume(entries, noise_seed=model.noise_seed, sampler_seed=model.sampler_seed)
         table = None

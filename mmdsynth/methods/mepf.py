@@ -20,28 +20,39 @@ class DPMEPF(KernelGeneratorMethod):
     folder), or a torchvision VGG19 / ResNet18 ``.pth``. It must not have seen the private data:
     fitting refuses an encoder whose spec names the dataset being fitted.
     ``moments``: ``(1, 2)`` (phi1 and phi2) or ``(1,)``; ``layers``: Conv2d names (default all).
-    ``loss``: ``"mavg"`` (the paper's moving-average loss; ``mavg_lr``) or ``"direct"``.
+    ``loss``: ``"mavg"`` (the paper's moving-average loss, learned with Adam at ``mavg_lr``) or ``"direct"``
+    (the squared MMD); ``beta1``: the generator's Adam beta1 (the authors': 0.5). DP early stopping:
+    ``early_stopping``, ``proxy_encoder``, ``proxy_multiplier``, checkpoints scored every ``select_every``
+    iterations (default iterations / 20) on ``select_samples`` generated images. Images only. Also takes the
+    generator's and the run's options (:class:`~mmdsynth.methods.KernelGeneratorMethod`).
     """
 
     method = "dp-mepf"
+    summary = "perceptual features of an encoder trained on public data (DP-MEPF)"
     data_kinds = ("image",)
+    #: images only, and every default in the signature
+    kind_defaults = {"image": {}}
 
-    def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, encoder: str | None = None,
-                 moments=(1, 2), layers=None, early_stopping: bool = True, loss: str = "mavg",
-                 iterations: int = 4000, batch_size: int = 100, lr: float = 1e-3, mavg_lr: float = 1e-2,
-                 lr_step: int = 1000, **kwargs):
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, encoder: str | None = None,
+                 moments=(1, 2), layers=None, loss: str = "mavg", mavg_lr: float = 1e-2, beta1: float = 0.9,
+                 early_stopping: bool = True, proxy_encoder: str | None = None, proxy_multiplier: float = 10.0,
+                 select_every: int | None = None, select_samples: int = 2000, iterations: int = 4000,
+                 batch_size: int = 100, lr: float = 1e-3, lr_step: int = 1000, **kwargs):
         super().__init__(epsilon, delta, iterations=iterations, batch_size=batch_size, lr=lr, lr_step=lr_step,
-                         loss=loss, mavg_lr=mavg_lr, early_stopping=early_stopping, **kwargs)
+                         **kwargs)
         self.encoder, self.moments, self.layers = encoder, moments, layers
+        self.loss, self.mavg_lr, self.beta1 = loss, mavg_lr, beta1
+        self.early_stopping, self.proxy_encoder, self.proxy_multiplier = early_stopping, proxy_encoder, proxy_multiplier
+        self.select_every, self.select_samples = select_every, select_samples
 
     def _encoder_path(self) -> str:
-        if self.encoder is None:
+        if self._s.encoder is None:
             raise InvalidParameterError(
                 "DP-MEPF needs an encoder trained on PUBLIC data: pass encoder=PATH. Make one "
                 "with `mmdsynth pretrain-encoder --dataset fashion-mnist --arch vgg_small` (for MNIST), or give a "
                 "torchvision VGG19 / ResNet18 .pth file."
             )
-        return str(resolve_encoder(self.encoder))
+        return str(resolve_encoder(self._s.encoder))
 
     def default_proxy_encoder(self) -> str:
         return self._encoder_path()
@@ -51,7 +62,7 @@ class DPMEPF(KernelGeneratorMethod):
         self._encoder_path()
 
     def _release(self, X, y, dataset: str, budget):
-        for path in {self._encoder_path(), str(resolve_encoder(self.proxy_encoder or self._encoder_path()))}:
+        for path in {self._encoder_path(), str(resolve_encoder(self._s.proxy_encoder or self._encoder_path()))}:
             public = encoder_spec(path).get("dataset")
             if dataset and public == dataset:
                 raise InvalidParameterError(
@@ -65,7 +76,7 @@ class DPMEPF(KernelGeneratorMethod):
     def _encoder_note(self, dataset: str) -> str:
         """What the encoder check established, for the ledger: it compares dataset NAMES only."""
         trained = sorted({str(encoder_spec(p).get("dataset") or "unrecorded") for p in
-                          {self._encoder_path(), str(resolve_encoder(self.proxy_encoder or self._encoder_path()))}})
+                          {self._encoder_path(), str(resolve_encoder(self._s.proxy_encoder or self._encoder_path()))}})
         checked = (f"its recorded training dataset ({', '.join(trained)}) differs from this dataset's name "
                    f"({dataset!r})" if dataset else "no dataset name was given, so nothing was compared")
         return (f"encoder check: {checked}. A name check cannot show that the encoder never saw these records; "
@@ -75,7 +86,7 @@ class DPMEPF(KernelGeneratorMethod):
         if len(shape) != 3:
             raise InvalidParameterError(f"DP-MEPF models images (channels, height, width); got records of shape "
                                         f"{tuple(shape)}. For flat records or tables use dp-ntk or dp-merf.")
-        return PerceptualFeatures(self._encoder_path(), shape, moments=self.moments, layers=self.layers)
+        return PerceptualFeatures(self._encoder_path(), shape, moments=self._s.moments, layers=self._s.layers)
 
     def table_feature_map(self, encoder, n_classes: int):
         raise InvalidParameterError("DP-MEPF models images (its features come from an image encoder); "

@@ -16,13 +16,33 @@ import warnings
 import pandas as pd
 
 from ..data.encoding import TableEncoder
-from ..data.numeric_sketch import SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
+from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
                                    release_schema_statistics, require_complete)
 from ..data.schema import Schema
 from ..errors import InvalidParameterError
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
+
+
+class TableOptions:
+    """The options of a release-once method that takes tables (a mixin before
+    :class:`~mmdsynth.methods.KernelGeneratorMethod` in the bases; methods that take images only leave it out,
+    and their signatures do not list these):
+
+    ``proportions_share``: the class proportions' share of the privacy (released, so that generated labels
+    follow them; default 0.1). ``schema_share``: release the bounds and categories the schema leaves out from
+    the data, with this share (None: refused, naming the columns). ``numeric_encoding``: numeric columns through
+    their privately released CDF (``"quantile"``, default) or scaled by their declared bounds (``"minmax"``).
+    ``numeric_share``: the quantile encoding's share (default 0.1). Shares of one (epsilon, delta), not extra
+    charges.
+    """
+
+    def __init__(self, *args, proportions_share: float = 0.1, schema_share: float | None = None,
+                 numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SHARE, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.proportions_share, self.schema_share = proportions_share, schema_share
+        self.numeric_encoding, self.numeric_share = numeric_encoding, numeric_share
 
 
 def table_shares(schema: Schema, *, schema_share: float | None, numeric_encoding: str,

@@ -22,7 +22,7 @@ def toy():
         method = "toy-rff"
         data_kinds = ("image",)
 
-        def __init__(self, epsilon: float = 10.0, delta: float = 1e-5, *, width: int = 64, **kwargs):
+        def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, width: int = 64, **kwargs):
             super().__init__(epsilon, delta, **kwargs)
             self.width = width
 

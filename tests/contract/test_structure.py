@@ -110,7 +110,7 @@ def test_dp_kip_on_digits_runs_with_its_own_defaults(tmp_path):
     # the image batch 5,000 of the generator methods once reached DP-KIP and failed on 1,437 digits
     assert cli.main(["fit", "--method", "dp-kip", "--dataset", "digits", "--epsilon", "1", "--epochs", "1",
                      "--out", str(tmp_path / "m"), "-q"]) == 0
-    params = json.loads((tmp_path / "m" / "model.json").read_text())["params"]
+    params = json.loads((tmp_path / "m" / "model.json").read_text())["settings"]
     assert params["batch_size"] == 500 and params["images_per_class"] == 10 and params["clip"] == 1e-6
 
 

@@ -159,7 +159,7 @@ def test_ctrl_c_while_torch_is_still_loading_is_one_line(monkeypatch, capsys):
     """Ctrl-C in the first seconds (fit's method options import torch) used to print a 39-line traceback."""
     import mmdsynth.cli as cli
 
-    def interrupted(parser):
+    def interrupted(parser, **_):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli, "add_method_options", interrupted)
     code, out, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "digits", "--epsilon", "1")

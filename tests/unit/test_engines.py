@@ -104,8 +104,8 @@ def test_unlabelled_npy_shards_make_an_unconditional_release(tmp_path, digits):
     np.save(tmp_path / "b.npy", x[120:])
     src = ShardedArrays(tmp_path, n_records=200)
     with pytest.raises(InvalidParameterError, match="hold no labels: use conditional=False"):
-        DPNTK(n_classes=10, iterations=1, ntk_width=20).fit(src)
-    model = DPNTK(conditional=False, iterations=1, ntk_width=20, noise_seed=0).fit(src)
+        DPNTK(1.0, n_classes=10, iterations=1, ntk_width=20).fit(src)
+    model = DPNTK(1.0, conditional=False, iterations=1, ntk_width=20, noise_seed=0).fit(src)
     assert model.release_.tensors["embedding"].ndim == 1
 
 

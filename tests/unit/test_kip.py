@@ -190,7 +190,7 @@ def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, t
     resumed = DPKIP(1.0, 1e-5, **dict(kw, epochs=5)).fit(X, y, out=tmp_path / "c", budget=budget, resume=True)
     # the same 29 steps, the same noise and sample sequences (checkpointed test generators): bit-identical
     assert torch.equal(resumed.support()[0], whole.support()[0])
-    assert resumed.epochs == 2 and budget.spent == (1.0, 1e-5) and len(budget.charges) == 1
+    assert resumed.settings_.epochs == 2 and resumed.epochs == 5 and budget.spent == (1.0, 1e-5) and len(budget.charges) == 1
     assert not list((tmp_path / "c").glob("kip_checkpoint*"))        # sampler state deleted
 
 
@@ -413,10 +413,10 @@ def test_the_default_start_is_private_pixels_unless_a_public_set_is_given(digits
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     kw = {k: v for k, v in KIP_TINY.items() if k != "start"}
     m = DPKIP(1.0, 1e-5, **{**kw, "epochs": 1}).fit(X, y)
-    assert m.start == "pixels" and [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
+    assert m.settings_.start == "pixels" and m.start is None and [e.mechanism for e in m.release_.ledger.entries] == ["gaussian", "dp-sgd"]
     x0 = np.stack([X[y == c][0] for c in range(10) for _ in range(2)])
     p = DPKIP(1.0, 1e-5, **{**kw, "epochs": 1}).fit(X, y, public_init=x0)
-    assert p.start == "noise" and [e.mechanism for e in p.release_.ledger.entries] == ["dp-sgd"]
+    assert p.settings_.start == "noise" and [e.mechanism for e in p.release_.ledger.entries] == ["dp-sgd"]
     assert "a public set given by the user" in p.release_.ledger.entries[0].description
 
 
@@ -434,4 +434,4 @@ def test_a_checkpoint_written_before_the_private_starts_resumes_from_noise(digit
     meta_path.write_text(json.dumps(sealed(meta)))                     # as an older version wrote it, sealed
     resumed = DPKIP(1.0, 1e-5, **{k: v for k, v in kw.items() if k != "start"}).fit(X, y, out=tmp_path / "c",
                                                                                   resume=True)
-    assert resumed.start == "noise" and [e.mechanism for e in resumed.release_.ledger.entries] == ["dp-sgd"]
+    assert resumed.settings_.start == "noise" and [e.mechanism for e in resumed.release_.ledger.entries] == ["dp-sgd"]

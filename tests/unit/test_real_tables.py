@@ -66,9 +66,9 @@ def test_dphp_fits_user_tables_with_table_defaults(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
     assert main(["fit", "--method", "dp-hp", "--csv", str(tmp_path / "t.csv"), "--schema", str(tmp_path / "s.json"),
                  "--label", "y", "--iterations", "3", "--out", str(tmp_path / "m"), "-q"]) == 0
-    params = json.loads((tmp_path / "m" / "model.json").read_text())["params"]
-    assert params["length_scale"] == 0.3 and params["sum_weight"] == 1.0 and params["epsilon"] == 1.0
-    assert DPHP.defaults_for("image") == {}
+    settings = json.loads((tmp_path / "m" / "model.json").read_text())["settings"]       # as the fit used them
+    assert settings["length_scale"] == 0.3 and settings["sum_weight"] == 1.0 and settings["epsilon"] == 1.0
+    assert DPHP.defaults_for("image")["length_scale"] == 0.0707            # the authors' MNIST setting
 
 
 def test_the_evaluator_runs_what_is_installed_and_names_what_it_skipped(monkeypatch):
