@@ -71,7 +71,11 @@ def test_demo_then_inspect(capsys, tmp_path):
     assert json.loads(out)["ledger"][0]["noise_multiplier"] == pytest.approx(3.7306, abs=1e-4)
     code, _, err = run(capsys, "demo", "--out", str(tmp_path / "demo"))
     assert code == 2 and "already holds a demo release" in err
-    code, _, err = run(capsys, "inspect", str(tmp_path / "nothing"))
+    with pytest.raises(SystemExit) as exited:                  # refused while parsing, before torch is imported
+        run(capsys, "inspect", str(tmp_path / "nothing"))
+    assert exited.value.code == 2 and "argument path: no file or folder" in capsys.readouterr().err
+    tmp_path.joinpath("empty").mkdir()
+    code, _, err = run(capsys, "inspect", str(tmp_path / "empty"))
     assert code == 2 and "no release in" in err
 
 
