@@ -207,7 +207,7 @@ def test_private_schema_inference_joins_the_hermite_blocks_plan():
     so the map) exists: the method's block multipliers stand in, and every release shares one budget."""
     from support import partial_schema, table_with_rare_value
 
-    model = DPHP(1.0, 1e-5, order=6, length_scale=0.5, n_product=2, product_dims=2, product_order=3,
+    model = DPHP(1.0, 1e-5, order=6, length_scale=0.5, n_product=2, product_dims=2, product_order=3, sum_share=0.8,
                  schema_share=0.1, iterations=3, batch_size=50, noise_seed=0)
     model.fit(table_with_rare_value(600), label="y", schema=partial_schema())
     entries = model.release_.ledger.entries
@@ -237,7 +237,7 @@ def test_cli_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path, dataset):
         pass
 
     def fake_fit_inputs(a):
-        return ((None,), {"dataset": "adult"}, preset, {})
+        return ((None,), {"dataset": "adult"}, preset, {}, "table" if dataset == "adult" else "image")
 
     def fake_init(self, **kwargs):
         captured.update(kwargs)
