@@ -367,7 +367,7 @@ class _DPSGDFitTarget:
 
         return DPKIP(self.epsilon, self.delta, n_classes=self.CLASSES, images_per_class=self.PER_CLASS,
                      epochs=self.epochs, batch_size=1, lr=self.lr, clip=self.clip, reg=self.reg, optimizer="sgd",
-                     dtype="float64", seed=0)
+                     dtype="float64", seed=0, progress=False)
 
     def _run(self, X, y) -> tuple[list[torch.Tensor], object]:
         """One fit on (X, y) from the public start: every iterate (the attacker's view) and the model."""
