@@ -478,7 +478,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
                    "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
-    s.add_argument("--schema", help="JSON schema of --csv or --db (see README: schema format)")
+    s.add_argument("--schema", help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
     s.add_argument("--label", help="label column of --csv")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "
                    "declares no label (SDV metadata)")
