@@ -137,3 +137,49 @@ def test_readme_is_short_and_links_the_site():
     assert len(text.split("\n")) < 150
     assert "../shared" not in text                          # a clone does not have it
     assert "make demo" in text and "make test" in text and "docs/" in text
+
+
+def test_docs_give_methods_only_their_own_parameters():
+    """Every method call and `mmdsynth fit --method M` command on a page, illustrative ones included (they are not
+    run), passes only parameters the method takes: ``param_names()`` is the truth, since each method's signature
+    lists its own options (issue 46: a tutorial said DP-NTK and DP-MERF take ``early_stopping=``)."""
+    import ast
+
+    from mmdsynth.cli import add_method_options, build_parser
+    from mmdsynth.cli import fit as fit_command
+    from mmdsynth.errors import InvalidParameterError
+    from mmdsynth.methods import METHODS
+
+    by_class = {cls.__name__: set(cls.param_names()) for cls in METHODS.values()}
+    wrong, checked = [], 0
+    for page in PAGES:
+        for line, lang, code, _ in blocks(page):
+            where = f"{page.relative_to(ROOT)}:{line}"
+            if lang == "python":
+                try:
+                    tree = ast.parse(code)
+                except SyntaxError:
+                    continue
+                for node in ast.walk(tree):
+                    if not isinstance(node, ast.Call):
+                        continue
+                    name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                    if name in by_class:
+                        checked += 1
+                        wrong += [f"{where}: {name} takes no {k.arg}=" for k in node.keywords
+                                  if k.arg is not None and k.arg not in by_class[name]]
+            elif lang in ("bash", "console"):
+                for cmd in commands(code):
+                    words = shlex.split(re.sub(r"[\[\]|]", " ", cmd), comments=True)   # [optional | alternative]
+                    if words[:2] != ["mmdsynth", "fit"] or "--method" not in words:
+                        continue
+                    parser = build_parser()
+                    add_method_options(parser.fit_parser)
+                    args = parser.parse_args(words[1:])
+                    checked += 1
+                    try:
+                        fit_command._method_options(args, METHODS[args.method])
+                    except InvalidParameterError as exc:
+                        wrong.append(f"{where}: {exc}")
+    assert checked > 10, checked
+    assert not wrong, "\n".join(wrong)
