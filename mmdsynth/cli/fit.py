@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
+from . import _catalog
 
 
 RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
@@ -39,19 +40,20 @@ FIT_EPILOG = "{epilog}"
 
 
 def cmd_fit(args) -> int:
-    from ..methods import METHODS
-    from ..privacy import BudgetFile
-
-    if args.method is not None:            # the flags are checked before anything is read or written
-        if args.method not in METHODS:
+    catalog = _catalog.methods()
+    if args.method is not None:            # the flags are checked before anything is read, written or imported
+        if args.method not in catalog:
             from ..errors import unknown_name
-            raise unknown_name("method", args.method, METHODS)
-        _method_options(args, METHODS[args.method])
+            raise unknown_name("method", args.method, catalog)
+        _method_options(args, catalog[args.method])
     if args.out is None:
         raise InvalidParameterError("--out is required: the model folder (release/ is written there before "
                                     "training).")
     out = Path(args.out)
     _check_out_folder(out, args)
+    from ..methods import METHODS
+    from ..privacy import BudgetFile
+
     from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
     if from_folder:
         data, fit_kwargs, defaults, facts, kind = _resume_inputs(args)
@@ -241,8 +243,6 @@ def _check_out_folder(out: Path, args) -> None:
 def _method_options(args, cls) -> dict:
     """{parameter: value} of every method flag given, refusing (exit 2, naming them) flags that are not
     parameters of ``cls``: a flag for another method is an error, never silently dropped."""
-    from ..methods import METHODS
-
     names = set(cls.param_names())
     given, wrong = {}, []
     for dest, value in vars(args).items():
@@ -259,7 +259,7 @@ def _method_options(args, cls) -> dict:
     if "widths" in given:
         given["ntk_width"] = None              # --ntk-widths replaces the single width
     if wrong:
-        owners = sorted({m for _, p in wrong for m, c in METHODS.items() if p in c.param_names()})
+        owners = sorted({m for _, p in wrong for m, c in _catalog.methods().items() if p in c.param_names()})
         raise InvalidParameterError(
             f"{', '.join(f for f, _ in wrong)}: {' / '.join(owners) or 'no method'} options, not taken by --method "
             f"{args.method} (its options: `mmdsynth fit --method {args.method} --help`).")
@@ -278,17 +278,16 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
     ``method`` (the ``--method`` given, if any) sets what `--help` shows: that method's options only, each with
     its default (per-kind ones for each kind of data it takes); without it, the options every run has and the
     list of methods. Every method's flags are still parsed, so one the chosen method does not take is refused
-    by name (:func:`_method_options`)."""
-    from ..methods import METHODS, KernelGeneratorMethod
-
-    cls = METHODS.get(method) if method else None
-    fit_parser.epilog = fit_parser.epilog.replace("{epilog}", _epilog(cls, METHODS, KernelGeneratorMethod))
+    by name (:func:`_method_options`). Reads the methods' catalog (:mod:`mmdsynth.cli._catalog`): no torch."""
+    catalog = _catalog.methods()
+    cls = catalog.get(method) if method else None
+    fit_parser.epilog = fit_parser.epilog.replace("{epilog}", _epilog(cls, catalog, _catalog.generic()))
     taken = {a.dest for a in fit_parser._actions} | {p for p, _ in FLAG_PARAMS.values()}
     group = fit_parser.add_argument_group(
-        f"more {method} options (values as JSON, e.g. --conditional false, --generator '{{\"name\": \"conv\"}}')"
+        f"more {method} options (values as JSON, e.g. --conditional false)"
         if cls is not None else "more method options")
     owners: dict[str, list] = {}
-    for name, klass in METHODS.items():
+    for name, klass in catalog.items():
         for param, default in klass.param_defaults().items():
             owners.setdefault(param, []).append((name, default))
     for param, where in owners.items():
@@ -297,7 +296,7 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
         kind = _value_kind([d for _, d in where])
         group.add_argument(_flag(param), dest=param, type=_typed(param, kind), default=None,
                            metavar={"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"),
-                           help=_default_text(cls, param) if cls is not None else "a method option")
+                           help=_generated_help(cls, param) if cls is not None else "a method option")
     for action in fit_parser._actions:            # --help: the chosen method's options, or none without one
         if action.dest in METHOD_FLAGS and (cls is None or not METHOD_FLAGS[action.dest](cls)):
             action.help = argparse.SUPPRESS
@@ -311,14 +310,15 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
                 action.help = argparse.SUPPRESS
         elif param not in cls.param_names():
             action.help = argparse.SUPPRESS
+        elif action.dest not in taken:                # a generated flag: what it does, and its default
+            action.help = _generated_help(cls, param)
         elif action.dest not in FLAG_CONVERTS:
-            words = _default_text(cls, param)
-            text = action.help if action.dest in taken else ""
+            words, text = _default_text(cls, param), action.help
             action.help = f"{text} ({words})" if text and words else (text or words or param.replace("_", " "))
 
 
 #: `fit` flags that are not method parameters but apply to some methods only (shown for those)
-METHOD_FLAGS = {"public_init": lambda cls: "public_init" in inspect.signature(cls.fit).parameters,
+METHOD_FLAGS = {"public_init": lambda cls: cls.takes_public_init,
                 "release_only": lambda cls: cls.releases_once}
 #: `fit` flags for tables only: not shown for a method that takes images only
 TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "drop_unlisted", "encoding",
@@ -337,6 +337,12 @@ def _param_of(dest: str) -> str | None:
     if dest in NOT_PARAMS or dest in ("help", "n_classes") or dest in TESTING_ONLY:
         return None
     return FLAG_PARAMS.get(dest, (dest, None))[0]
+
+
+def _generated_help(cls, param: str) -> str:
+    """A generated flag's help: what the parameter does (the method's ``param_help``) and its default."""
+    words, default = cls.param_descriptions().get(param, ""), _default_text(cls, param)
+    return f"{words} ({default})" if words and default else (words or default or param.replace("_", " "))
 
 
 def _default_text(cls, param: str) -> str:
@@ -387,8 +393,8 @@ def _epilog(cls, methods: dict, generic) -> str:
         lines.append(f"  --csv (your table){_table_defaults(cls or generic)}.")
     else:
         lines.append(f"  --csv (your table): {cls.method} takes images only.")
-    lines += ["  An option left out takes the method's default for the kind of data; one given is used as given. A flag",
-              "  that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
+    lines += ["  An option left out takes the method's default for the kind of data; one given is used as given. A flag "
+              "that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
     name = cls.method if cls is not None else "dp-merf"
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
@@ -398,7 +404,37 @@ def _epilog(cls, methods: dict, generic) -> str:
     if (cls or generic).releases_once:
         lines.append("  mmdsynth fit --resume --out runs/mine --iterations 4000      # train longer: no data read, no "
                      "budget spent")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_fitted(line) for line in lines) + "\n"
+
+
+#: the width `fit --help` keeps its epilog within (a terminal's 80 columns, one spare)
+EPILOG_WIDTH = 79
+
+
+def _fitted(line: str, width: int = EPILOG_WIDTH) -> str:
+    """One epilog line within ``width``: a command continued with a backslash (it still pastes into a shell), a
+    method's row under its summary column, anything else under its own indent plus two."""
+    import re
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    indent = len(line) - len(line.lstrip())
+    command, comment = (line.split("  #", 1) + [""])[:2] if line.lstrip().startswith("mmdsynth ") else ("", "")
+    if command:
+        words, rows = command.split(), [" " * indent]
+        for word in words:
+            if len(rows[-1]) + len(word) + 3 > width and rows[-1].strip():
+                rows[-1] += " \\"
+                rows.append(" " * (indent + 4))
+            rows[-1] += ("" if not rows[-1].strip() else " ") + word
+        if comment:
+            rows.append(" " * (indent + 4) + "#" + comment)
+        return "\n".join(rows)
+    row = re.match(r"( +\S+ +.+?  +)\S", line)        # "  name  kinds  summary": under the summary
+    hang = len(row.group(1)) if row and len(row.group(1)) < width // 2 else indent + 2
+    return textwrap.fill(line, width=width, subsequent_indent=" " * hang, break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def _table_defaults(cls) -> str:
@@ -410,14 +446,14 @@ def _table_defaults(cls) -> str:
                   f"{t['lr_step']} iterations")
     else:
         words += f", batch {t['batch_size']}"
-    words += "\n      (the release-once methods' table defaults; --shards of tables too)" if not cls.method else ""
+    words += " (the release-once methods' table defaults; --shards of tables too)" if not cls.method else ""
     if t.get("numeric_encoding") != "quantile":
-        return words + ";\n      numeric columns scaled by their declared bounds (--numeric-encoding quantile:\n      " \
-                       "their CDF, released with a share of the privacy)"
-    words += f";\n      numeric columns quantile-encoded with {t.get('numeric_share', 0.1):g} of the privacy"
+        return words + "; numeric columns scaled by their declared bounds (--numeric-encoding quantile: their CDF, " \
+                       "released with a share of the privacy)"
+    words += f"; numeric columns quantile-encoded with {t.get('numeric_share', 0.1):g} of the privacy"
     if "proportions_share" in t:
         words += f", class proportions released with {t['proportions_share']:g}"
-    return words + ": shares\n      of one (epsilon, delta), not extra charges"
+    return words + ": shares of one (epsilon, delta), not extra charges"
 
 
 def _value_kind(defaults: list) -> str:

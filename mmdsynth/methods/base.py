@@ -91,6 +91,12 @@ class KernelGeneratorMethod(Method):
                         "proxy_encoder": None, "proxy_multiplier": 10.0, "select_every": None, "select_samples": 2000,
                         "proportions_share": 0.1, "schema_share": None, "numeric_encoding": "quantile",
                         "numeric_share": DEFAULT_SKETCH_SHARE}
+    param_help = {
+        "lr_decay": "the learning rate is multiplied by this every lr_step iterations",
+        "generator": 'the generator: "auto" (the method\'s choice for the data) or a spec, e.g. {"name": "conv"}',
+        "conditional": "one class-conditional generator (true) or one generator of inputs for all classes (false)",
+        "accountant": 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" (looser) or "exact"',
+    }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int | None = None, lr: float = 0.01, lr_decay: float = 0.9,

@@ -111,6 +111,9 @@ class Method:
     #: None ("the default for the data's kind"); a kind that leaves one out keeps None (epsilon for images:
     #: required)
     kind_defaults: dict[str, dict] = {}
+    #: one line per parameter this class's own ``__init__`` declares, for `fit --method M --help` and the API
+    #: reference (merged over the bases by :meth:`param_descriptions`)
+    param_help: dict[str, str] = {}
 
     def __getattr__(self, name):
         # only for names not found otherwise: an option this method does not take, at its shared value
@@ -177,6 +180,14 @@ class Method:
             if not any(p.kind is p.VAR_KEYWORD for p in params):
                 break
         return out
+
+    @classmethod
+    def param_descriptions(cls) -> dict[str, str]:
+        """{parameter: one line} for the parameters the class and its bases describe (``param_help``)."""
+        out: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(klass.__dict__.get("param_help", {}))
+        return {p: out[p] for p in cls.param_names() if p in out}
 
     @classmethod
     def defaults_for(cls, kind: str) -> dict:

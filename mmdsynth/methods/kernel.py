@@ -37,6 +37,7 @@ class DPNTK(TableOptions, KernelGeneratorMethod):
 
     method = "dp-ntk"
     summary = "the empirical neural tangent kernel of a random network (DP-NTK)"
+    param_help = {"ntk_seed": "the random network's initialisation (public)"}
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, arch: str = "fc_1l",
                  ntk_width: int | None = 800, widths=None, ntk_seed: int = 0, **kwargs):
@@ -64,6 +65,14 @@ class DPMERF(TableOptions, KernelGeneratorMethod):
 
     method = "dp-merf"
     summary = "random Fourier features of a Gaussian kernel (DP-MERF)"
+    param_help = {
+        "rff_seed": "the random features' draw (public)",
+        "rff_inputs": 'tables: random features of the "numeric" inputs (the paper\'s) or of "all" of the row',
+        "categorical_pairs": 'tables: release per-class pairwise marginals of the categorical columns ("auto": if they '
+                             'fit)',
+        "numeric_categorical": 'tables: release per-class histograms of each numeric with each categorical column '
+                               '("auto": if they fit)',
+    }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
@@ -148,6 +157,8 @@ class DPHP(TableOptions, KernelGeneratorMethod):
 
     method = "dp-hp"
     summary = "Hermite polynomial features of a Gaussian kernel (DP-HP)"
+    param_help = {"hp_seed": "which input dimensions the product features combine (public)",
+                  "product_length_scale": "the product features' length scale (default: length_scale)"}
     #: the per-kind parameters (None in the signature). Images: the authors' MNIST setting (length scale 0.07,
     #: sum weight 20). User tables: the adult preset's kernel and schedule (:func:`~mmdsynth.methods.presets.
     #: dphp_table`; its code size is adult's, so it is left out, and its product dimensions, 5, become None: as
@@ -207,6 +218,16 @@ class DPRandConv(KernelGeneratorMethod):
 
     method = "dp-randconv"
     summary = "random ConvNets' features (NDPDC's distribution matching)"
+    param_help = {
+        "n_networks": "how many random ConvNets embed the images",
+        "conv_width": "filters per layer of each ConvNet",
+        "conv_depth": "convolution blocks of each ConvNet",
+        "conv_seed": "the ConvNets' initialisation (public)",
+        "conv_augment": "each network sees a fixed public view (crop, flip) of every image",
+        "conv_pool": "average each network's last map to this many cells a side (none: the whole map)",
+        "sample_rate": "each network reads its own secret Poisson sample of this share of the records",
+        "neighbouring": '"replace_one" or "add_remove" (with sample_rate; zero-out neighbours)',
+    }
     data_kinds = ("image",)
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,

@@ -104,6 +104,15 @@ class DPKIP(Method):
 
     method = "dp-kip"
     summary = "a small support set learned by DP-SGD under the NTK (DP-KIP distillation)"
+    param_help = {
+        "optimizer": '"adam" or "sgd" for the support set',
+        "depth": "hidden layers of the NTK's fully connected network",
+        "W_std": "the NTK's weight standard deviation",
+        "b_std": "the NTK's bias standard deviation",
+        "dtype": '"float32" or "float64" for the kernel computations',
+        "neighbouring": '"replace_one" or "add_remove" (the paper\'s; zero-out neighbours)',
+        "accountant": 'how the DP-SGD steps are accounted: "pld" (privacy loss distributions) or "rdp" (looser)',
+    }
     #: the per-kind parameters (None in the signature): images, no default privacy level and the expected batch
     #: 500; user tables, the privacy level of every table default and a batch below a few thousand rows
     kind_defaults = {"image": {"batch_size": 500}, "table": {"epsilon": 1.0, "batch_size": 200}}

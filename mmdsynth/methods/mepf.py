@@ -29,6 +29,17 @@ class DPMEPF(KernelGeneratorMethod):
 
     method = "dp-mepf"
     summary = "perceptual features of an encoder trained on public data (DP-MEPF)"
+    param_help = {
+        "moments": "[1, 2]: the features and their squares; [1]: the features only",
+        "layers": "the encoder's Conv2d layers to embed (default all)",
+        "loss": '"mavg" (the paper\'s moving average) or "direct" (the squared MMD)',
+        "mavg_lr": "the moving average's learning rate",
+        "beta1": "the generator's Adam beta1 (the authors': 0.5)",
+        "early_stopping": "release a proxy and sample from the checkpoint closest to it",
+        "proxy_encoder": "the proxy's encoder (default: the encoder)",
+        "proxy_multiplier": "the proxy's noise, as a multiple of the embedding's",
+        "select_samples": "generated images scored per checkpoint for early stopping",
+    }
     data_kinds = ("image",)
     #: images only, and every default in the signature
     kind_defaults = {"image": {}}

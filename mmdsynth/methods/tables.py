@@ -38,6 +38,13 @@ class TableOptions:
     charges.
     """
 
+    param_help = {
+        "proportions_share": "the class proportions' share of the privacy (released so generated labels follow them)",
+        "schema_share": "release the bounds / categories the schema leaves out with this share (none: refused)",
+        "numeric_encoding": '"quantile" (numeric columns through their released CDF) or "minmax" (declared bounds)',
+        "numeric_share": "the quantile encoding's share of the privacy",
+    }
+
     def __init__(self, *args, proportions_share: float = 0.1, schema_share: float | None = None,
                  numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SHARE, **kwargs):
         super().__init__(*args, **kwargs)
