@@ -22,3 +22,16 @@ def existing_path(text: str) -> str:
     if not Path(text).exists():
         raise argparse.ArgumentTypeError(f"no file or folder {text!r}; give the folder `mmdsynth fit` wrote (--out)")
     return text
+
+
+def existing_file(what: str):
+    """An argparse type: a file that exists, refused naming ``what`` it should be (before anything is imported)."""
+    def check(text: str) -> str:
+        from pathlib import Path
+
+        if not Path(text).is_file():
+            found = "a folder" if Path(text).is_dir() else "no file"
+            raise argparse.ArgumentTypeError(f"{found} at {text!r}; give {what}")
+        return text
+    check.__name__ = "file"
+    return check

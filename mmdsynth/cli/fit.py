@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 from . import _catalog
+from ._types import existing_file
 
 
 RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
@@ -510,11 +511,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "except for `fit --resume --out DIR`, which reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
-    s.add_argument("--csv", help="your own table (CSV/Parquet/npy), with --schema and --label")
+    s.add_argument("--csv", type=existing_file("your table: a CSV, Parquet or .npy file"), help="your own table (CSV/Parquet/npy), with --schema and --label")
     s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
                    "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
-    s.add_argument("--schema", help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
+    s.add_argument("--schema", type=existing_file("the schema: a JSON file (docs/tutorials/tables.md, 'The schema')"), help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
     s.add_argument("--label", help="label column of --csv")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "
                    "declares no label (SDV metadata)")
@@ -583,7 +584,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=int, help="DP-SGD epochs")
     s.add_argument("--clip", type=float, help="per-record gradient clip norm C")
     s.add_argument("--reg", type=float, help="KRR regulariser lambda")
-    s.add_argument("--public-init", metavar="FILE", help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
+    s.add_argument("--public-init", metavar="FILE", type=existing_file("a .npy, or an .npz holding x"), help="dp-kip: a PUBLIC starting support set (.npy, or .npz "
                    "with 'x'): images_per_class x n_classes records in the data's scale, ordered class by class; "
                    "not charged, so never from the private data (default: --start pixels)")
     s.add_argument("--start", choices=["noise", "pixels", "random-conv"], help="where the support set starts: a "
