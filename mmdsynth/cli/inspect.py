@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 from ..privacy.ledger import replace_one_words, zero_out_plan
@@ -39,8 +40,21 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+#: the summary's width: every line fits it (a path longer than a line gets one of its own), and lines are broken
+#: between words, never inside one (issue 46)
+WIDTH = 100
+
+
 def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    """``text`` in ``width`` characters, cut between words (with " ...") when it is longer."""
+    return text if len(text) <= width else textwrap.shorten(text, width, placeholder=" ...")
+
+
+def _wrap(text: str, indent: int = 2) -> str:
+    """``text`` broken between words into lines of at most :data:`WIDTH`, the continuations indented; a word
+    longer than a line (a path) is kept whole, and paths and names are not broken at their hyphens."""
+    return textwrap.fill(text, WIDTH, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def release_summary(release, path: Path, model_json: Path | None = None) -> str:
@@ -79,8 +93,10 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
     spec = release.feature_spec
     lines.append("")
     lines.append(f"features: {spec.get('name', '?')} ("
-                 + ", ".join(f"{k} {v}" for k, v in spec.items() if k not in ("name", "chunk_size", "fast")
-                             and not isinstance(v, (dict, list)) or k in ("widths", "image_shape"))[:150] + ")")
+                 + ", ".join(f"{k} {v}" for k, v in spec.items() if k not in ("name", "chunk_size", "fast", "captures")
+                             and not isinstance(v, (dict, list)) or k in ("widths", "image_shape")) + ")")
+    if spec.get("captures"):                      # what the embedding holds, in words (tables): whole, on its own
+        lines.append(f"captures: {spec['captures']}")
     lines.append("tensors: " + ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in release.tensors.items()))
     if model_json is not None:
         from .._io import read_sealed_json
@@ -92,7 +108,8 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
                          + " (post-processing: no privacy spent)")
     lines.append("")
     lines.append("every ledger field: --ledger; everything as JSON: --json")
-    return "\n".join(lines)
+    return "\n".join(line if len(line) <= WIDTH else _wrap(line, len(line) - len(line.lstrip()) + 2)
+                     for line in lines)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -178,3 +178,59 @@ def test_top_level_help_names_every_registered_method(capsys):
     text = "".join(capsys.readouterr().out.lower().split())        # argparse may wrap a name at its hyphen
     for name in METHODS:
         assert name in text, name
+
+
+def test_inspect_lines_fit_the_width_and_break_between_words(capsys, tmp_path):
+    """`inspect`'s summary (issue 46): every line fits its 100 columns and is broken between words, never inside
+    one: the long lines (the privacy unit, a table's feature spec and what it captures, zero-out accounting, a
+    sampled release's steps) read whole once the lines are joined, and a ledger description too long for its
+    column is cut between words with " ..."."""
+    import pandas as pd
+    import torch
+
+    from mmdsynth.cli.inspect import WIDTH
+    from mmdsynth.embedding import release_sampled_embedding
+    from mmdsynth.features import RandomConvFeatures
+    from mmdsynth.release import Release
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"age": rng.integers(18, 90, 300), "blood": rng.choice(["A", "B", "AB", "O"], 300),
+                  "sex": rng.choice(["f", "m"], 300), "bmi": rng.normal(26, 4, 300).round(1),
+                  "outcome": rng.choice(["no", "yes"], 300)}).to_csv(tmp_path / "p.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"label": "outcome", "label_categories": ["no", "yes"], "columns": [
+        {"name": "age", "type": "numeric", "bounds": [0, 120], "integer": True},
+        {"name": "blood", "type": "categorical", "categories": ["A", "B", "AB", "O"]},
+        {"name": "sex", "type": "categorical"}, {"name": "bmi", "type": "numeric", "bounds": [10, 60]}]}))
+    table = tmp_path / "table"
+    code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", str(tmp_path / "p.csv"), "--schema",
+                       str(tmp_path / "s.json"), "--label", "outcome", "--epsilon", "1", "--infer-schema", "0.1",
+                       "--release-only", "--out", str(table))
+    assert code == 0, err
+    images, labels = torch.rand(40, 1, 8, 8, generator=torch.Generator().manual_seed(0)).numpy(), np.arange(40) % 2
+    release_sampled_embedding(RandomConvFeatures((1, 8, 8), n_networks=8, width=2), images, labels, epsilon=1.0,
+                              delta=1e-5, n_classes=2, sample_rate=0.5, neighbouring="add_remove").save(tmp_path / "z")
+
+    for folder, release_dir in ((table, table / "release"), (tmp_path / "z", tmp_path / "z")):
+        code, out, _ = run(capsys, "inspect", str(folder))
+        assert code == 0
+        long = [line for line in out.splitlines() if len(line) > WIDTH and " " in line.strip()]
+        assert not long, long                          # only a word longer than a line (a path) may pass the edge
+        joined = " ".join(out.split())
+        release = Release.load(release_dir)
+        spec = release.feature_spec
+        assert f"one record = {release.ledger.entries[0].privacy_unit}" in joined
+        for key, value in spec.items():
+            if key not in ("name", "chunk_size", "fast", "captures") and not isinstance(value, (dict, list)):
+                assert f"{key} {value}" in joined, key
+        rows = [line for line in out.splitlines() if line[:4].strip().isdigit()]
+        assert len(rows) == len(release.ledger.entries)
+        for row, entry in zip(rows, release.ledger.entries):
+            shown = row[6:64].rstrip()
+            assert shown == entry.description or (shown.endswith(" ...") and
+                                                  (entry.description + " ").startswith(shown[:-4] + " ")), shown
+        if folder == table:                            # what a table's embedding holds, in words: whole
+            assert len(spec["captures"]) > 2 * WIDTH and f"captures: {spec['captures']}" in joined
+    assert ("(add/remove accounting, which holds for zero-out neighbours with m public, NOT for adding or removing "
+            "a record;") in joined
+    assert "each reading a secret Poisson sample at rate 0.5; each step's noise std above" in joined
+
