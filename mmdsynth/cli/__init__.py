@@ -71,14 +71,38 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"mmdsynth: warning: {cli_message(str(message))}", file=sys.stderr if file is None else file)
 
 
+#: exit status when the reader of stdout went away (``mmdsynth datasets | head -1``): 128 + SIGPIPE, what a shell
+#: reports for a command the closed pipe killed (``yes | head -1``), as 130 is 128 + SIGINT for Ctrl-C
+EXIT_PIPE_CLOSED = 141
+
+
 def main(argv=None) -> int:
     """The ``mmdsynth`` command. Ctrl-C at any moment (even while torch is still being imported) ends it with one
-    line and exit status 130."""
+    line and exit status 130. A reader that closes stdout early (``| head``) ends it quietly with status 141, as
+    the closed pipe would end a Unix tool (no traceback, nothing on stderr): what was cut off was not wanted."""
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:                # output still buffered (--help, a short table) fails here, not at interpreter exit
+            sys.stdout.flush()
     except KeyboardInterrupt:
         print("mmdsynth: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """Point stdout at the null device, so that Python's own flush at exit does not fail a second time (the
+    recipe of the Python docs, `signal`: "Note on SIGPIPE"), and give :data:`EXIT_PIPE_CLOSED`."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):      # not a real file (a test's capture): nothing to redirect
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 def _after_release(args) -> str:

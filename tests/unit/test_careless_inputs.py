@@ -59,6 +59,29 @@ def test_a_careless_input_gets_one_line_naming_the_problem_and_leaves_nothing(fi
     assert not (files / "o").exists()
 
 
+#: a reader that stops early (`mmdsynth datasets | head -1`): the command ends quietly, no traceback, with 141
+#: (128 + SIGPIPE, what a Unix tool the closed pipe killed gives; `--help` is printed by argparse, which ignores the
+#: closed pipe itself and exits 0)
+CLOSED_PIPE = [(["datasets"], 141), (["budget", "--epsilon", "1", "--delta", "1e-5"], 141),
+               (["inspect", "{d}/toy.json"], 2), (["fit", "--help"], 0), (["--help"], 0)]
+
+
+@pytest.mark.parametrize("argv, status", CLOSED_PIPE, ids=[" ".join(a) for a, _ in CLOSED_PIPE])
+def test_stdout_closed_early_ends_quietly(files, argv, status):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = [str(Path(sys.executable).parent / "mmdsynth")] + [a.format(d=files) for a in argv]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()                       # before the command writes a byte: `| head -0`, deterministic
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == status, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    if status != 2:                           # an error is still said, on stderr, in its one line
+        assert err == "", err
+
+
 class _no_exit:
     value = None
 
