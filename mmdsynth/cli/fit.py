@@ -26,7 +26,7 @@ FLAG_PARAMS = {
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
 NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
-              "label_categories", "nullable", "drop_unlisted", "shards", "encoding",
+              "label_categories", "nullable", "missing_values", "drop_unlisted", "shards", "encoding",
               "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every", "release_only"}
@@ -114,6 +114,10 @@ def _schema(args):
     schema = Schema.from_json(args.schema)
     if args.nullable:
         schema = schema.with_nullable("all" if args.nullable == "all" else args.nullable.split(","))
+    if args.missing_values:
+        from dataclasses import replace
+
+        schema = replace(schema, missing_values=[*schema.missing_values, *args.missing_values.split(",")])
     if schema.label is None and args.label:
         schema = schema.with_label(args.label, args.label_categories.split(",") if args.label_categories else None)
     elif args.label_categories:
@@ -322,7 +326,8 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
 METHOD_FLAGS = {"public_init": lambda cls: cls.takes_public_init,
                 "release_only": lambda cls: cls.releases_once}
 #: `fit` flags for tables only: not shown for a method that takes images only
-TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "drop_unlisted", "encoding",
+TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "missing_values",
+               "drop_unlisted", "encoding",
                "infer_schema", "split_seed")
 #: flags whose value is not the parameter's (their help says what they do; a default would mislead)
 FLAG_CONVERTS = ("no_early_stopping",)
@@ -521,6 +526,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "declares no label (SDV metadata)")
     s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "
                    "(SDV metadata does not say which)")
+    s.add_argument("--missing-values", metavar="TEXTS", help="comma-separated cell texts that mean missing "
+                   "besides empty cells, e.g. '?' (the schema's \"missing_values\"); their columns must be nullable")
     s.add_argument("--encoding", default="utf-8", help="--csv / CSV --shards: the files' text encoding (default "
                    "utf-8; e.g. latin-1, cp1252)")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "

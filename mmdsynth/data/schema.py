@@ -194,9 +194,16 @@ class Schema:
     #: declared fixed combinations (public: the user's, never learned from data):
     #: [{"type": "fixed_combinations", "columns": [a, b, ...], "values": [[va, vb, ...], ...]}]
     constraints: list = field(default_factory=list)
+    #: cell texts that mean "missing" in this table besides empty cells, NaN and None (public: declared, e.g.
+    #: ["?"] for the UCI files): a cell equal to one of them is read as missing, each cell by itself
+    missing_values: list = field(default_factory=list)
 
     def __post_init__(self):
         names = [c.name for c in self.columns]
+        if not isinstance(self.missing_values, (list, tuple)) or not all(
+                isinstance(v, str) and v for v in self.missing_values):
+            raise SchemaError("'missing_values' is a list of cell texts that mean missing, e.g. [\"?\", \"n/a\"].")
+        self.missing_values = list(self.missing_values)
         self.constraints = [_checked_constraint(k, {c.name: c for c in self.columns}) for k in self.constraints]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -243,6 +250,8 @@ class Schema:
             d["notes"] = self.notes
         if self.constraints:
             d["constraints"] = [dict(k, values=[list(v) for v in k["values"]]) for k in self.constraints]
+        if self.missing_values:
+            d["missing_values"] = list(self.missing_values)
         return d
 
     def with_label(self, label: str, label_categories: list | None = None) -> "Schema":
@@ -279,7 +288,8 @@ class Schema:
             raise SchemaError("a schema is a JSON object with a 'columns' list: see 'The schema' in "
                               "docs/tutorials/tables.md.")
         return cls([Column.from_dict(c) for c in d["columns"]], d.get("label"),
-                   d.get("label_categories"), d.get("source", "user"), d.get("notes", {}), d.get("constraints", []))
+                   d.get("label_categories"), d.get("source", "user"), d.get("notes", {}), d.get("constraints", []),
+                   d.get("missing_values", []))
 
     def allowed_rows(self, df: pd.DataFrame, constraint: dict) -> np.ndarray:
         """Boolean mask of the rows of ``df`` whose values in the constraint's columns form one of its
@@ -318,13 +328,14 @@ class Schema:
         for col in self.columns + ([Column(self.label, "categorical", categories=self.label_categories)]
                                    if self.label and require_label else []):
             s = out[col.name]
-            missing = s.isna()
+            missing = s.isna() | s.isin(self.missing_values) if self.missing_values else s.isna()
             if missing.any():
                 if not col.nullable:
                     raise DataValidationError(
                         f"column {col.name!r} has {int(missing.sum())} missing value(s); declare it "
                         f"\"nullable\": true to model them (missingness is learned and generated), or impute "
                         f"or drop them first.")
+                s = s.mask(missing)
                 present = _checked_values(col, s[~missing])
                 full = pd.Series(np.nan if col.kind == "numeric" else None, index=s.index,
                                  dtype="float64" if col.kind == "numeric" else object)
@@ -371,7 +382,9 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
         if bad.any():
             raise DataValidationError(
                 f"numeric column {col.name!r} has {int(bad.sum())} value(s) that are not finite numbers; numbers "
-                f"are read value by value (digits, a decimal point, an exponent); fix or remove them.")
+                f"are read value by value (digits, a decimal point, an exponent); fix or remove them, or if they "
+                f"mark missing values (e.g. \"?\"), declare the marker (schema \"missing_values\", CLI --missing-values) "
+                f"and the column \"nullable\": true.")
     if col.bounds is not None:
         lo, hi = col.bounds
         n_out = int(((values < lo) | (values > hi)).sum())

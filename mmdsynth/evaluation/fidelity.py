@@ -27,6 +27,7 @@ import pandas as pd
 from scipy.stats import wasserstein_distance
 
 from ..data.schema import Schema, datetime_seconds
+from ..data.values import category_text, category_texts
 
 MISSING = "(missing)"
 
@@ -51,11 +52,22 @@ def numeric_marginal(real: np.ndarray, synth: np.ndarray) -> dict:
 
 
 def categorical_marginal(real: pd.Series, synth: pd.Series, categories) -> dict:
-    cats = [str(c) for c in categories] + [MISSING]
-    real, synth = real.astype(object).where(real.notna(), MISSING), synth.astype(object).where(synth.notna(), MISSING)
-    p = real.astype(str).value_counts().reindex(cats, fill_value=0).to_numpy(dtype=float)
-    q = synth.astype(str).value_counts().reindex(cats, fill_value=0).to_numpy(dtype=float)
-    return {"kind": "categorical", "tv": _tv(p, q)}
+    """TV between the two columns' category frequencies, every value and declared category compared as its
+    category text (:func:`~mmdsynth.data.values.category_text`: a declared "0.0", a read "0" and a sampled 0.0 are
+    one category), missing values one more category."""
+    cats = category_labels(categories, missing=True)
+    return {"kind": "categorical",
+            "tv": _tv(category_counts(real, cats).to_numpy(float), category_counts(synth, cats).to_numpy(float))}
+
+
+def category_labels(categories, missing: bool) -> list[str]:
+    """The declared categories as category texts, and the missing category when ``missing``."""
+    return [category_text(c) for c in categories] + ([MISSING] if missing else [])
+
+
+def category_counts(s: pd.Series, cats: list[str]) -> pd.Series:
+    """How many values of ``s`` fall in each of ``cats`` (values read as category texts; missing: MISSING)."""
+    return category_texts(s).where(s.notna(), MISSING).value_counts().reindex(cats, fill_value=0)
 
 
 def _cramers_v(a: np.ndarray, b: np.ndarray) -> float:

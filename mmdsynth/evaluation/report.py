@@ -18,7 +18,7 @@ import numpy as np
 
 from .._io import atomic_write
 from ..errors import InvalidParameterError
-from .fidelity import MISSING, dates_as_seconds, table_fidelity
+from .fidelity import category_counts, category_labels, dates_as_seconds, table_fidelity
 
 EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.html"
@@ -57,10 +57,8 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
         ax.hist(np.clip(s, lo, hi), bins=bins, density=True, histtype="step", lw=1.6, label="synthetic")
         ax.set_xlabel("value (real 1st-99th percentile; tails clipped)", fontsize=7)
     else:
-        cats = [str(c) for c in categories] + ([MISSING] if real.isna().any() or synth.isna().any() else [])
-        real, synth = real.astype(object).fillna(MISSING), synth.astype(object).fillna(MISSING)
-        p = real.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
-        q = synth.astype(str).value_counts(normalize=True).reindex(cats, fill_value=0)
+        cats = category_labels(categories, missing=bool(real.isna().any() or synth.isna().any()))
+        p, q = category_counts(real, cats) / len(real), category_counts(synth, cats) / len(synth)
         top = (p + q).sort_values(ascending=False).index[:12]
         x = np.arange(len(top))
         ax.bar(x - 0.2, p[top], 0.4, label="real")
