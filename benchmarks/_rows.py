@@ -13,7 +13,8 @@ def emit(row: dict, path) -> None:
 def add_set_option(parser) -> None:
     """``--set KEY=JSON ...``: any other constructor argument of the method."""
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
-                        help="any other constructor argument, e.g. n_product=50 beta1=0.5")
+                        help="any other constructor argument, taken by every --method given (each method lists "
+                             "its own: param_names()), e.g. n_product=50 for dp-hp, beta1=0.5 for dp-mepf")
 
 
 def set_overrides(parser, items) -> dict:
@@ -25,3 +26,21 @@ def set_overrides(parser, items) -> dict:
             parser.error(f"--set takes KEY=JSON pairs; got {item!r}")
         out[key] = json.loads(value)
     return out
+
+
+def check_taken(parser, classes: dict, params: dict, *, every: bool, what: str = "--set") -> None:
+    """Refuse, before the first run, a parameter that the chosen methods (``{name: class}``) do not take
+    (``param_names()`` is the truth; a method's constructor lists only its own options): with ``every``, one
+    that any of them does not take (``--set``: given to every run); without it, one that none of them takes (a
+    flag named for some methods, applied to those only: :func:`taken`)."""
+    for key in params:
+        missing = [name for name, cls in classes.items() if key not in cls.param_names()]
+        if missing and (every or len(missing) == len(classes)):
+            parser.error(f"{what}: {', '.join(missing)} take{'s' if len(missing) == 1 else ''} no {key!r} "
+                         f"(see each method's param_names())")
+
+
+def taken(cls, params: dict) -> dict:
+    """The parameters of ``params`` that ``cls`` takes."""
+    names = set(cls.param_names())
+    return {k: v for k, v in params.items() if k in names}

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _rows import add_set_option, emit, set_overrides
+from _rows import add_set_option, check_taken, emit, set_overrides
 
 from mmdsynth import DPHP, DPMEPF, DPMERF, DPNTK
 from mmdsynth.methods import KernelGeneratorMethod
@@ -187,6 +187,7 @@ def main():
     p.add_argument("--out", default="benchmarks/out/image.jsonl")
     args = p.parse_args()
     args.overrides = set_overrides(p, args.set)
+    check_taken(p, {m: METHODS[m] for m in args.method}, args.overrides, every=True)
     if args.progress:
         import logging
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -31,13 +31,13 @@ from mmdsynth.evaluation.fidelity import table_fidelity
 from mmdsynth.evaluation.tabular import table_classifier_scores
 from mmdsynth.methods.presets import method_preset
 from _reference_view import reference_view
-from _rows import add_set_option, set_overrides
+from _rows import add_set_option, check_taken, set_overrides, taken
 
 METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-kip": DPKIP}
 
 
 def run(data, method, seed, overrides, reference=False):
-    params = {**method_preset(method, data.name), **overrides}
+    params = {**method_preset(method, data.name), **taken(METHODS[method], overrides)}
     t = time.perf_counter()
     model = METHODS[method](seed=seed, **params).fit(data.train, label=data.schema.label, schema=data.schema,
                                                      dataset=data.name, privacy_unit=data.privacy_unit)
@@ -84,7 +84,8 @@ def main():
     p.add_argument("--method", nargs="+", default=["dp-ntk", "dp-merf"], choices=list(METHODS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--real", action="store_true", help="also the classifiers trained on real data")
-    p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations")
+    p.add_argument("--iterations", type=int, default=None, help="override the preset's iterations (generator "
+                   "methods; DP-KIP trains for epochs: --set epochs=N)")
     p.add_argument("--lr", type=float, default=None, help="override the preset's learning rate")
     p.add_argument("--ntk-widths", default=None, help="override the DP-NTK preset's widths, e.g. 30,20")
     p.add_argument("--length-scale", type=float, default=None, help="override the DP-HP / DP-MERF length scale")
@@ -111,7 +112,11 @@ def main():
         overrides["categorical_pairs"] = True
     if args.ntk_widths:
         overrides["widths"] = [int(w) for w in args.ntk_widths.split(",")]
-    overrides.update(set_overrides(p, args.set))
+    chosen = {m: METHODS[m] for m in args.method}      # each method's constructor lists only its own options:
+    check_taken(p, chosen, overrides, every=False, what="a method flag")  # a flag goes to the methods taking it
+    sets = set_overrides(p, args.set)
+    check_taken(p, chosen, sets, every=True)           # --set goes to every run
+    overrides.update(sets)
     under = None if args.undersample is None else {k: float(v) for k, _, v in
                                                    (u.partition("=") for u in args.undersample)}
     for name in args.dataset:

@@ -27,7 +27,7 @@ from mmdsynth.data import load_preset
 from mmdsynth.methods.presets import method_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _rows import add_set_option, set_overrides  # noqa: E402
+from _rows import add_set_option, check_taken, set_overrides  # noqa: E402
 
 METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK}
 
@@ -48,6 +48,7 @@ def main():
     add_set_option(p)
     args = p.parse_args()
     overrides = set_overrides(p, args.set)
+    check_taken(p, {m: METHODS[m] for m in args.method}, overrides, every=True)
     for folder in map(Path, args.folders):
         name, _, seed = folder.name.rpartition("_s")
         seed = int(seed)
