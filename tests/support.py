@@ -1,5 +1,13 @@
 """Tables shared by several test modules (no test module imports another: they import these)."""
+import glob
 import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -155,3 +163,38 @@ def mixed_table(n=2000, seed=0):
     y = np.where(age + g.normal(0, 10, n) > 50, "hi", "lo")
     return pd.DataFrame({"pid": g.permutation(np.arange(1, 100000))[:n], "age": age, "income": income,
                          "colour": colour, "visit": visit, "y": y})
+
+
+def _pg_bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def throwaway_postgres():
+    """A throwaway PostgreSQL cluster on a Unix socket (as the postgres user when the tests run as root), for a
+    module's fixture: ``yield from throwaway_postgres()`` yields its SQLAlchemy URL, and the cluster is stopped and
+    deleted after. Skips when PostgreSQL is not installed (Debian's package; .ci/run installs it)."""
+    import pytest            # here: benchmarks/column_types.py imports this module without pytest
+
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
+    root = Path(tempfile.mkdtemp(prefix="mmdsynth-pg-", dir="/tmp"))      # the postgres user must reach it
+    run_as = []
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "mmdsynth"], check=True, capture_output=True)
+    subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
+                             f"-p {port} -k {root} -c listen_addresses='' -c fsync=off", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://mmdsynth@/postgres?host={root}&port={port}"
+    finally:
+        subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

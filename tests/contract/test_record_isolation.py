@@ -24,18 +24,10 @@ Tiers (derandomized): 25 generated pairs per path and 8 per DataFrame dtype in t
 with the explicit regressions of items 1 and 2); 300 per path and 150 per dtype with ``-m slow`` (about 4 min).
 """
 import csv
-import glob
 import json
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import reduce
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -48,6 +40,8 @@ from mmdsynth.data.encoding import TableEncoder
 from mmdsynth.data.private_schema import OTHER, SchemaCounts, SchemaInference
 from mmdsynth.engines import add_partials
 from mmdsynth.errors import DataValidationError, SchemaError
+
+from support import throwaway_postgres
 
 sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("pyarrow")
@@ -395,32 +389,8 @@ def assert_isolated(case, a, b, where):
 # -- fixtures ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def postgres_url():
-    """A throwaway PostgreSQL cluster on a Unix socket (as tests/unit/test_sql.py starts one)."""
-    def binary(name):
-        found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-        return found[-1] if found else shutil.which(name)
-    initdb, pg_ctl = binary("initdb"), binary("pg_ctl")
-    if not (initdb and pg_ctl):
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
-    root = Path(tempfile.mkdtemp(prefix="mmdsynth-pg-", dir="/tmp"))      # the postgres user must reach it
-    run_as = []
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = root / "data"
-    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "mmdsynth"], check=True, capture_output=True)
-    subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
-                             f"-p {port} -k {root} -c listen_addresses='' -c fsync=off", "start"],
-                   check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg://mmdsynth@/postgres?host={root}&port={port}"
-    finally:
-        subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    """A throwaway PostgreSQL cluster for this module (:func:`support.throwaway_postgres`)."""
+    yield from throwaway_postgres()
 
 
 @pytest.fixture

@@ -1,15 +1,7 @@
 """Tables in databases (issue 32): read the private table with a query, write synthetic rows to a
 table, through SQLite and a real PostgreSQL server that these tests start (Debian's package, which
 .ci/run installs)."""
-import glob
 import json
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,41 +12,15 @@ from mmdsynth.cli import main
 from mmdsynth.data import read_sql, write_sql
 from mmdsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
 
-from support import MIXED_SCHEMA, SCHEMA, mixed_table, toy_table
+from support import MIXED_SCHEMA, SCHEMA, mixed_table, throwaway_postgres, toy_table
 
 sa = pytest.importorskip("sqlalchemy")
 
 
-def _pg_bin(name: str) -> str | None:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found[-1] if found else shutil.which(name)
-
-
 @pytest.fixture(scope="module")
 def postgres_url():
-    """A throwaway PostgreSQL cluster on a Unix socket (as the postgres user when the tests run as root)."""
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not (initdb and pg_ctl):
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
-    root = Path(tempfile.mkdtemp(prefix="mmdsynth-pg-", dir="/tmp"))
-    run_as = []
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = root / "data"
-    subprocess.run(run_as + [initdb, "-D", str(data), "-A", "trust", "-U", "mmdsynth"], check=True,
-                   capture_output=True)
-    subprocess.run(run_as + [pg_ctl, "-D", str(data), "-w", "-l", str(root / "log"), "-o",
-                             f"-p {port} -k {root} -c listen_addresses=''", "start"], check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg://mmdsynth@/postgres?host={root}&port={port}"
-    finally:
-        subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    """A throwaway PostgreSQL cluster for this module (:func:`support.throwaway_postgres`)."""
+    yield from throwaway_postgres()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
