@@ -60,11 +60,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import norm
 
 import mmdsynth
 from mmdsynth import DPMERF, Schema
-from mmdsynth.audit import epsilon_bounds
+from mmdsynth.audit import epsilon_bounds, smallest_provable_shift, threshold_test
 from mmdsynth.features.base import build_feature_map
 from mmdsynth.features.sums import ClassSums
 
@@ -158,20 +157,11 @@ def detectable_ratio(noise_multiplier: float, releases: int, claim: float = EPSI
     units of its sensitivity, at which the test's expected counts over ``releases`` per side give a
     lower bound above ``claim`` (inf: none could, with this many releases). With Gaussian noise of
     ``noise_multiplier`` x the sensitivity and a gap of ``r`` sensitivities, TPR = Phi(mu / 2) and
-    FPR = Phi(-mu / 2), mu = r / noise_multiplier."""
+    FPR = Phi(-mu / 2), mu = r / noise_multiplier: :func:`mmdsynth.audit.smallest_provable_shift` with the
+    midpoint as its one threshold."""
     alpha = (1 - CONFIDENCE) / 2
-
-    def caught(mu: float) -> bool:
-        tp, fp = round(releases * norm.cdf(mu / 2)), round(releases * norm.cdf(-mu / 2))
-        return epsilon_bounds(tp, fp, releases, DELTA, alpha)[0] > claim
-
-    lo, hi = 0.0, 40.0
-    if not caught(hi):
-        return math.inf
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if caught(mid) else (mid, hi)
-    return hi * noise_multiplier
+    mu = smallest_provable_shift(claim, DELTA, releases, alpha, thresholds=lambda mu: [mu / 2], steps=40)
+    return math.inf if math.isinf(mu) else mu * noise_multiplier
 
 
 def measure_pair(name: str, releases: int = 200, n_features: int = 10000, seed: int = 0, n: int = N_ROWS,
@@ -226,8 +216,8 @@ def measure_pair(name: str, releases: int = 200, n_features: int = 10000, seed: 
             pa, pb = float(ea.ravel() @ v), float(eb.ravel() @ v)
             threshold = (pa + pb) / 2
             score = {s: np.array([e @ v for e in released[s]]) for s in released}
-            tp, fp = int((score["B"] > threshold).sum()), int((score["A"] > threshold).sum())
-            out.update(test="projection > midpoint", tp=tp, fp=fp, threshold=threshold,
+            test = threshold_test(score["A"], score["B"], threshold, DELTA, alpha)     # "B" above the midpoint
+            out.update(test="projection > midpoint", tp=test["tp"], fp=test["fp"], threshold=threshold,
                        exact_projection={"A": pa, "B": pb},
                        mean_projection={s: float(score[s].mean()) for s in score},
                        std_projection={s: float(score[s].std()) for s in score})

@@ -611,27 +611,39 @@ def _decide(target, neg_all: np.ndarray, pos_all: np.ndarray, delta: float, alph
             weights = learned if learned.sum() > 0 else weights
         scores = {False: neg_all @ weights, True: pos_all @ weights}
     t, direction = _best_test(scores[False][:k], scores[True][:k], delta, alpha)
-    neg, pos = scores[False][k:], scores[True][k:]
-    n = len(neg)
+    return {**threshold_test(scores[False][k:], scores[True][k:], t, delta, alpha, direction), "direction": direction}
+
+
+def threshold_test(neg: np.ndarray, pos: np.ndarray, threshold: float, delta: float, alpha: float,
+                   direction: str = "above") -> dict:
+    """A fixed test on the scores of the runs on D (``neg``) and on D' (``pos``), as many of each: it flags "D'"
+    when the score is above ``threshold`` (``direction="below"``: the roles swapped, "D" when the score is at or
+    below it), and the epsilon bounds its counts prove (:func:`epsilon_bounds`, each rate at level ``alpha``).
+    The threshold and direction must not be chosen on these runs."""
+    neg, pos = np.asarray(neg), np.asarray(pos)
     if direction == "above":
-        tp, fp = int((pos > t).sum()), int((neg > t).sum())
+        tp, fp = int((pos > threshold).sum()), int((neg > threshold).sum())
     else:
-        tp, fp = int((neg <= t).sum()), int((pos <= t).sum())
+        tp, fp = int((neg <= threshold).sum()), int((pos <= threshold).sum())
+    n = len(neg)
     lower, upper, point = epsilon_bounds(tp, fp, n, delta, alpha)
-    return {"lower": lower, "upper": upper, "point": point, "tp": tp, "fp": fp, "n": n, "threshold": t,
-            "direction": direction}
+    return {"lower": lower, "upper": upper, "point": point, "tp": tp, "fp": fp, "n": n, "threshold": threshold}
 
 
-def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> float:
-    """The smallest true epsilon of a Gaussian-shaped leak (mu-GDP, ideal likelihood-ratio test) whose
-    expected rates over ``n`` held-out runs give a lower bound above ``claim``: how strong a leak
-    had to be for this audit to catch it (inf if no leak could be proven with ``n`` runs)."""
+def smallest_provable_shift(claim: float, delta: float, n: int, alpha: float, *, thresholds=None,
+                            steps: int = 30) -> float:
+    """The smallest shift ``mu`` of a unit-variance Gaussian score (runs on D' ~ N(mu, 1), on D ~ N(0, 1)) at
+    which a test flagging "D'" above a threshold, with the expected counts over ``n`` runs of each, proves
+    epsilon > ``claim`` (:func:`epsilon_bounds`; bisection over (0, 40] in ``steps`` halvings; inf: no shift up
+    to 40 could). ``thresholds(mu)``: the thresholds the test may use (default: 400 from -4 to mu + 4, i.e. the
+    best one; a fixed test, e.g. the midpoint ``lambda mu: [mu / 2]``, gives its own power)."""
     from scipy.stats import norm
 
-    from .privacy import analytic
+    if thresholds is None:
+        thresholds = lambda mu: np.linspace(-4, mu + 4, 400)  # noqa: E731
 
     def caught(mu: float) -> bool:
-        for t in np.linspace(-4, mu + 4, 400):
+        for t in thresholds(mu):
             tp, fp = round(n * norm.sf(t - mu)), round(n * norm.sf(t))
             if epsilon_bounds(tp, fp, n, delta, alpha)[0] > claim:
                 return True
@@ -640,10 +652,20 @@ def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> floa
     lo, hi = 0.0, 40.0
     if not caught(hi):
         return math.inf
-    for _ in range(30):
+    for _ in range(steps):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if caught(mid) else (mid, hi)
-    return float(analytic.epsilon_for(1.0 / hi, delta))
+    return hi
+
+
+def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> float:
+    """The smallest true epsilon of a Gaussian-shaped leak (mu-GDP, ideal likelihood-ratio test) whose
+    expected rates over ``n`` held-out runs give a lower bound above ``claim``: how strong a leak
+    had to be for this audit to catch it (inf if no leak could be proven with ``n`` runs)."""
+    from .privacy import analytic
+
+    mu = smallest_provable_shift(claim, delta, n, alpha)
+    return math.inf if math.isinf(mu) else float(analytic.epsilon_for(1.0 / mu, delta))
 
 
 def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "release",

@@ -10,7 +10,8 @@ import pytest
 from scipy.stats import beta
 
 from mmdsynth import cli
-from mmdsynth.audit import SELECT_FRACTION, _SampledReleaseTarget, audit, clopper_pearson, epsilon_bounds
+from mmdsynth.audit import (SELECT_FRACTION, _SampledReleaseTarget, audit, clopper_pearson, detectable_epsilon,
+                            epsilon_bounds, smallest_provable_shift, threshold_test)
 from mmdsynth.errors import InvalidParameterError
 
 from support import break_noise
@@ -34,6 +35,32 @@ def test_epsilon_bounds_follow_the_dp_inequality():
     assert lower < point < upper
     assert epsilon_bounds(100, 100, 1000, 1e-5, 0.025)[0] == 0.0        # a useless test proves nothing
     assert epsilon_bounds(500, 0, 1000, 1e-5, 0.025)[1] is None         # no false positive: no upper end
+
+
+def test_threshold_test_and_power_serve_the_audit_and_the_isolation_benchmark():
+    """The fixed-threshold test and the power bisection are the audit's, and benchmarks/isolation_audit.py calls
+    them (its midpoint test and ``detectable_ratio``) instead of keeping copies."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    neg, pos = np.array([0.1, 0.2, 0.6, 0.9]), np.array([0.4, 0.7, 0.8, 1.5])
+    above = threshold_test(neg, pos, 0.5, 1e-5, 0.025)
+    assert (above["tp"], above["fp"], above["n"]) == (3, 2, 4)
+    assert (above["lower"], above["upper"], above["point"]) == epsilon_bounds(3, 2, 4, 1e-5, 0.025)
+    below = threshold_test(neg, pos, 0.5, 1e-5, 0.025, direction="below")
+    assert (below["tp"], below["fp"]) == (2, 1)
+    best = smallest_provable_shift(1.0, 1e-5, 1000, 0.025)
+    midpoint = smallest_provable_shift(1.0, 1e-5, 1000, 0.025, thresholds=lambda mu: [mu / 2])
+    assert 0 < best <= midpoint < 40                      # a fixed threshold is never more powerful than the best
+    assert math.isinf(smallest_provable_shift(1.0, 1e-5, 5, 0.025))       # 5 runs prove nothing
+    assert detectable_epsilon(1.0, 1e-5, 5, 0.025) == math.inf
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import isolation_audit
+
+    assert isolation_audit.detectable_ratio(3.0, 1000) == pytest.approx(
+        3.0 * smallest_provable_shift(1.0, 1e-5, 1000, 0.025, thresholds=lambda mu: [mu / 2], steps=40))
 
 
 def test_release_audit_finds_the_worst_case_canary_and_stays_below_the_claim():
