@@ -48,10 +48,18 @@ class MethodInfo:
 
 
 def methods() -> dict[str, MethodInfo]:
-    """The registered methods by name, in registration order (no torch imported)."""
+    """The registered methods by name, in registration order (no torch imported): the catalog's, and any method
+    registered at run time once the methods are imported (a plug-in registered before calling the CLI)."""
+    import sys
+
     from ._methods import CATALOG
 
-    return {name: MethodInfo(entry) for name, entry in CATALOG["methods"].items()}
+    out = {name: MethodInfo(entry) for name, entry in CATALOG["methods"].items()}
+    contract = sys.modules.get("mmdsynth.methods.contract")
+    for name, cls in (contract.METHODS.items() if contract is not None else ()):
+        if name not in out:
+            out[name] = MethodInfo(describe(cls))
+    return out
 
 
 def generic() -> MethodInfo:

@@ -450,8 +450,11 @@ def _table_defaults(cls) -> str:
     if "iterations" in t:
         words += (f", {t['iterations']} iterations, batch {t['batch_size']}, lr {t['lr']} x0.9 every "
                   f"{t['lr_step']} iterations")
-    else:
+    elif "batch_size" in t:
         words += f", batch {t['batch_size']}"
+    if "max_cells" in t:
+        words += f", numeric columns on a public grid of at most {t['max_cells']} cells from their bounds"
+        return words
     words += " (the release-once methods' table defaults; --shards of tables too)" if not cls.method else ""
     if t.get("numeric_encoding") != "quantile":
         return words + "; numeric columns scaled by their declared bounds (--numeric-encoding quantile: their CDF, " \

@@ -4,6 +4,7 @@ from .contract import METHODS, Method, register
 from .kernel import DPHP, DPMERF, DPNTK, DPRandConv
 from .kip import DPKIP
 from .mepf import DPMEPF
+from .marginal import MST
 
-__all__ = ["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "KernelGeneratorMethod", "METHODS", "Method",
+__all__ = ["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "KernelGeneratorMethod", "METHODS", "MST", "Method",
            "load", "register"]

@@ -196,3 +196,131 @@ class PrivacyEngine:
         if self.budget is not None and not self.charged:
             self.budget.charge(self.epsilon, self.delta, what, self.budget_id)
         self.charged = True
+
+
+class ZCDPPlan:
+    """The plan of a :class:`ZCDPEngine`: a total rho, spent by stages decided as the plan goes (public)."""
+
+    multipliers: tuple = ()
+    subsampled = False
+    neighbouring = "replace_one"
+    sample_rate = steps = None
+
+    def __init__(self, rho: float):
+        self.rho = float(rho)
+
+    def to_dict(self) -> dict:
+        return {"accountant": "zcdp", "rho": self.rho, "adaptive": True, "neighbouring": self.neighbouring}
+
+
+class ZCDPEngine(PrivacyEngine):
+    """A privacy filter for plans whose stages are decided from earlier noisy results (AIM's and MST's rounds: select
+    -> measure -> estimate -> select): the total rho is calibrated from (epsilon, delta) and the budget file checked
+    at construction (:func:`~mmdsynth.privacy.zcdp.rho_for_epsilon`), before any private row is read; :meth:`open`
+    **charges** the whole total before the first release (a plan that stops early has still spent it: the stages
+    are not known in advance), so the input checks between the two can refuse a table at no cost. Each release
+    then spends a share of rho that the caller decides from public facts and earlier releases only;
+    :meth:`gaussian` and :meth:`exponential` refuse a share beyond what is left before they draw anything. zCDP
+    composes by adding rho, adaptively (a filter with a fixed total), so the whole plan is (epsilon, delta)-DP
+    whatever the stages chose. Neighbours: replace-one, m public, like every release."""
+
+    def __init__(self, epsilon: float, delta: float, *, budget: BudgetFile | None = None,
+                 noise_seed: int | None = None, dataset: str = "", privacy_unit: str = PRIVACY_UNIT,
+                 private: bool = True):
+        from .zcdp import rho_for_epsilon
+
+        self.private = bool(private)
+        self.epsilon = float(check_epsilon(epsilon)) if self.private else float(epsilon)
+        self.delta = float(check_delta(delta))
+        self.accountant, self.multipliers, self.reserved_delta = "zcdp", {}, 0.0
+        self.rho = rho_for_epsilon(self.epsilon, self.delta) if self.private else math.inf
+        self.plan = ZCDPPlan(self.rho)
+        self.sigma, self._replace_one_epsilon, self.sampler = 0.0, None, None
+        self.spent = 0.0
+        self.budget = budget
+        if budget is not None:
+            budget.check(self.epsilon, self.delta)
+        self.noise = NoiseSource(noise_seed)
+        self.dataset, self.privacy_unit = dataset, privacy_unit
+        self.budget_id = uuid.uuid4().hex
+        self.entries: list[LedgerEntry] = []
+        self.charged = False
+
+    def open(self, what: str) -> "ZCDPEngine":
+        """Charge the filter's whole total to the budget file: before the first release (:meth:`_spend` refuses
+        any release of a filter not opened)."""
+        self.charge(what)
+        return self
+
+    @property
+    def remaining(self) -> float:
+        """The rho not yet spent (public: the total and the shares the stages took)."""
+        return max(self.rho - self.spent, 0.0)
+
+    def _spend(self, rho: float, name: str) -> float:
+        rho = float(rho)
+        if not self.charged:
+            raise InvalidParameterError(f"release {name!r} before the plan was charged: open() the filter first.")
+        if not rho > 0:
+            raise InvalidParameterError(f"release {name!r} must spend a positive share of rho; got {rho!r}.")
+        if self.private and rho > self.remaining * (1 + 1e-9):
+            raise InvalidParameterError(
+                f"release {name!r} asks for rho={rho:.6g} but the plan has {self.remaining:.6g} of {self.rho:.6g} "
+                f"left; nothing was released (a stage's share must come from what is left).")
+        self.spent += rho if self.private else 0.0
+        return rho
+
+    def gaussian(self, name: str, values, sensitivity: float, *, description: str, assumed: dict,
+                 n_records: int, computation: dict | None = None, rho: float | None = None):
+        """Noise a statistic (a tensor, or a dict of tensors released together at one L2 ``sensitivity``) so that it
+        costs ``rho`` (noise std ``sensitivity / sqrt(2 rho)``), and record its ledger entry."""
+        from .zcdp import gaussian_std
+
+        if rho is None:
+            raise InvalidParameterError(f"release {name!r}: a zCDP plan's release says its rho.")
+        rho = self._spend(rho, name)
+        std = gaussian_std(sensitivity, rho) if self.private else 0.0
+
+        def release(v):
+            v = torch.as_tensor(v)
+            if not self.private:
+                return v.detach().to(device="cpu", dtype=torch.float64)
+            return gaussian_mechanism(v, sensitivity, std / sensitivity, self.noise)
+        noisy = {k: release(v) for k, v in values.items()} if isinstance(values, dict) else release(values)
+        self._record("gaussian" if self.private else NON_PRIVATE, description, std / sensitivity, sensitivity,
+                     assumed, n_records, computation, rho=rho if self.private else None)
+        return noisy
+
+    def exponential(self, name: str, scores, sensitivity: float, *, description: str, assumed: dict,
+                    n_records: int, computation: dict | None = None, rho: float) -> int:
+        """One candidate's index, drawn by the exponential mechanism from ``scores`` (higher is better; one
+        record changes any score by at most ``sensitivity``) at the ``epsilon0 = sqrt(8 rho)`` that costs ``rho``
+        (bounded range); the non-private baseline takes the best score. Records one ledger entry."""
+        from .mechanisms import exponential_mechanism
+        from .zcdp import exponential_epsilon
+
+        rho = self._spend(rho, name)
+        if not self.private:
+            choice = int(torch.argmax(torch.as_tensor(scores, dtype=torch.float64)))
+            self._record(NON_PRIVATE, description, 0.0, sensitivity, assumed, n_records, computation)
+            return choice
+        eps0 = exponential_epsilon(rho)
+        choice = exponential_mechanism(scores, sensitivity, eps0, self.noise)
+        self._record("exponential", description, 2.0 / eps0, sensitivity, assumed, n_records, computation, rho=rho)
+        return choice
+
+    def multiplier(self, name: str) -> float:
+        raise InvalidParameterError(f"release {name!r}: a zCDP plan has no multipliers; each release spends a rho.")
+
+    def declare_dpsgd(self, **_):
+        raise InvalidParameterError("DP-SGD steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
+
+    def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
+                *, rho: float | None = None, **kw) -> LedgerEntry:
+        import dataclasses
+
+        entry = super()._record(mechanism, description, noise_multiplier, sensitivity, assumed, n_records,
+                                computation, **kw)
+        entry = dataclasses.replace(entry, rho=rho)
+        self.entries[-1] = entry
+        return entry

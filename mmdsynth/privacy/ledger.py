@@ -48,6 +48,9 @@ class LedgerEntry:
     #: sigma gives under replace-one neighbours (same plan, the accountant's replace-one relation), at ``delta``;
     #: None for every other plan (already replace-one)
     replace_one_epsilon: float | None = None
+    #: plans accounted in zero-concentrated DP (accountant "zcdp": stages decided from earlier noisy results, AIM
+    #: and MST): this release's rho; the plan's total rho is its (epsilon, delta), converted. None otherwise
+    rho: float | None = None
     library_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
@@ -101,8 +104,7 @@ class Ledger:
             lines.append(
                 f"[{i}] {e.mechanism}: {e.description}\n"
                 f"    epsilon={e.epsilon:g} delta={e.delta:g} accountant={e.accountant}\n"
-                f"    noise multiplier sigma={e.noise_multiplier:.6g} sensitivity={e.sensitivity:.6g} "
-                f"noise std={e.noise_std:.6g}\n"
+                f"    {_noise_words(e)}\n"
                 f"    plan={e.plan}\n"
                 f"    {neighbouring_statement(e)}{sep(e)}privacy unit: {e.privacy_unit}\n"
                 + (f"    assumed public: {_facts(e.assumed)}\n" if e.assumed else "") +
@@ -181,3 +183,15 @@ def _computed(c: dict) -> str:
 
 def _facts(assumed: dict) -> str:
     return "; ".join(f"{k}={v}" for k, v in assumed.items())
+
+
+def _noise_words(e: LedgerEntry) -> str:
+    """The entry's noise in one line: sigma and std (a Gaussian release), the Gumbel scale (the exponential
+    mechanism), and a zCDP plan's rho for this release."""
+    if e.mechanism == "exponential":
+        words = (f"exponential mechanism: score sensitivity={e.sensitivity:.6g}, Gumbel scale={e.noise_std:.6g} "
+                 f"(epsilon0={2 / e.noise_multiplier:.6g})" if e.noise_multiplier else "exact argmax (no noise)")
+    else:
+        words = (f"noise multiplier sigma={e.noise_multiplier:.6g} sensitivity={e.sensitivity:.6g} "
+                 f"noise std={e.noise_std:.6g}")
+    return words + (f"; rho={e.rho:.6g} of the plan's {e.plan.get('rho', float('nan')):.6g}" if e.rho else "")

@@ -61,6 +61,17 @@ class NoiseSource:
         z = _csprng_normals(4 * n).reshape(4, n).sum(0) / 2.0   # N(0, 1): variance 4 / 4
         return z.reshape(shape).to(dtype)
 
+    def gumbel(self, n: int) -> torch.Tensor:
+        """``n`` standard Gumbel draws (float64), -log(-log U) with U uniform in (0, 1): 53-bit uniforms from the
+        OS CSPRNG in secure mode, else from the generator. The exponential mechanism draws its choice as the argmax
+        of score plus Gumbel noise (:func:`exponential_mechanism`)."""
+        if self.secure:
+            bits = torch.frombuffer(bytearray(os.urandom(8 * n)), dtype=torch.int64)
+            u = (torch.bitwise_right_shift(bits, 11).to(torch.float64) + (2.0 ** 52 + 0.5)) * 2.0 ** -53
+        else:
+            u = torch.rand(n, generator=self.generator, dtype=torch.float64).clamp(2.0 ** -53, 1 - 2.0 ** -53)
+        return -torch.log(-torch.log(u))
+
     def add_noise(self, value: torch.Tensor, std: float) -> torch.Tensor:
         """``value + N(0, std^2 I)`` in float64 (snapped to the secure grid in secure mode)."""
         out = value + std * self.normal(value.shape)
@@ -123,3 +134,19 @@ def gaussian_mechanism(value: torch.Tensor, sensitivity: float, noise_multiplier
             "please report it."
         )
     return noise.add_noise(value64, noise_multiplier * sensitivity)
+
+
+def exponential_mechanism(scores, sensitivity: float, epsilon0: float, noise: NoiseSource) -> int:
+    """The index of one of ``scores`` (higher is better) drawn with probability proportional to
+    ``exp(epsilon0 * score / (2 * sensitivity))``: the argmax of ``score * epsilon0 / (2 sensitivity)`` plus standard
+    Gumbel noise (the Gumbel-max trick; the same distribution, no exponentials that could overflow). ``sensitivity``
+    bounds how much one record changes any score (declared from a proof); the choice is ``epsilon0``-DP, and
+    ``epsilon0^2 / 8``-zCDP (bounded range). Scores that are not finite are refused before any draw."""
+    q = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
+    sensitivity, epsilon0 = check_positive(sensitivity, "sensitivity"), check_positive(epsilon0, "epsilon0")
+    if q.numel() == 0:
+        raise InvalidParameterError("the exponential mechanism needs at least one candidate.")
+    if not bool(torch.isfinite(q).all()):
+        raise DataValidationError("a score to select from is not finite; nothing was selected. Scores are bounded "
+                                  "functions of the records, so this points to a defect: please report it.")
+    return int(torch.argmax(q * (epsilon0 / (2.0 * sensitivity)) + noise.gumbel(q.numel())))

@@ -117,8 +117,13 @@ def test_fit_sample_bad_input(capsys, tmp_path):
     assert code == 2 and "digits" in err and not (tmp_path / "m").exists()
     code, _, err = run(capsys, "fit", "--method", "dp-ntk", "--dataset", "digits", "--out", str(tmp_path / "m"))
     assert code == 2 and "--epsilon is required" in err and not (tmp_path / "m").exists()
-    code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", "x.csv", "--out", str(tmp_path / "m"))
+    (tmp_path / "x.csv").write_text("a,y\n1,0\n")
+    code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", str(tmp_path / "x.csv"), "--out",
+                       str(tmp_path / "m"))
     assert code == 2 and "--schema" in err
+    code, _, err = run(capsys, "fit", "--method", "dp-merf", "--csv", str(tmp_path / "nope.csv"), "--out",
+                       str(tmp_path / "m"))
+    assert code == 2 and "no file at" in err and not (tmp_path / "m").exists()
 
 
 def test_every_option_of_every_command_has_help():

@@ -1,0 +1,123 @@
+"""A table as a discrete domain, for marginal-based methods (MST, AIM): one attribute per learned column.
+
+Everything here is public, from the schema alone (:class:`Domain`): a categorical column's values are its declared
+categories, a numeric (or datetime) column's are the cells of its public grid
+(:class:`~mmdsynth.data.numeric_sketch.ColumnGrid`, from the declared bounds: atoms at the bounds and at 0, edges
+log-spaced from 1e-4 of the width outwards and evenly spaced, so heavy-tailed columns keep resolution near 0),
+coarsened to at most ``max_cells`` cells; a nullable column has one more value, "missing", last; the label is an
+attribute like the others. ID columns are not learned.
+
+* :meth:`Domain.codes` reads a table already checked against the schema into integer codes, each value by itself
+  (a category's text, a number's cell): one record's codes depend on that record alone.
+* :meth:`Domain.encoded` turns codes back into the rows a min-max :class:`~mmdsynth.data.encoding.TableEncoder`
+  decodes (post-processing: a cell's value drawn uniformly inside it, an atom exactly), so generated tables get
+  the same dtypes, dates, IDs and constraints as every other method's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InvalidParameterError
+from .encoding import TableEncoder
+from .numeric_sketch import ColumnGrid
+from .schema import Schema
+from .values import category_text, category_texts
+
+#: numeric columns get at most this many cells by default (the peers' public grid: issue 47)
+DEFAULT_CELLS = 32
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The discrete domain of a table: attribute names (learned columns in the encoder's order, then the label)
+    and their sizes, with the grid of every numeric attribute."""
+
+    schema: Schema
+    max_cells: int
+    grids: dict
+
+    @classmethod
+    def of(cls, schema: Schema, max_cells: int = DEFAULT_CELLS) -> "Domain":
+        if not isinstance(max_cells, int) or max_cells < 2:
+            raise InvalidParameterError(f"max_cells must be a whole number >= 2; got {max_cells!r}.")
+        grids = {c.name: ColumnGrid.of(c).coarsened(max_cells) for c in schema.columns if c.kind == "numeric"}
+        return cls(schema, max_cells, grids)
+
+    @property
+    def attributes(self) -> list[str]:
+        enc = TableEncoder(self.schema)
+        return [c.name for c in enc.numeric + enc.categorical] + ([self.schema.label] if self.schema.label else [])
+
+    def size(self, name: str) -> int:
+        """How many values attribute ``name`` takes (cells or categories, plus "missing" when nullable)."""
+        if name == self.schema.label:
+            return len(self.schema.label_categories)
+        col = self.schema.column(name)
+        base = self.grids[name].n_cells if col.kind == "numeric" else len(col.categories)
+        return base + bool(col.nullable)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {a: self.size(a) for a in self.attributes}
+
+    def to_dict(self) -> dict:
+        return {"kind": "discrete-domain", "max_cells": self.max_cells, "sizes": self.sizes}
+
+    def codes(self, clean: pd.DataFrame) -> np.ndarray:
+        """(n, attributes) int64 codes of a table checked against the schema (``TableEncoder.clean``), each value
+        read by itself: a numeric value's cell, a category's index among the declared ones, "missing" last."""
+        out = np.empty((len(clean), len(self.attributes)), dtype=np.int64)
+        for j, name in enumerate(self.attributes):
+            s = clean[name]
+            if name in self.grids:
+                v = s.to_numpy(dtype=np.float64)
+                missing = np.isnan(v)
+                cells = np.full(len(v), self.grids[name].n_cells, dtype=np.int64)
+                cells[~missing] = self.grids[name].cells(v[~missing])
+                out[:, j] = cells
+            else:
+                cats = self.schema.label_categories if name == self.schema.label else \
+                    self.schema.column(name).categories
+                lookup = {category_text(c): i for i, c in enumerate(cats)}
+                out[:, j] = category_texts(s).map(lookup).fillna(len(cats)).to_numpy(dtype=np.int64)
+        return out
+
+    def encoded(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(X, y) for a min-max :class:`TableEncoder` of the schema, from codes (post-processing): a numeric
+        cell's value drawn uniformly inside it (an atom: its value), categories one-hot, missing flags."""
+        enc = TableEncoder(self.schema)
+        index = {a: j for j, a in enumerate(self.attributes)}
+        n = len(codes)
+        parts = []
+        for c in enc.numeric:
+            grid, k = self.grids[c.name], codes[:, index[c.name]]
+            lo, hi = _cell_ranges(grid)
+            present = k < grid.n_cells
+            kk = np.where(present, k, 0)
+            v = lo[kk] + rng.random(n) * (hi[kk] - lo[kk])
+            b_lo, b_hi = c.bounds
+            parts.append(np.where(present, (v - b_lo) / (b_hi - b_lo), 0.5)[:, None])
+        for c in enc.categorical:
+            parts.append(np.eye(len(c.categories) + c.nullable)[codes[:, index[c.name]]])
+        for c in enc.missing_blocks:
+            parts.append(np.eye(2)[(codes[:, index[c.name]] == self.grids[c.name].n_cells).astype(np.int64)])
+        X = np.concatenate(parts, 1) if parts else np.zeros((n, 0))
+        y = codes[:, index[self.schema.label]] if self.schema.label else None
+        return X, y
+
+
+def _cell_ranges(grid: ColumnGrid) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of every cell of ``grid`` in cell order: an atom is [edge, edge], an interval its two edges."""
+    lo, hi = np.zeros(grid.n_cells), np.zeros(grid.n_cells)
+    k = 0
+    for i, edge in enumerate(grid.edges):
+        if grid.atoms[i]:
+            lo[k] = hi[k] = edge
+            k += 1
+        if i < len(grid.edges) - 1:
+            lo[k], hi[k] = edge, grid.edges[i + 1]
+            k += 1
+    return lo, hi

@@ -1,0 +1,198 @@
+"""Marginals as releases of the engine, and the loop that runs a marginal method's stages.
+
+A marginal of a set of columns (a *clique*) is the count of records in each cell of their discrete domain
+(:class:`~mmdsynth.data.discrete.Domain`): a sum of one-hot vectors, one per record, each of norm 1. Replacing one
+record takes 1 from one cell and adds 1 to another (or changes nothing), so the counts of ``k`` cliques have L2
+sensitivity ``sqrt(2 k)`` jointly, and an L1 distance between a clique's counts and any public vector changes by at
+most 2. The record count m is public, as for every release.
+
+A method declares **stages** as data (:class:`Measure`, :class:`SelectTree`, :class:`Select`) from a generator
+(its *planner*) and learns from their results; :func:`run_stages` executes them, in order, through a
+:class:`~mmdsynth.privacy.engine.ZCDPEngine` (a filter whose total was calibrated and charged before any read): the
+planner never sees a private row, only noisy releases, and each stage's share of rho is the planner's decision
+from public facts and earlier releases. Every read of the private rows is here, in :func:`clique_counts` (summed
+where the data lives: memory, stream, Ray, as the embedding's sums), and each stage is checked before it reads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..engines import as_source
+from ..errors import InvalidParameterError
+
+#: the L1 distance between a clique's counts and a public vector moves by at most this when one record is replaced
+L1_SENSITIVITY = 2.0
+
+
+def clique_key(clique) -> str:
+    """The name of a clique's counts in a release (attributes joined by ``|``)."""
+    return "|".join(clique)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Release the counts of ``cliques`` with one Gaussian release costing ``rho`` (joint sensitivity
+    ``sqrt(2 len(cliques))``). Result: {clique: noisy counts (float64, the clique's cells in row-major order)} and
+    the noise std, as ``(noisy, std)``."""
+
+    cliques: tuple
+    rho: float
+    what: str = "marginals"
+
+
+@dataclass(frozen=True)
+class SelectTree:
+    """MST's selection: ``len(attributes) - 1`` rounds of the exponential mechanism, each costing ``rho / rounds``,
+    each choosing among the ``candidates`` (pairs of attributes) that join two parts of the tree built so far the one
+    whose counts are far (L1) from the public ``estimates`` (the model fitted to earlier releases). Result: the
+    chosen pairs, in order."""
+
+    attributes: tuple
+    candidates: tuple
+    estimates: dict = field(repr=False)
+    rho: float
+
+
+@dataclass(frozen=True)
+class Select:
+    """AIM's selection: one exponential-mechanism draw costing ``rho`` among ``candidates``, scored
+    ``weight * (L1 distance of the counts from the public estimate - penalty)`` with public ``weights`` and
+    ``penalties``. Result: the chosen clique."""
+
+    candidates: tuple
+    estimates: dict = field(repr=False)
+    rho: float
+    weights: dict = field(default_factory=dict)
+    penalties: dict = field(default_factory=dict)
+
+
+class CliqueCounts:
+    """The statistic of :func:`clique_counts` for :meth:`~mmdsynth.engines.Source.total`: each clique's cell
+    counts over one batch of a table, after ``encoder.clean`` (the rows checked against the schema), every record's
+    cell read from its own values (:meth:`~mmdsynth.data.discrete.Domain.codes`)."""
+
+    def __init__(self, domain, encoder, cliques):
+        self.domain, self.encoder, self.cliques = domain, encoder, [tuple(c) for c in cliques]
+
+    def __call__(self, df) -> dict:
+        codes = self.domain.codes(self.encoder.clean(df))
+        index = {a: j for j, a in enumerate(self.domain.attributes)}
+        sizes = self.domain.sizes
+        out = {}
+        for clique in self.cliques:
+            shape = [sizes[a] for a in clique]
+            flat = np.ravel_multi_index([codes[:, index[a]] for a in clique], shape)
+            out[clique_key(clique)] = np.bincount(flat, minlength=math.prod(shape)).astype(np.float64)
+        return out
+
+
+def clique_counts(source, domain, encoder, cliques) -> dict[str, np.ndarray]:
+    """The exact counts of every clique (data-touching: the private rows are read here, summed on the source's
+    engine, checked to add up to the public m)."""
+    return source.total(CliqueCounts(domain, encoder, cliques))
+
+
+def _check_cliques(domain, cliques) -> None:
+    known = set(domain.attributes)
+    for clique in cliques:
+        if not clique or len(set(clique)) != len(clique) or not set(clique) <= known:
+            raise InvalidParameterError(f"clique {clique!r} must name distinct attributes of the domain "
+                                        f"{domain.attributes}.")
+
+
+def _measure(engine, source, domain, encoder, stage: Measure, assumed: dict):
+    _check_cliques(domain, stage.cliques)
+    sensitivity = math.sqrt(2 * len(stage.cliques))
+    counts = clique_counts(source, domain, encoder, stage.cliques)
+    noisy = engine.gaussian(
+        "marginals", {k: torch.as_tensor(v) for k, v in counts.items()}, sensitivity, rho=stage.rho,
+        description=f"{stage.what}: cell counts of {len(stage.cliques)} clique(s) "
+                    f"({', '.join(clique_key(c) for c in stage.cliques[:6])}{' ...' if len(stage.cliques) > 6 else ''})",
+        assumed={**assumed, "sensitivity": f"sqrt(2 x {len(stage.cliques)} cliques): replacing a record moves one "
+                                          f"count down and one up in each clique's counts"},
+        n_records=source.n_records, computation=source.describe())
+    std = sensitivity / math.sqrt(2 * stage.rho) if engine.private else 0.0
+    return {tuple(k.split("|")): v.numpy() for k, v in noisy.items()}, std
+
+
+def _l1_scores(counts: dict, estimates: dict, cliques) -> np.ndarray:
+    return np.asarray([np.abs(counts[clique_key(c)] - np.asarray(estimates[c], dtype=np.float64).reshape(-1)).sum()
+                       for c in cliques])
+
+
+def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: dict):
+    _check_cliques(domain, stage.candidates)
+    if any(len(c) != 2 for c in stage.candidates):
+        raise InvalidParameterError("SelectTree's candidates are pairs of attributes.")
+    rounds = len(stage.attributes) - 1
+    if rounds < 1:
+        return []
+    counts = clique_counts(source, domain, encoder, stage.candidates)      # every candidate pair, one read
+    error = dict(zip(stage.candidates, _l1_scores(counts, stage.estimates, stage.candidates)))
+    del counts
+    part = {a: a for a in stage.attributes}                               # union-find over the attributes (public)
+
+    def root(a):
+        while part[a] != a:
+            part[a] = part[part[a]]
+            a = part[a]
+        return a
+    chosen = []
+    for r in range(rounds):
+        open_ = [c for c in stage.candidates if root(c[0]) != root(c[1])]
+        if not open_:
+            break
+        pick = open_[engine.exponential(
+            "selection", [error[c] for c in open_], L1_SENSITIVITY, rho=stage.rho / rounds,
+            description=f"MST tree edge {r + 1} of {rounds}: the pair whose counts are farthest (L1) from the model "
+                        f"of the 1-way marginals, among {len(open_)} joining two parts of the tree",
+            assumed={**assumed, "score sensitivity": "2: replacing a record moves one count down and one up"},
+            n_records=source.n_records, computation=source.describe())]
+        part[root(pick[0])] = root(pick[1])
+        chosen.append(pick)
+    return chosen
+
+
+def _select(engine, source, domain, encoder, stage: Select, assumed: dict):
+    _check_cliques(domain, stage.candidates)
+    weights = np.asarray([float(stage.weights.get(c, 1.0)) for c in stage.candidates])
+    penalties = np.asarray([float(stage.penalties.get(c, 0.0)) for c in stage.candidates])
+    if not (np.isfinite(weights).all() and (weights >= 0).all() and np.isfinite(penalties).all()):
+        raise InvalidParameterError("Select's weights must be finite and >= 0, its penalties finite.")
+    counts = clique_counts(source, domain, encoder, stage.candidates)
+    scores = weights * (_l1_scores(counts, stage.estimates, stage.candidates) - penalties)
+    del counts
+    i = engine.exponential(
+        "selection", scores, L1_SENSITIVITY * float(weights.max()), rho=stage.rho,
+        description=f"the clique whose counts are farthest (weighted L1, less its size penalty) from the model, among "
+                    f"{len(stage.candidates)}",
+        assumed={**assumed, "score sensitivity": "2 x the largest weight: replacing a record moves one count down "
+                                                 "and one up"},
+        n_records=source.n_records, computation=source.describe())
+    return stage.candidates[i]
+
+
+EXECUTORS = {Measure: _measure, SelectTree: _select_tree, Select: _select}
+
+
+def run_stages(engine, data, domain, encoder, planner, assumed: dict | None = None):
+    """Run a method's stages: ``planner`` is a generator that yields stages and receives each one's result (and may
+    return a value, returned here). Each stage is executed by the engine on ``data`` (a DataFrame or a table
+    :class:`~mmdsynth.engines.Source`), spending its rho from the filter; the planner sees only noisy releases."""
+    source = as_source(data)
+    assumed = {"m": source.n_records, "domain (public, from the schema)": domain.sizes, **(assumed or {})}
+    result = None
+    try:
+        stage = next(planner)
+        while True:
+            run = EXECUTORS.get(type(stage))
+            if run is None:
+                raise InvalidParameterError(f"{stage!r} is not a stage the engine runs ({[s.__name__ for s in EXECUTORS]}).")
+            result = run(engine, source, domain, encoder, stage, assumed)
+            stage = planner.send(result)
+    except StopIteration as done:
+        return done.value
