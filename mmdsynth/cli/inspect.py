@@ -6,7 +6,6 @@ import json
 import textwrap
 from pathlib import Path
 
-from ..privacy.ledger import replace_one_words, zero_out_plan
 from ._common import release_folder
 from ._types import existing_path
 
@@ -60,6 +59,8 @@ def _wrap(text: str, indent: int = 2) -> str:
 def release_summary(release, path: Path, model_json: Path | None = None) -> str:
     """What a person wants from `inspect` in ten seconds: what was released from which data, what it spent, each
     release's noise in one row, and (for a model folder) how far training went."""
+    from ..privacy.ledger import replace_one_words, zero_out_plan
+
     facts, entries = release.dataset, release.ledger.entries
     eps, delta = release.ledger.total()
     n, classes = facts.get("n_records"), facts.get("n_classes")
