@@ -9,6 +9,9 @@ the same functions. The training split is checked against the folder's ``train.c
 
     MMDSYNTH_DATA_DIR=... .venv/bin/python benchmarks/peers/run_mmdsynth.py benchmarks/out/splits/adult_s0 \\
         --method dp-merf dp-hp --epsilon 1 --out benchmarks/out/mmdsynth_issue32_fit.jsonl
+    # the library's MST (issue 47): synth_mmdsynth-mst_eps1.csv, beside the mbi 2.0 peers' synth_mst_eps1.csv
+    MMDSYNTH_DATA_DIR=... .venv/bin/python benchmarks/peers/run_mmdsynth.py benchmarks/out/splits/adult_s0 \\
+        --method mmdsynth-mst --epsilon 1 --out benchmarks/out/mmdsynth_mst_fit.jsonl
 """
 from __future__ import annotations
 
@@ -23,13 +26,17 @@ import pandas as pd
 import torch
 
 from mmdsynth import DPHP, DPMERF, DPNTK
+from mmdsynth.methods import MST
 from mmdsynth.data import load_preset
 from mmdsynth.methods.presets import method_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _rows import add_set_option, check_taken, set_overrides  # noqa: E402
 
-METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK}
+#: "mmdsynth-mst": the library's MST (its files must not take the peer's synth_mst_*.csv names)
+METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK, "mmdsynth-mst": MST}
+#: methods with no tabular preset: their defaults, at --epsilon / --delta
+NO_PRESET = ("mmdsynth-mst",)
 
 
 def _same(a: pd.DataFrame, path: Path) -> bool:
@@ -57,7 +64,8 @@ def main():
         if not same:
             raise SystemExit(f"{folder}: the preset's split differs from train.csv / test.csv")
         for method in args.method:
-            params = {**method_preset(method, name), "epsilon": args.epsilon, "delta": args.delta, **overrides}
+            preset = {} if method in NO_PRESET else method_preset(method, name)
+            params = {**preset, "epsilon": args.epsilon, "delta": args.delta, **overrides}
             t = time.perf_counter()
             model = METHODS[method](seed=seed, **params).fit(data.train, label=data.schema.label, schema=data.schema,
                                                              dataset=data.name, privacy_unit=data.privacy_unit)

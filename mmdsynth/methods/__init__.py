@@ -4,7 +4,7 @@ from .contract import METHODS, Method, register
 from .kernel import DPHP, DPMERF, DPNTK, DPRandConv
 from .kip import DPKIP
 from .mepf import DPMEPF
-from .marginal import MST
+from .marginal import AIM, MST
 
-__all__ = ["DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "KernelGeneratorMethod", "METHODS", "MST", "Method",
+__all__ = ["AIM", "DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "KernelGeneratorMethod", "METHODS", "MST", "Method",
            "load", "register"]

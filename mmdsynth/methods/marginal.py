@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..privacy.engine import ZCDPEngine
 from ..privacy.ledger import PRIVACY_UNIT
-from ..privacy.marginals import Measure, SelectTree, clique_key, run_stages
+from ..privacy.marginals import Measure, Select, SelectTree, clique_key, run_stages
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
@@ -62,15 +63,21 @@ def mbi():
     return _mbi
 
 
-def estimate(domain: Domain, measured: dict, stds: dict, n_records: int, iters: int):
+def estimate(domain: Domain, measurements: list, n_records: int, iters: int, warm_start=None):
     """The graphical model (mbi's MarkovRandomField) of noisy clique counts (post-processing): mirror descent on
-    the measurements, each weighted by its noise std, with the public record count as the known total."""
+    ``measurements`` [(clique, noisy counts, noise std)], each weighted by its noise std, with the public record
+    count as the known total (``warm_start``: a model of earlier measurements to start from)."""
     lib = mbi()
-    sizes = domain.sizes
-    measurements = [lib.LinearMeasurement(np.asarray(y, dtype=np.float64), tuple(clique), float(stds[clique] or 1.0))
-                    for clique, y in measured.items()]
-    return lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(sizes), measurements,
-                                                   known_total=float(n_records), iters=int(iters))
+    ms = [lib.LinearMeasurement(np.asarray(y, dtype=np.float64), tuple(clique), float(std or 1.0))
+          for clique, y, std in measurements]
+    return lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(domain.sizes), ms,
+                                                   known_total=float(n_records), iters=int(iters),
+                                                   warm_start=warm_start)
+
+
+def _tensor_name(i: int, clique) -> str:
+    """The release's name for measurement ``i`` (a clique may be measured more than once)."""
+    return f"{MARGINAL_PREFIX}{i}:{clique_key(clique)}"
 
 
 def simplex_projection(y) -> np.ndarray:
@@ -139,24 +146,25 @@ class MST(Method):
         check_positive(s.iters, "iters", integer=True)
         mbi()                                              # the extra is there before anything is read or charged
         domain = Domain.of(schema, s.max_cells)
+        self._check_plan(domain)
         encoder = TableEncoder(schema, [str(c) for c in X.columns])
         engine = ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
                             privacy_unit=privacy_unit)           # calibrated, the budget checked: nothing read yet
         clean = encoder.clean(X)                           # every refusal before the charge
         n = len(clean)
         engine.open(f"mst fit on {dataset or 'user data'}")
-        measured, stds = run_stages(engine, clean, domain, encoder, self._planner(domain, engine.rho, n),
-                                    assumed={"n_classes": schema.n_classes})
+        measurements = run_stages(engine, clean, domain, encoder, self._planner(domain, engine.rho, n),
+                                  assumed={"n_classes": schema.n_classes})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
                  **(public_facts or {})}
-        pairs = sum(len(c) == 2 for c in measured)
+        ways = [sum(len(c) == k for c, _, _ in measurements) for k in (1, 2, 3)]
         spec = {"name": "marginals", "kind": "counts of cliques of a discrete domain", "domain": domain.to_dict(),
-                "captures": f"{len(measured) - pairs} 1-way marginals (every column) and {pairs} 2-way marginals "
-                            f"(a privately chosen spanning tree); numeric columns on a public grid of at most "
-                            f"{domain.max_cells} cells",
-                "cliques": [list(c) for c in measured], "stddev": {clique_key(c): stds[c] for c in measured}}
-        self.release_ = Release({MARGINAL_PREFIX + clique_key(c): torch.as_tensor(v) for c, v in measured.items()},
+                "captures": f"{ways[0]} 1-way, {ways[1]} 2-way and {ways[2]} 3-way marginal measurements ({self.method}"
+                            f"); numeric columns on a public grid of at most {domain.max_cells} cells",
+                "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c)}
+                                 for i, (c, _, std) in enumerate(measurements)]}
+        self.release_ = Release({_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _) in enumerate(measurements)},
                                 spec, facts, engine.ledger)
         self._model = None
         self.model_()                                      # estimated once now: sampling reads it
@@ -167,28 +175,31 @@ class MST(Method):
 
     def _planner(self, domain: Domain, rho: float, n: int):
         """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals; returns
-        ({clique: noisy counts}, {clique: noise std})."""
+        the measurements [(clique, noisy counts, noise std)]."""
         attrs = tuple(domain.attributes)
         one, std1 = yield Measure(tuple((a,) for a in attrs), rho / 3, "1-way marginals of every column")
-        stds = {c: std1 for c in one}
         p = {a: simplex_projection(one[(a,)]) for a in attrs}        # the model of the 1-way marginals alone
         pairs = tuple(itertools.combinations(attrs, 2))
         tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs}, rho / 3)
         two, std2 = yield Measure(tuple(tree), rho / 3, "2-way marginals of the tree's pairs")
-        stds.update({c: std2 for c in two})
-        return {**one, **two}, stds
+        return [(c, y, std1) for c, y in one.items()] + [(c, y, std2) for c, y in two.items()]
+
+    def _check_plan(self, domain: Domain) -> None:
+        """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
 
     def fit_summary(self, dataset: str, out) -> list[str]:
         eps, delta = self.release_.ledger.total()
-        pairs = [c for c in self.release_.feature_spec["cliques"] if len(c) == 2]
         return [f"fitted {self.method} on {dataset or 'user data'}: epsilon={eps:g}, delta={delta:g}; "
-                f"{len(self.release_.feature_spec['cliques']) - len(pairs)} 1-way and {len(pairs)} 2-way marginals "
-                f"released; saved to {out}"]
+                f"{self.release_.feature_spec['captures'].split(' (')[0]} released; saved to {out}"]
 
     # -- outputs ----------------------------------------------------------------------------------------
     @property
     def encoder_(self) -> TableEncoder | None:
         return encoder_of(self.release_) if hasattr(self, "release_") else None
+
+    @property
+    def _final_iters(self) -> int:
+        return int(self._s.iters)
 
     def domain_(self) -> Domain:
         return Domain.of(self.encoder_.schema, int(self.release_.feature_spec["domain"]["max_cells"]))
@@ -199,9 +210,10 @@ class MST(Method):
             raise InvalidParameterError("this MST is not fitted; call fit() or mmdsynth.load().")
         if getattr(self, "_model", None) is None:
             spec = self.release_.feature_spec
-            measured = {tuple(c): self.release_.tensors[MARGINAL_PREFIX + clique_key(c)].numpy() for c in spec["cliques"]}
-            stds = {tuple(c): spec["stddev"][clique_key(c)] for c in spec["cliques"]}
-            self._model = estimate(self.domain_(), measured, stds, self.release_.dataset["n_records"], self._s.iters)
+            measurements = [(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"])
+                            for m in spec["measurements"]]
+            self._model = estimate(self.domain_(), measurements, self.release_.dataset["n_records"],
+                                   self._final_iters)
         return self._model
 
     def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
@@ -230,3 +242,86 @@ class MST(Method):
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
         return read_model_folder(cls, directory, meta)
+
+
+@register
+class AIM(MST):
+    """AIM (McKenna, Mullins, Sheldon, Miklau 2022): rounds of select -> measure -> estimate. The workload is every
+    2-way marginal of at most ``max_cells_workload`` cells (weight 1); the candidates are its downward closure,
+    each weighted by how many workload attributes it shares. The 1-way marginals are measured first; then each
+    round the exponential mechanism picks the candidate whose counts are farthest (L1, less the noise it would
+    add) from the current graphical model, among those that keep the model within ``max_model_size`` MB scaled
+    by the budget used, and its counts are measured; the model is re-estimated (mbi 2.x, warm-started). A round
+    spends 0.9 of its rho on the measurement and 0.1 on the selection; ``rounds`` (default 16 x attributes) sets
+    the first rounds' share, and when a measurement barely changes the model the next rounds get 4 times the
+    rho (half the noise). The last round uses what is left. Every share is decided from public facts and earlier
+    releases; the engine's filter refuses more than the total. Tables only; ``iters``: mirror-descent iterations
+    of each round's estimate (the final one uses 4 times as many)."""
+
+    method = "aim"
+    summary = "rounds of private selection and measured marginals with a graphical model (AIM, mbi 2.x)"
+    param_help = {
+        "max_model_size": "the graphical model's largest size in MB (AIM's default 80), scaled by the budget used",
+        "rounds": "the first rounds' share of the budget is 1/rounds (default 16 x the table's attributes)",
+        "max_cells_workload": "2-way marginals with more cells are left out of the workload",
+    }
+
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_model_size: float = 80.0,
+                 rounds: int | None = None, max_cells_workload: int = 10000, max_cells: int = DEFAULT_CELLS,
+                 iters: int = 250, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
+        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, seed=seed, noise_seed=noise_seed,
+                         progress=progress)
+        self.max_model_size, self.rounds, self.max_cells_workload = max_model_size, rounds, max_cells_workload
+
+    @property
+    def _final_iters(self) -> int:
+        return 4 * int(self._s.iters)
+
+    def _check_plan(self, domain: Domain) -> None:
+        d = len(domain.attributes)
+        if self._s.rounds is not None and (not isinstance(self._s.rounds, int) or self._s.rounds < 2 * d):
+            raise InvalidParameterError(
+                f"rounds={self._s.rounds!r}: the 1-way marginals take 0.9 x attributes / rounds of the budget, so "
+                f"rounds must be a whole number >= 2 x the {d} attributes (default 16 x attributes = {16 * d}).")
+        check_positive(self._s.max_model_size, "max_model_size")
+        check_positive(self._s.max_cells_workload, "max_cells_workload", integer=True)
+
+    def _planner(self, domain: Domain, rho: float, n: int):
+        """AIM's rounds (a generator the engine runs); returns the measurements [(clique, noisy counts, std)]."""
+        lib = mbi()
+        attrs = tuple(domain.attributes)
+        sizes = domain.sizes
+        cells = lambda cl: int(np.prod([sizes[a] for a in cl]))        # noqa: E731
+        workload = [cl for cl in itertools.combinations(attrs, 2) if cells(cl) <= self._s.max_cells_workload]
+        weights = {(a,): float(sum(a in w for w in workload)) for a in attrs}
+        weights.update({cl: 2.0 + sum(len(set(cl) & set(w)) for w in workload if w != cl) for cl in workload})
+        candidates = [c for c in weights if weights[c] > 0] or [(a,) for a in attrs]
+        per_round = rho / int(self._s.rounds or 16 * len(attrs))
+        initial = 0.9 * per_round * len(attrs)
+        one, std1 = yield Measure(tuple((a,) for a in attrs), initial, "1-way marginals of every column")
+        measurements = [(c, y, std1) for c, y in one.items()]
+        used = initial
+        model = estimate(domain, measurements, n, self._s.iters)
+        lib_domain = lib.Domain.fromdict(sizes)
+        last, t = False, 0
+        while not last:
+            t += 1
+            if rho - used < 2 * per_round:                 # the last round takes what is left
+                per_round, last = rho - used, True
+            used += per_round
+            std = 1.0 / math.sqrt(0.9 * per_round)         # one clique, sensitivity sqrt(2): rho = 1 / std^2
+            limit = self._s.max_model_size * used / rho
+            free = {sub for c in model.cliques for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
+            small = tuple(c for c in candidates if c in free or
+                          lib.junction_tree.hypothetical_model_size(lib_domain, list(model.cliques) + [c]) <= limit)
+            estimates = {c: np.asarray(model.project(c).datavector()).reshape(-1) for c in small}
+            bias = {c: math.sqrt(2 / math.pi) * std * cells(c) for c in small}
+            pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
+                                penalties=bias)
+            counts, std = yield Measure((pick,), min(0.9 * per_round, rho), f"round {t}: the selected marginal")
+            measurements.append((pick, counts[pick], std))
+            model = estimate(domain, measurements, n, self._s.iters, warm_start=model)
+            after = np.asarray(model.project(pick).datavector()).reshape(-1)
+            if not last and np.abs(after - estimates[pick]).sum() <= math.sqrt(2 / math.pi) * std * cells(pick):
+                per_round *= 4                             # the model barely moved: half the noise from now on
+        return measurements

@@ -9,7 +9,7 @@ import pytest
 
 import mmdsynth
 from mmdsynth.errors import InvalidParameterError
-from mmdsynth.methods import MST
+from mmdsynth.methods import AIM, MST
 from mmdsynth.privacy.budget import BudgetFile
 
 from support import SCHEMA, toy_table
@@ -26,7 +26,7 @@ def test_fit_sample_and_the_ledger(tmp_path):
     d = 5                                                   # four columns and the label
     assert [e.mechanism for e in entries] == ["gaussian"] + ["exponential"] * (d - 1) + ["gaussian"]
     assert sum(e.rho for e in entries) == pytest.approx(entries[0].plan["rho"])
-    pairs = [c for c in m.release_.feature_spec["cliques"] if len(c) == 2]
+    pairs = [x["clique"] for x in m.release_.feature_spec["measurements"] if len(x["clique"]) == 2]
     assert len(pairs) == d - 1
     syn = m.sample(500, seed=1)
     assert list(syn.columns) == list(df.columns) and len(syn) == 500
@@ -81,7 +81,7 @@ def test_cli_fit_sample_evaluate(tmp_path):
                                 str(tmp_path / "s.json"), "--label", "y", "--iters", "200", "--out",
                                 str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=600)
     assert fit.returncode == 0, fit.stderr[-1500:]
-    assert "1-way and 4 2-way marginals released" in fit.stdout
+    assert "5 1-way, 4 2-way and 0 3-way marginal measurements released" in fit.stdout
     sample = subprocess.run(run + ["sample", str(tmp_path / "run"), "--n", "50", "--out", str(tmp_path / "s.csv")],
                             capture_output=True, text=True, timeout=600)
     assert sample.returncode == 0, sample.stderr[-1500:]
@@ -89,3 +89,20 @@ def test_cli_fit_sample_evaluate(tmp_path):
     inspect = subprocess.run(run + ["inspect", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
     assert "exponential" in inspect.stdout or "tree edge" in inspect.stdout, inspect.stdout
     assert "accountant zcdp" in inspect.stdout
+
+
+def test_aim_rounds_spend_the_whole_plan_and_sample(tmp_path):
+    """AIM's rounds: 1-ways first, then select -> measure rounds until the filter's rho is spent exactly; each
+    round's selection is one ledger entry and its measurement another; save, load and sample."""
+    df = toy_table(500)
+    with pytest.raises(InvalidParameterError, match="rounds"):
+        AIM(epsilon=2.0, rounds=4).fit(df, label="y", schema=SCHEMA)
+    m = AIM(epsilon=2.0, rounds=10, iters=30, noise_seed=0).fit(df, label="y", schema=SCHEMA, out=tmp_path / "aim")
+    entries = m.release_.ledger.entries
+    rounds = sum(e.mechanism == "exponential" for e in entries)
+    assert rounds >= 1 and [e.mechanism for e in entries[:1]] == ["gaussian"]
+    assert [e.mechanism for e in entries[1:]] == ["exponential", "gaussian"] * rounds
+    assert sum(e.rho for e in entries) == pytest.approx(entries[0].plan["rho"], rel=1e-9)
+    assert len(m.release_.feature_spec["measurements"]) == 5 + rounds
+    syn = mmdsynth.load(tmp_path / "aim").sample(100, seed=0)
+    assert len(syn) == 100 and list(syn.columns) == list(df.columns)
