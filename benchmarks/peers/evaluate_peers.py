@@ -38,6 +38,9 @@ def main():
     p.add_argument("--epsilon", type=float, default=None, help="read synth_{method}_eps{epsilon:g}.csv")
     p.add_argument("--tag", default="", help="read synth_{method}_eps{epsilon:g}{tag}.csv (run_mmdsynth.py --tag)")
     p.add_argument("--tvd-only", action="store_true", help="only the marginal TVDs (no classifiers, no table_fidelity)")
+    p.add_argument("--triples", type=int, default=0, help="also the 3-way TVD over this many column triples, a fixed "
+                   "random sample (marginal_tvd.sample_triples; 0: none, the rows as before)")
+    p.add_argument("--triple-seed", type=int, default=0, help="seed of the public choice of triples")
     p.add_argument("--out", default="benchmarks/out/peers.jsonl")
     args = p.parse_args()
     for folder in map(Path, args.folders):
@@ -61,7 +64,7 @@ def main():
             for col in schema.numeric:
                 c = schema.column(col)
                 synth[col] = pd.to_numeric(synth[col]).clip(*c.bounds)
-            tvd = {s: marginal_tvd(test, synth, schema, s) for s in ("deciles", "grid32")}
+            tvd = {s: marginal_tvd(test, synth, schema, s, args.triples, args.triple_seed) for s in ("deciles", "grid32")}
             if args.tvd_only:
                 row = {"folder": folder.name, "method": method, "epsilon": None if method == "real" else args.epsilon,
                        "tag": args.tag, "synth_csv": path.name, "marginal_tvd": tvd}
@@ -80,6 +83,7 @@ def main():
                               "skipped": list(r["skipped"]), "failures": list(r["failures"]),
                               "tvd1": round(tvd["deciles"]["tvd_1way"], 4), "tvd2": round(tvd["deciles"]["tvd_2way"], 4),
                               "tvd2_grid": round(tvd["grid32"]["tvd_2way"], 4),
+                              **({"tvd3": round(tvd["deciles"]["tvd_3way"], 4)} if args.triples else {}),
                               "pair": fid["pairwise"]["mean_abs_error"]}), flush=True)
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(row) + "\n")

@@ -4,7 +4,11 @@ Every column (the label included) is discretised the same way for every method, 
 
 * 1-way TVD: the mean over columns of ``0.5 sum |p - q|`` of the column's histogram;
 * 2-way TVD: the mean over all pairs of columns of the TVD of their joint histogram; also over the pairs
-  of two categorical columns only (label included), which no numeric discretisation touches.
+  of two categorical columns only (label included), which no numeric discretisation touches;
+* 3-way TVD (only when ``triples > 0`` is asked for): the mean TVD of the joint histogram over a fixed random
+  sample of ``triples`` column triples (all of them when there are fewer), drawn by
+  ``numpy.random.default_rng(triple_seed)`` from the sorted list of all triples of column names: a public choice
+  that depends on the schema's column names alone, the same for every method.
 
 Two discretisations of the numeric columns (categorical columns: their declared categories, anything
 else one extra "other" cell):
@@ -66,7 +70,17 @@ def _tv(a: np.ndarray, b: np.ndarray, cells: int) -> float:
     return float(0.5 * np.abs(p - q).sum())
 
 
-def marginal_tvd(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, scheme: str = "deciles") -> dict:
+def sample_triples(columns, triples: int, triple_seed: int = 0) -> list[tuple[str, str, str]]:
+    """``triples`` column triples drawn without replacement from all triples of the sorted names (all if fewer)."""
+    every = list(itertools.combinations(sorted(columns), 3))
+    if len(every) <= triples:
+        return every
+    pick = np.random.default_rng(triple_seed).choice(len(every), size=triples, replace=False)
+    return [every[i] for i in sorted(pick)]
+
+
+def marginal_tvd(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, scheme: str = "deciles",
+                 triples: int = 0, triple_seed: int = 0) -> dict:
     codes = discretise(real, synth, schema, scheme)
     numeric = set(schema.numeric)
     one = {c: _tv(r, s, k) for c, (r, s, k) in codes.items()}
@@ -75,7 +89,14 @@ def marginal_tvd(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, scheme
         two.append(_tv(ra * kb + rb, sa * kb + sb, ka * kb))
         if a not in numeric and b not in numeric:
             cat_cat.append(two[-1])
-    return {"scheme": scheme, "columns": len(codes), "pairs": len(two),
-            "tvd_1way": float(np.mean(list(one.values()))), "tvd_2way": float(np.mean(two)),
-            "tvd_2way_max": float(np.max(two)), "categorical_pairs": len(cat_cat),
-            "tvd_2way_categorical": float(np.mean(cat_cat)) if cat_cat else None, "per_column_1way": one}
+    out = {"scheme": scheme, "columns": len(codes), "pairs": len(two),
+           "tvd_1way": float(np.mean(list(one.values()))), "tvd_2way": float(np.mean(two)),
+           "tvd_2way_max": float(np.max(two)), "categorical_pairs": len(cat_cat),
+           "tvd_2way_categorical": float(np.mean(cat_cat)) if cat_cat else None, "per_column_1way": one}
+    if triples > 0:
+        three = []
+        for a, b, c in sample_triples(codes, triples, triple_seed):
+            (ra, sa, ka), (rb, sb, kb), (rc, sc, kc) = codes[a], codes[b], codes[c]
+            three.append(_tv((ra * kb + rb) * kc + rc, (sa * kb + sb) * kc + sc, ka * kb * kc))
+        out |= {"triples": len(three), "triple_seed": triple_seed, "tvd_3way": float(np.mean(three)) if three else None}
+    return out
