@@ -29,6 +29,8 @@ import torch
 from ..data.discrete import DEFAULT_CELLS, Domain
 from ..data.encoding import TableEncoder
 from ..data.private_schema import require_complete
+from ..data.schema import Schema
+from ..engines import as_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..privacy.engine import ZCDPEngine
@@ -73,6 +75,25 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
     return lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(domain.sizes), ms,
                                                    known_total=float(n_records), iters=int(iters),
                                                    warm_start=warm_start)
+
+
+class CheckedRows:
+    """A statistic for :meth:`~mmdsynth.engines.Source.total`: each batch checked against the schema (the table
+    encoder's ``clean``), counted. Run before the charge, so a bad shard is refused at no cost."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+
+    def __call__(self, df) -> dict:
+        return {"rows": len(self.encoder.clean(df))}
+
+
+def _schema_dict(schema) -> dict:
+    if isinstance(schema, Schema):
+        return schema.to_dict()
+    if isinstance(schema, dict):
+        return schema
+    return Schema.from_json(schema).to_dict()
 
 
 def _tensor_name(i: int, clique) -> str:
@@ -130,8 +151,16 @@ class MST(Method):
             privacy_unit: str = PRIVACY_UNIT):
         """Fit on a table: ``fit(df, label=..., schema=...)``. ``out``: the model folder (release, model.json).
         Returns self."""
-        if y is not None or not isinstance(X, pd.DataFrame):
-            raise InvalidParameterError("mst takes a table: fit(df, label=..., schema=...), no y.")
+        from ..data.shards import ShardedTable
+
+        sharded = isinstance(X, ShardedTable)
+        if y is not None or not (sharded or isinstance(X, pd.DataFrame)):
+            raise InvalidParameterError(f"{self.method} takes a table: fit(df, label=..., schema=...) or a "
+                                        f"ShardedTable, no y.")
+        if sharded:
+            if schema is not None and Schema.from_dict(_schema_dict(schema)).to_dict() != X.schema.to_dict():
+                raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
+            schema = X.schema
         if resume:
             raise InvalidParameterError("mst has no training to resume: its model is estimated from the release "
                                         "when it is loaded.")
@@ -150,12 +179,17 @@ class MST(Method):
         encoder = TableEncoder(schema, [str(c) for c in X.columns])
         engine = ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
                             privacy_unit=privacy_unit)           # calibrated, the budget checked: nothing read yet
-        clean = encoder.clean(X)                           # every refusal before the charge
-        n = len(clean)
-        engine.open(f"mst fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, clean, domain, encoder, self._planner(domain, engine.rho, n),
+        if sharded:                                        # every shard checked before the charge (one pass)
+            data = X
+            n = int(X.total(CheckedRows(encoder))["rows"])
+        else:
+            data = encoder.clean(X)                        # every refusal before the charge
+            n = len(data)
+        engine.open(f"{self.method} fit on {dataset or 'user data'}")
+        measurements = run_stages(engine, data, domain, encoder, self._planner(domain, engine.rho, n),
                                   assumed={"n_classes": schema.n_classes})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
+                 "computation": as_source(data).describe(),
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
                  **(public_facts or {})}
         ways = [sum(len(c) == k for c, _, _ in measurements) for k in (1, 2, 3)]
