@@ -183,9 +183,9 @@ def _shard_inputs(args):
 
     if args.csv or args.dataset:
         raise InvalidParameterError("give one of --shards, --csv and --dataset.")
-    if not _method(args).releases_once:
+    if not _method(args).takes_shards:
         raise InvalidParameterError(f"{args.method} reads the records at every step; --shards releases sums once: "
-                                    f"use a release-once method (dp-merf, dp-ntk, dp-hp or dp-mepf).")
+                                    f"use a method that releases sums (dp-merf, dp-ntk, dp-hp, dp-mepf, mst or aim).")
     if args.n_records is None:
         raise InvalidParameterError("--shards needs --n-records N: the total number of records, declared (public "
                                     "metadata: the sensitivity 2/m rests on it; the rows read are checked against it).")

@@ -150,6 +150,7 @@ class KernelGeneratorMethod(Method):
 
     #: the data are read once (sums released), so a fit can stream shards and resume from the release alone
     releases_once = True
+    takes_shards = True
     #: the output is a generator (sample any n), not a fixed set
     generative = True
 

@@ -114,6 +114,9 @@ class Method:
     #: one line per parameter this class's own ``__init__`` declares, for `fit --method M --help` and the API
     #: reference (merged over the bases by :meth:`param_descriptions`)
     param_help: dict[str, str] = {}
+    #: the method reads the records only in sums the engine computes where the data lives, so it takes a table in
+    #: shards (`fit --shards`, a ShardedTable); DP-SGD reads records at every step and does not
+    takes_shards: bool = False
 
     def __getattr__(self, name):
         # only for names not found otherwise: an option this method does not take, at its shared value

@@ -134,6 +134,7 @@ class MST(Method):
     #: the release is made once at fit; sampling reads only the release (and the model estimated from it)
     releases_once = False
     generative = True
+    takes_shards = True
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):

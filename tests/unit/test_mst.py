@@ -131,3 +131,16 @@ def test_shards_give_the_release_memory_gives(tmp_path):
     with pytest.raises(mmdsynth.DataValidationError):
         MST(epsilon=1.0).fit(ShardedTable(tmp_path / "part*.csv", SCHEMA, n_records=600), label="y", budget=budget)
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+
+
+def test_cli_fits_mst_on_shards(tmp_path):
+    df = toy_table(300)
+    for i, part in enumerate(np.array_split(np.arange(300), 2)):
+        df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    done = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--method", "mst", "--shards",
+                           str(tmp_path / "part*.csv"), "--schema", str(tmp_path / "s.json"), "--label", "y",
+                           "--n-records", "300", "--iters", "50", "--out", str(tmp_path / "run"), "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert mmdsynth.load(tmp_path / "run").release_.dataset["computation"]["shards"] == 2
