@@ -226,7 +226,7 @@ class ZCDPEngine(PrivacyEngine):
 
     def __init__(self, epsilon: float, delta: float, *, budget: BudgetFile | None = None,
                  noise_seed: int | None = None, dataset: str = "", privacy_unit: str = PRIVACY_UNIT,
-                 private: bool = True):
+                 private: bool = True, shares: dict | None = None):
         from .zcdp import rho_for_epsilon
 
         self.private = bool(private)
@@ -245,6 +245,20 @@ class ZCDPEngine(PrivacyEngine):
         self.budget_id = uuid.uuid4().hex
         self.entries: list[LedgerEntry] = []
         self.charged = False
+        #: named Gaussian releases declared up front as shares of rho (e.g. a kernel embedding in the same plan as
+        #: measured marginals): release functions written for a PrivacyEngine find them through multiplier() and
+        #: sigma, and gaussian(name) spends the share
+        self.shares = {}
+        for name, share in (shares or {}).items():
+            if not 0 < float(share) < 1:
+                raise InvalidParameterError(f"the share of release {name!r} must be in (0, 1); got {share!r}.")
+            self.shares[name] = float(share)
+        if sum(self.shares.values()) >= 1:
+            raise InvalidParameterError(f"the declared shares {self.shares} leave nothing for the stages.")
+        if self.shares and self.private:
+            first = next(iter(self.shares.values()))
+            self.sigma = 1.0 / math.sqrt(2 * first * self.rho)      # noise multiplier of the first declared release
+            self.multipliers = {n: math.sqrt(first / v) for n, v in self.shares.items()}
 
     def open(self, what: str) -> "ZCDPEngine":
         """Charge the filter's whole total to the budget file: before the first release (:meth:`_spend` refuses
@@ -276,8 +290,11 @@ class ZCDPEngine(PrivacyEngine):
         costs ``rho`` (noise std ``sensitivity / sqrt(2 rho)``), and record its ledger entry."""
         from .zcdp import gaussian_std
 
+        if rho is None and name in self.shares:
+            rho = self.shares[name] * self.rho if self.private else 1.0
         if rho is None:
-            raise InvalidParameterError(f"release {name!r}: a zCDP plan's release says its rho.")
+            raise InvalidParameterError(f"release {name!r}: a zCDP plan's release says its rho, or is declared as a "
+                                        f"share (shares=).")
         rho = self._spend(rho, name)
         std = gaussian_std(sensitivity, rho) if self.private else 0.0
 
@@ -310,7 +327,17 @@ class ZCDPEngine(PrivacyEngine):
         return choice
 
     def multiplier(self, name: str) -> float:
-        raise InvalidParameterError(f"release {name!r}: a zCDP plan has no multipliers; each release spends a rho.")
+        """The noise multiple of a declared share's release relative to :attr:`sigma` (release functions written
+        for a PrivacyEngine read it); a stage's release has none: it spends the rho it says."""
+        if name not in self.multipliers:
+            raise InvalidParameterError(f"release {name!r} is not a declared share of this zCDP plan "
+                                        f"({sorted(self.multipliers)}); stages spend the rho they say.")
+        return self.multipliers[name]
+
+    def charge(self, what: str) -> None:
+        """The filter is charged whole by :meth:`open`; a release function's closing charge adds nothing."""
+        if not self.charged:
+            super().charge(what)
 
     def declare_dpsgd(self, **_):
         raise InvalidParameterError("DP-SGD steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")

@@ -173,3 +173,30 @@ def test_measured_release_noise_matches_its_ledger_entry():
     assert entry.noise_std == pytest.approx(std) and entry.sensitivity == pytest.approx(math.sqrt(2 * len(cliques)))
     assert entry.rho == pytest.approx(engine.rho)
     assert np.std(resid) == pytest.approx(std, rel=0.15)            # noise really drawn, at the recorded std
+
+
+def test_a_kernel_embedding_and_marginals_share_one_zcdp_plan():
+    """The hybrid's plan: a declared share of rho for the mean embedding (release_mean_embedding, unchanged, finds
+    it through multiplier() and sigma) and the rest for marginal stages; the embedding's noise is what its share
+    buys, the whole plan adds up to the total, and the embedding's closing charge adds nothing."""
+    from mmdsynth.embedding import release_mean_embedding
+    from mmdsynth.features import RandomFourierFeatures
+
+    engine = ZCDPEngine(1.0, 1e-5, noise_seed=3, shares={"embedding": 0.4}).open("hybrid")
+    g = np.random.default_rng(0)
+    X, y = g.random((200, 3)), g.integers(0, 2, 200)
+    fmap = RandomFourierFeatures(3, 20, 1.0, seed=0)
+    rel = release_mean_embedding(fmap, X, y, n_classes=2, engine=engine)
+    (e,) = rel.ledger.entries
+    assert e.rho == pytest.approx(0.4 * engine.rho)
+    assert e.noise_std == pytest.approx(e.sensitivity / math.sqrt(2 * 0.4 * engine.rho))
+    assert engine.remaining == pytest.approx(0.6 * engine.rho)
+    df = _table()
+    domain, enc = Domain.of(SCHEMA), TableEncoder(SCHEMA, list(df.columns))
+
+    def planner():
+        return (yield Measure(tuple((a,) for a in domain.attributes), engine.remaining))
+    run_stages(engine, df, domain, enc, planner())
+    assert sum(x.rho for x in engine.entries) == pytest.approx(engine.rho)
+    with pytest.raises(InvalidParameterError, match="nothing for the stages"):
+        ZCDPEngine(1.0, 1e-5, shares={"embedding": 0.6, "other": 0.5})
