@@ -40,11 +40,29 @@ class Domain:
     grids: dict
 
     @classmethod
-    def of(cls, schema: Schema, max_cells: int = DEFAULT_CELLS) -> "Domain":
-        if not isinstance(max_cells, int) or max_cells < 2:
+    def of(cls, schema: Schema, max_cells: int | None = DEFAULT_CELLS) -> "Domain":
+        """The domain with numeric columns on their public grid coarsened to ``max_cells`` cells (None: the fine
+        grid itself, :meth:`fine`)."""
+        if max_cells is not None and (not isinstance(max_cells, int) or max_cells < 2):
             raise InvalidParameterError(f"max_cells must be a whole number >= 2; got {max_cells!r}.")
         grids = {c.name: ColumnGrid.of(c).coarsened(max_cells) for c in schema.columns if c.kind == "numeric"}
         return cls(schema, max_cells, grids)
+
+    def fine(self) -> "Domain":
+        """The same columns with numeric ones on their full public grid (one cell per integer up to 256 values,
+        log-spaced and even edges otherwise): every cell of this domain lies in one cell of its coarsening."""
+        return Domain.of(self.schema, None)
+
+    def coarse_of_fine(self, name: str) -> np.ndarray:
+        """For attribute ``name``: the cell of this domain holding each cell of :meth:`fine`'s (missing: missing)."""
+        if name not in self.grids:
+            return np.arange(self.size(name))
+        fine = ColumnGrid.of(self.schema.column(name))
+        lo, hi = _cell_ranges(fine)
+        out = self.grids[name].cells((lo + hi) / 2)
+        if self.size(name) > self.grids[name].n_cells:               # nullable: missing maps to missing
+            out = np.append(out, self.grids[name].n_cells)
+        return out
 
     @property
     def attributes(self) -> list[str]:
@@ -85,18 +103,39 @@ class Domain:
                 out[:, j] = category_texts(s).map(lookup).fillna(len(cats)).to_numpy(dtype=np.int64)
         return out
 
-    def encoded(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _fine_cells(self, name: str, coarse: np.ndarray, p_fine: np.ndarray, rng) -> np.ndarray:
+        """A fine cell for each coarse cell code, drawn in proportion to ``p_fine`` among the fine cells inside
+        it (uniformly when they all have probability 0)."""
+        n_fine = ColumnGrid.of(self.schema.column(name)).n_cells
+        parent = self.coarse_of_fine(name)[:n_fine]
+        p = np.clip(np.asarray(p_fine, dtype=np.float64)[:n_fine], 0, None)
+        out = np.empty(len(coarse), dtype=np.int64)
+        for cell in np.unique(coarse):
+            members = np.nonzero(parent == cell)[0]
+            w = p[members]
+            w = w / w.sum() if w.sum() > 0 else np.full(len(members), 1 / len(members))
+            rows = np.nonzero(coarse == cell)[0]
+            out[rows] = rng.choice(members, size=len(rows), p=w)
+        return out
+
+    def encoded(self, codes: np.ndarray, rng: np.random.Generator,
+                within: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(X, y) for a min-max :class:`TableEncoder` of the schema, from codes (post-processing): a numeric
-        cell's value drawn uniformly inside it (an atom: its value), categories one-hot, missing flags."""
+        cell's value drawn uniformly inside it (an atom: its value), categories one-hot, missing flags.
+        ``within`` ({numeric column: probabilities of its :meth:`fine` cells}, e.g. from a released fine 1-way
+        marginal): a cell's value is drawn from its fine cells in those proportions first, then uniformly inside
+        the fine cell, so a spike (40 hours a week) inside a wide cell comes back as the spike."""
         enc = TableEncoder(self.schema)
         index = {a: j for j, a in enumerate(self.attributes)}
         n = len(codes)
         parts = []
         for c in enc.numeric:
             grid, k = self.grids[c.name], codes[:, index[c.name]]
-            lo, hi = _cell_ranges(grid)
             present = k < grid.n_cells
             kk = np.where(present, k, 0)
+            if within and c.name in within:
+                grid, kk = ColumnGrid.of(c), self._fine_cells(c.name, kk, np.asarray(within[c.name]), rng)
+            lo, hi = _cell_ranges(grid)
             v = lo[kk] + rng.random(n) * (hi[kk] - lo[kk])
             b_lo, b_hi = c.bounds
             parts.append(np.where(present, (v - b_lo) / (b_hi - b_lo), 0.5)[:, None])

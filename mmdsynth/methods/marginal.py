@@ -67,14 +67,33 @@ def mbi():
 
 def estimate(domain: Domain, measurements: list, n_records: int, iters: int, warm_start=None):
     """The graphical model (mbi's MarkovRandomField) of noisy clique counts (post-processing): mirror descent on
-    ``measurements`` [(clique, noisy counts, noise std)], each weighted by its noise std, with the public record
-    count as the known total (``warm_start``: a model of earlier measurements to start from)."""
+    ``measurements`` [(clique, noisy counts, noise std, fine)], each weighted by its noise std, with the public
+    record count as the known total (``warm_start``: a model of earlier measurements to start from). A ``fine``
+    1-way measurement (counted on :meth:`Domain.fine`) enters as its sums over each cell of ``domain``, whitened:
+    a cell that sums k fine cells has noise variance k std^2."""
     lib = mbi()
-    ms = [lib.LinearMeasurement(np.asarray(y, dtype=np.float64), tuple(clique), float(std or 1.0))
-          for clique, y, std in measurements]
+    ms = []
+    for clique, y, std, fine in measurements:
+        y = np.asarray(y, dtype=np.float64)
+        if fine:
+            (name,) = clique
+            parent = domain.coarse_of_fine(name)
+            k = np.bincount(parent, minlength=domain.size(name)).astype(np.float64)
+            scale = 1.0 / np.sqrt(np.maximum(k, 1.0))
+            y = np.bincount(parent, weights=y, minlength=domain.size(name)) * scale
+            ms.append(lib.LinearMeasurement(y, tuple(clique), float(std or 1.0),
+                                            query=(lambda w: lambda mu: mu.datavector() * w)(scale)))
+        else:
+            ms.append(lib.LinearMeasurement(y, tuple(clique), float(std or 1.0)))
     return lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(domain.sizes), ms,
                                                    known_total=float(n_records), iters=int(iters),
                                                    warm_start=warm_start)
+
+
+def coarse_counts(domain: Domain, name: str, fine_counts) -> np.ndarray:
+    """A fine 1-way measurement summed over the cells of ``domain`` (post-processing)."""
+    return np.bincount(domain.coarse_of_fine(name), weights=np.asarray(fine_counts, dtype=np.float64),
+                       minlength=domain.size(name))
 
 
 class CheckedRows:
@@ -193,13 +212,14 @@ class MST(Method):
                  "computation": as_source(data).describe(),
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
                  **(public_facts or {})}
-        ways = [sum(len(c) == k for c, _, _ in measurements) for k in (1, 2, 3)]
+        ways = [sum(len(c) == k for c, _, _, _ in measurements) for k in (1, 2, 3)]
         spec = {"name": "marginals", "kind": "counts of cliques of a discrete domain", "domain": domain.to_dict(),
                 "captures": f"{ways[0]} 1-way, {ways[1]} 2-way and {ways[2]} 3-way marginal measurements ({self.method}"
                             f"); numeric columns on a public grid of at most {domain.max_cells} cells",
-                "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c)}
-                                 for i, (c, _, std) in enumerate(measurements)]}
-        self.release_ = Release({_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _) in enumerate(measurements)},
+                "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
+                                 for i, (c, _, std, fine) in enumerate(measurements)]}
+        self.release_ = Release({_tensor_name(i, c): torch.as_tensor(y)
+                                 for i, (c, y, _, _) in enumerate(measurements)},
                                 spec, facts, engine.ledger)
         self._model = None
         self.model_()                                      # estimated once now: sampling reads it
@@ -212,12 +232,13 @@ class MST(Method):
         """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals; returns
         the measurements [(clique, noisy counts, noise std)]."""
         attrs = tuple(domain.attributes)
-        one, std1 = yield Measure(tuple((a,) for a in attrs), rho / 3, "1-way marginals of every column")
-        p = {a: simplex_projection(one[(a,)]) for a in attrs}        # the model of the 1-way marginals alone
+        one, std1 = yield Measure(tuple((a,) for a in attrs), rho / 3, "1-way marginals of every column, numeric "
+                                  "ones on their full public grid", domain=domain.fine())
+        p = {a: simplex_projection(coarse_counts(domain, a, one[(a,)])) for a in attrs}   # the 1-ways' model
         pairs = tuple(itertools.combinations(attrs, 2))
         tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs}, rho / 3)
         two, std2 = yield Measure(tuple(tree), rho / 3, "2-way marginals of the tree's pairs")
-        return [(c, y, std1) for c, y in one.items()] + [(c, y, std2) for c, y in two.items()]
+        return [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
 
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
@@ -245,8 +266,8 @@ class MST(Method):
             raise InvalidParameterError("this MST is not fitted; call fit() or mmdsynth.load().")
         if getattr(self, "_model", None) is None:
             spec = self.release_.feature_spec
-            measurements = [(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"])
-                            for m in spec["measurements"]]
+            measurements = [(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"],
+                             bool(m.get("fine"))) for m in spec["measurements"]]
             self._model = estimate(self.domain_(), measurements, self.release_.dataset["n_records"],
                                    self._final_iters)
         return self._model
@@ -265,8 +286,16 @@ class MST(Method):
             np.random.set_state(state)
         codes = np.stack([np.asarray(rows[a], dtype=np.int64) for a in domain.attributes], 1)
         rng = np.random.default_rng(seed)
-        X, labels = domain.encoded(codes, rng)
+        X, labels = domain.encoded(codes, rng, within=self._within())
         return self.encoder_.minmax().decode(X, labels, categorical="argmax", rng=rng)
+
+    def _within(self) -> dict:
+        """{numeric column: probabilities of its fine cells}, from the release's fine 1-way measurements (the
+        simplex projection of each noisy count vector): where inside a coarse cell a value is drawn."""
+        spec = self.release_.feature_spec
+        numeric = set(self.domain_().grids)
+        return {m["clique"][0]: simplex_projection(self.release_.tensors[m["tensor"]].numpy())
+                for m in spec["measurements"] if m.get("fine") and m["clique"][0] in numeric}
 
     # -- persistence --------------------------------------------------------------------------------------
     def save(self, directory) -> Path:
@@ -333,8 +362,9 @@ class AIM(MST):
         candidates = [c for c in weights if weights[c] > 0] or [(a,) for a in attrs]
         per_round = rho / int(self._s.rounds or 16 * len(attrs))
         initial = 0.9 * per_round * len(attrs)
-        one, std1 = yield Measure(tuple((a,) for a in attrs), initial, "1-way marginals of every column")
-        measurements = [(c, y, std1) for c, y in one.items()]
+        one, std1 = yield Measure(tuple((a,) for a in attrs), initial, "1-way marginals of every column, numeric "
+                                  "ones on their full public grid", domain=domain.fine())
+        measurements = [(c, y, std1, True) for c, y in one.items()]
         used = initial
         model = estimate(domain, measurements, n, self._s.iters)
         lib_domain = lib.Domain.fromdict(sizes)
@@ -354,7 +384,7 @@ class AIM(MST):
             pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
                                 penalties=bias)
             counts, std = yield Measure((pick,), min(0.9 * per_round, rho), f"round {t}: the selected marginal")
-            measurements.append((pick, counts[pick], std))
+            measurements.append((pick, counts[pick], std, False))
             model = estimate(domain, measurements, n, self._s.iters, warm_start=model)
             after = np.asarray(model.project(pick).datavector()).reshape(-1)
             if not last and np.abs(after - estimates[pick]).sum() <= math.sqrt(2 / math.pi) * std * cells(pick):

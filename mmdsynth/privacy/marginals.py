@@ -42,6 +42,9 @@ class Measure:
     cliques: tuple
     rho: float
     what: str = "marginals"
+    #: the domain to count in (public, the same schema; e.g. :meth:`~mmdsynth.data.discrete.Domain.fine` for 1-way
+    #: marginals at the full grid's resolution); None: the run's domain
+    domain: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,11 @@ def _check_cliques(domain, cliques) -> None:
 
 
 def _measure(engine, source, domain, encoder, stage: Measure, assumed: dict):
+    if stage.domain is not None:
+        if stage.domain.schema.to_dict() != domain.schema.to_dict():
+            raise InvalidParameterError("a Measure stage's domain must be of the run's schema.")
+        assumed = {**assumed, "domain (public, from the schema)": stage.domain.sizes}
+        domain = stage.domain
     _check_cliques(domain, stage.cliques)
     sensitivity = math.sqrt(2 * len(stage.cliques))
     counts = clique_counts(source, domain, encoder, stage.cliques)
