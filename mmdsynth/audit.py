@@ -11,13 +11,16 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
    worst case the sensitivity proof must cover);
 2. ``trials`` runs of the mechanism on D and as many on D', each with fresh noise, through the
    same function a fit uses (:func:`~mmdsynth.embedding.release_mean_embedding`, DP-KIP's
-   :func:`~mmdsynth.kip.dpsgd.private_gradient` for one step, or a whole ``DPKIP.fit`` with its own
-   secret sampler and clipping), calibrated once to the claimed (epsilon, delta);
+   :func:`~mmdsynth.kip.dpsgd.private_gradient` for one step, a whole ``DPKIP.fit`` with its own
+   secret sampler and clipping, or the marginal methods' private selection, a ``Select`` stage run by
+   :func:`~mmdsynth.privacy.marginals.run_stages` through a zCDP filter), calibrated once to the claimed
+   (epsilon, delta);
 3. the likelihood-ratio test of the attacker who knows D and D' (for Gaussian noise: project the
    output on the difference of the two noise-free statistics; for a DP-SGD fit, every step's noisy
    gradient, read off consecutive iterates, on the canary's direction, the steps weighted by how
    much they differed between D and D' in the selection runs, so a sample that is not secret,
-   i.e. the same every run, is found and exploited), its weights, threshold and direction chosen
+   i.e. the same every run, is found and exploited; for the private selection, which candidate was
+   selected), its weights, threshold and direction chosen
    on the first tenth of the trials (``SELECT_FRACTION``) and evaluated once on the rest;
 4. Clopper-Pearson bounds on the held-out TPR (lower) and FPR (upper), each at (1 - confidence)/2,
    turn the test into ``epsilon_lower``: with probability >= ``confidence`` the mechanism's true
@@ -33,10 +36,11 @@ allows, and the audit fails however weak the attack was. ``detectable_epsilon`` 
 leak had to be for these trials to catch it (the true epsilon of a Gaussian-shaped leak at which
 the ideal test's expected lower bound first exceeds the claim; for the subsampled release, whose
 leaks are not Gaussian-shaped, the accounted epsilon of the same release with less noise that its own
-attack, simulated on its exact output distribution, flags in 18 of 20 audits: ``power_note`` says so). How close an honest audit can get depends on the trials: the
-attack of this design reaches ``optimal_epsilon`` (the epsilon the canary costs under the
-calibrated noise) only with infinitely many. The audit itself reads no private data: D is drawn
-from a public seed.
+attack, simulated on its exact output distribution, flags in 18 of 20 audits; for the selection the epsilon0 that
+its audit flags with probability >= 0.9, from the exact binomial distribution of its counts: ``power_note`` says
+so). How close an honest audit can get depends on the trials: the attack of this design reaches
+``optimal_epsilon`` (the epsilon the canary costs under the calibrated noise) only with infinitely many. The
+audit itself reads no private data: D is drawn from a public seed.
 """
 from __future__ import annotations
 
@@ -55,7 +59,9 @@ from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release")
+MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection")
+#: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms)
+DEFAULT_TRIALS = {"selection": 2000}
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
 GAP_TOLERANCE = 1e-6
 MIN_TRIALS = 100
@@ -595,6 +601,180 @@ class _SampledReleaseTarget:
                      f"the Gaussian-shaped bound of the other targets does not apply)"), f
 
 
+def _fresh_filter(template):
+    """A new zCDP filter with ``template``'s calibration (its total rho: :func:`~mmdsynth.privacy.zcdp.rho_for_epsilon`
+    takes about a second, so an audit calibrates once) and nothing spent, charged or recorded, with a new secure noise
+    source (OS randomness: every run's draw independent of every other). A filter's attributes are its calibration
+    (copied) and the state of one plan (reset here); tests/contract/test_audit_selection.py checks the result against
+    a filter the constructor builds, so a new attribute of the engine shows there. (A ``rho=`` argument of
+    ``ZCDPEngine``, as ``PrivacyEngine`` takes ``sigma=``, would make this a constructor call.)"""
+    import copy
+    import uuid
+
+    from .privacy.mechanisms import NoiseSource
+
+    f = copy.copy(template)
+    f.noise, f.budget_id = NoiseSource(None), uuid.uuid4().hex
+    f.spent, f.entries, f.charged = 0.0, [], False
+    return f
+
+
+def _log_choice_probabilities(scores: np.ndarray, epsilon0: float, sensitivity: float) -> np.ndarray:
+    """ln P(candidate i) of the exponential mechanism: P proportional to exp(epsilon0 score / (2 sensitivity))."""
+    z = epsilon0 * np.asarray(scores, dtype=np.float64) / (2 * sensitivity)
+    return z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+
+
+def flag_probability(p_tp: float, p_fp: float, n: int, claim: float, delta: float, alpha: float) -> float:
+    """The exact probability that a fixed test with true-positive rate ``p_tp`` and false-positive rate ``p_fp``,
+    counted over ``n`` runs on each dataset (binomial counts), proves epsilon > ``claim``
+    (:func:`epsilon_bounds`' lower bound, each rate at level ``alpha``): the sum over the false positives fp of
+    P(fp) P(tp >= the fewest true positives that prove it at fp)."""
+    from scipy.stats import binom
+
+    fp = np.arange(int(binom.ppf(1e-12, n, p_fp)), int(binom.isf(1e-12, n, p_fp)) + 1)
+    fpr_hi = np.where(fp >= n, 1.0, beta.ppf(1 - alpha, fp + 1, np.maximum(n - fp, 1)))
+    need = math.exp(claim) * fpr_hi + delta           # the lower bound exceeds the claim iff TPR_lo exceeds this
+    lo, hi = np.zeros(len(fp), dtype=np.int64), np.full(len(fp), n + 1, dtype=np.int64)   # hi: fewest tp (n+1: none)
+    while (open_ := hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        ok = beta.ppf(alpha, np.clip(mid, 1, n), n - np.clip(mid, 1, n) + 1) > need
+        hi, lo = np.where(open_ & ok, mid, hi), np.where(open_ & ~ok, mid, lo)
+    return float((binom.pmf(fp, n, p_fp) * binom.sf(hi - 1, n, p_tp)).sum())
+
+
+class _SelectionTarget:
+    """The private selection of the marginal methods (AIM's and MST's rounds): the whole ``Select`` stage as
+    :func:`~mmdsynth.privacy.marginals.run_stages` runs it, through a :class:`~mmdsynth.privacy.engine.ZCDPEngine`
+    filter calibrated to the claim and opened (charged) for each run, the stage reading the table's counts with its
+    own code and spending the filter's whole rho on one exponential-mechanism draw (epsilon0 = sqrt(8 rho), the
+    engine's secure Gumbel noise, fresh every run). The attacker sees which candidate was selected.
+
+    The table: two categorical attributes ``a`` and ``b`` (values p, q) of ``n_records`` records, record 0 = (p, p);
+    the canary replaces it by (q, q). Candidates (index 0, 1): the cliques (b,) and (a,); public estimates: a's counts
+    on D exactly, b's counts on D moved by (-2, +2). So (b,)'s L1 score is 4 on D and 2 on D' (the canary moves both
+    of its counts a step towards the estimate) and (a,)'s is 0 and 2 (both a step away): each score moves by 2, the
+    sensitivity, in opposite directions, and the gap between them by 4, the most one record can move it. (b,) leads by 4
+    on D, they are level on D': P_D'((a,)) = 1/2, P_D((a,)) = 1 / (1 + e^eps0), so this canary costs exactly
+    ln((1 + e^eps0) / 2) (:meth:`optimal`), below the selection's own eps0 (pure DP), itself below the filter's
+    claimed epsilon. Of the places a gap that moves by 4 can sit, level on D' gives the stronger audit (the epsilon0
+    :meth:`power` flags at claim 1: 2.30, 1.77, 1.57 at 300, 2,000, 20,000 runs, against 2.89, 2.32, 2.10 with the
+    gap centred on 0; at claim 4: 5.89 and 4.98 at 2,000 and 20,000 runs against 9.40 and 8.38, but none at 300 runs,
+    where the centred gap flags 15.7): one outcome keeps probability 1/2 on D' whatever the true eps0, so too small a
+    noise shows as a vanishing false-positive rate at a true-positive rate of 1/2.
+
+    Its power is its own (:meth:`power`): the outcome is one of two candidates, not a Gaussian shift."""
+
+    neighbouring = "replace_one"
+    CANDIDATES = (("b",), ("a",))
+    #: the power statement: the flagged share of audits required, and the largest epsilon0 searched
+    POWER_SHARE, POWER_MAX = 0.9, 50.0
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        import pandas as pd
+
+        from .data import Schema
+        from .data.discrete import Domain
+        from .data.encoding import TableEncoder
+        from .privacy.engine import ZCDPEngine
+        from .privacy.marginals import L1_SENSITIVITY
+
+        self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
+        self._template = ZCDPEngine(epsilon, delta)            # calibrated once (rho_for_epsilon); no budget file
+        self.rho = self._template.rho
+        # the audit's own reference: the bounded-range cost rho = eps0^2 / 8 (not the engine's conversion, which
+        # the audit checks)
+        self.epsilon0 = math.sqrt(8 * self.rho)
+        self.sigma = 2.0 / self.epsilon0                       # the Gumbel noise's scale / the sensitivity (ledger)
+        self.sensitivity = L1_SENSITIVITY                      # as declared by the stage: prepare() reads it
+        schema = Schema.from_dict({"columns": [{"name": c, "type": "categorical", "categories": ["p", "q"]}
+                                               for c in ("a", "b")]})
+        self.domain, self.encoder = Domain.of(schema), TableEncoder(schema, ["a", "b"])
+        rest = np.where(np.random.default_rng(seed).random(n_records - 1) < 0.5, "p", "q")
+        D = pd.DataFrame({"a": ["p", *rest], "b": ["p", *rest]})
+        D2 = D.copy()
+        D2.loc[0] = ["q", "q"]                                 # the canary
+        self.tables = (D, D2)
+        counts = {c: np.array([(D[c] == v).sum() for v in ("p", "q")], dtype=np.float64) for c in ("a", "b")}
+        self.estimates = {("a",): counts["a"], ("b",): counts["b"] + np.array([-2.0, 2.0])}
+        self.description = "the private selection"             # completed by prepare()
+
+    def _run(self, engine, neighbour: bool):
+        from .privacy.marginals import Select, run_stages
+
+        def planner():
+            return (yield Select(self.CANDIDATES, self.estimates, engine.remaining))
+        return run_stages(engine, self.tables[neighbour], self.domain, self.encoder, planner())
+
+    def prepare(self) -> float:
+        """The scores the stage hands the exponential mechanism on D and on D', and the sensitivity it declares, as its
+        own code computes them (a non-private filter that records the call: the noise-free statistic); the canary's
+        measured effect is the largest move of a score in units of that sensitivity."""
+        from .privacy.engine import ZCDPEngine
+
+        seen = []
+
+        class Recording(ZCDPEngine):
+            def exponential(self, name, scores, sensitivity, **kw):
+                seen.append((np.asarray(scores, dtype=np.float64).copy(), float(sensitivity)))
+                return super().exponential(name, scores, sensitivity, **kw)
+
+        for neighbour in (False, True):
+            self._run(Recording(self.epsilon, self.delta, private=False).open("audit: noise-free scores"), neighbour)
+        (s0, sens), (s1, _) = seen
+        self.scores, self.sensitivity = (s0, s1), sens
+        gap = float(np.abs(s1 - s0).max()) / sens
+        fmt = lambda s: ", ".join(f"{v:g}" for v in s)          # noqa: E731
+        self.description = (
+            f"the private selection (the Select stage of run_stages through a ZCDPEngine filter opened for each run: "
+            f"one exponential-mechanism draw spending the filter's whole rho {self.rho:.4g}, i.e. epsilon0 = "
+            f"sqrt(8 rho) = {self.epsilon0:.3f}, which alone is {self.epsilon0:.3f}-DP (pure); the claim "
+            f"({self.epsilon:g}, {self.delta:g}) is the filter's total) among the cliques (b,) and (a,) of a "
+            f"{self.n_records}-record table; the canary moves their L1 scores from ({fmt(s0)}) on D to ({fmt(s1)}) on "
+            f"D' (sensitivity {sens:g}); its exact epsilon at epsilon0 is {self.optimal(gap):.3f}; the attacker sees "
+            f"which candidate was selected)")
+        return gap
+
+    def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
+        engine = _fresh_filter(self._template).open("privacy audit of the selection")
+        pick = self._run(engine, neighbour)
+        return np.array([float(self.CANDIDATES.index(pick))]), engine.entries[-1].noise_source
+
+    def _canary_epsilon(self, epsilon0: float) -> float:
+        """max over the outcomes of |ln P_D(o) / P_D'(o)| for this canary's scores at ``epsilon0``."""
+        lp, lq = (_log_choice_probabilities(s, epsilon0, self.sensitivity) for s in self.scores)
+        return float(np.abs(lq - lp).max())
+
+    def optimal(self, gap: float) -> float:
+        """This canary's exact epsilon at the calibrated epsilon0 (what an ideal attack on it reaches)."""
+        return self._canary_epsilon(self.epsilon0)
+
+    def power(self, claim: float, delta: float, trials: int, alpha: float) -> tuple[float, str, float | None]:
+        """(detectable epsilon0, what it means, epsilon0 / the calibrated one): the smallest epsilon0 of this selection
+        (the same scores and sensitivity; a larger eps0 is a smaller noise, or an under-stated sensitivity) at which
+        the audit with ``trials`` runs proves epsilon above ``claim`` with probability >= ``POWER_SHARE``, exactly
+        (:func:`flag_probability` over the binomial counts of the held-out runs, for the test the selection runs
+        pick: "D'" when the candidate D' favours is selected). inf when not even ``POWER_MAX`` is."""
+        n = trials - max(1, int(trials * SELECT_FRACTION))
+
+        def flagged(epsilon0: float) -> bool:
+            lp, lq = (_log_choice_probabilities(s, epsilon0, self.sensitivity) for s in self.scores)
+            j = int(np.argmax(lq - lp))
+            return flag_probability(math.exp(lq[j]), math.exp(lp[j]), n, claim, delta, alpha) >= self.POWER_SHARE
+
+        lo, hi = 0.0, self.POWER_MAX
+        if not flagged(hi):
+            return math.inf, (f"none: even a selection at epsilon0 {hi:g} would be flagged in fewer than "
+                              f"{self.POWER_SHARE:.0%} of audits of {trials:,} runs"), None
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if flagged(mid) else (mid, hi)
+        return hi, (f"this selection at epsilon0 >= {hi:.3f} (its noise divided by {hi / self.epsilon0:.3g}; this "
+                    f"canary's epsilon then {self._canary_epsilon(hi):.3f}) would have been flagged in >= "
+                    f"{self.POWER_SHARE:.0%} of audits of {trials:,} runs (exact binomial; the honest one runs at "
+                    f"epsilon0 {self.epsilon0:.3f})"), hi / self.epsilon0
+
+
 def _decide(target, neg_all: np.ndarray, pos_all: np.ndarray, delta: float, alpha: float) -> dict:
     """The attack on the runs of D (``neg_all``) and D' (``pos_all``): the test's statistic, threshold and
     direction chosen on the first ``SELECT_FRACTION`` of the runs, evaluated once on the rest, and the epsilon
@@ -670,7 +850,7 @@ def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> floa
 
 def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "release",
           feature_map: FeatureMap | dict | None = None, n_records: int | None = None, n_classes: int = 2,
-          trials: int = 20000, confidence: float = 0.95, seed: int = 0,
+          trials: int | None = None, confidence: float = 0.95, seed: int = 0,
           duplicate_start: bool = False, neighbouring: str = "replace_one") -> AuditResult:
     """Run the distinguishing attack on ``mechanism`` calibrated to (``epsilon``, ``delta``) and
     return the epsilon lower bound it proves (see the module docstring). ``mechanism``:
@@ -678,12 +858,16 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     features), ``"dpsgd-step"`` (one full-batch DP-SGD step of DP-KIP), ``"dpsgd-fit"`` (a whole
     ``DPKIP.fit``, ``duplicate_start`` for a public start of one point repeated) or ``"sampled-release"`` (the
     subsampled release of dp-randconv's ``sample_rate``, whole; ``neighbouring="add_remove"`` audits its
-    add/remove accounting on zero-out neighbours, m public, as its ledger entry states). The noise (and
-    for a fit the sample) is the library's default secure source, fresh for every run."""
+    add/remove accounting on zero-out neighbours, m public, as its ledger entry states) or ``"selection"`` (the
+    private selection of MST and AIM: a ``Select`` stage run by a zCDP filter spending its whole rho on one
+    exponential-mechanism draw between two cliques, the canary moving their score gap by twice the sensitivity).
+    ``trials``: runs on each dataset (default 20,000; the selection 2,000). The noise (and for a fit the sample)
+    is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
         raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")
-    trials = int(check_positive(trials, "trials", integer=True))
+    trials = int(check_positive(DEFAULT_TRIALS.get(mechanism, 20000) if trials is None else trials, "trials",
+                                integer=True))
     if trials < MIN_TRIALS:
         raise InvalidParameterError(f"trials must be >= {MIN_TRIALS} (runs on each dataset; 20,000 resolve "
                                     f"epsilon 1 well); got {trials}.")
@@ -706,6 +890,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _DPSGDTarget(epsilon, delta, n_records, seed)
     elif mechanism == "sampled-release":
         target = _SampledReleaseTarget(epsilon, delta, n_records, seed, neighbouring)
+    elif mechanism == "selection":
+        target = _SelectionTarget(epsilon, delta, n_records, seed)
     else:
         target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
     canary_gap = target.prepare()
