@@ -1,9 +1,9 @@
 """Not a measurement: issue 47's peer table, mean +- sample sd over split seeds per (dataset, method, epsilon, tag).
 
-Joins the fit lines of ``run_mbi2.py`` / ``run_mmdsynth.py`` (``fit_s``) with ``evaluate_peers.py``'s scores (run
-with ``--triples``) on (split folder, synthetic CSV name); the last line wins when a file was scored twice. Columns:
-ML efficacy (the evaluator's ``mean``: ROC AUC / PR AUC for a binary label), 1-, 2- and 3-way TVD on the real test
-split's deciles, 2-way TVD on the 32-bin grid, fit seconds.
+Joins the fit lines of ``run_mbi2.py`` / ``run_mmdsynth.py`` (``fit_s``; lines without it, runs that did not finish,
+are skipped) with ``evaluate_peers.py``'s scores (run with ``--triples``) on (split folder, synthetic CSV name); the
+last score line wins when a file was scored twice. Columns: ML efficacy (the evaluator's ``mean``: ROC AUC / PR AUC
+for a binary label), 1-, 2- and 3-way TVD on the real test split's deciles, 2-way TVD on the 32-bin grid, fit s.
 
     python3 benchmarks/peers/mbi2_table.py --fits benchmarks/out/peers_mbi2_fit.jsonl \\
         benchmarks/out/mmdsynth_mbi2ctx_fit.jsonl --scores benchmarks/out/fidelity_mbi2.jsonl
@@ -37,7 +37,7 @@ def main():
     p.add_argument("--fits", nargs="+", default=[])
     p.add_argument("--scores", nargs="+", required=True)
     args = p.parse_args()
-    fits = {(Path(r["folder"]).name, r["synth_csv"]): r["fit_s"] for r in _lines(args.fits)}
+    fits = {(Path(r["folder"]).name, r["synth_csv"]): r["fit_s"] for r in _lines(args.fits) if "fit_s" in r}
     scores = {}
     for r in _lines(args.scores):
         scores[(r["folder"], r["synth_csv"])] = r

@@ -63,6 +63,7 @@ import pandas as pd
 
 GRID = 32
 HEAVY_RATIO = 1000.0
+MAX_MAPPINGS = 30_000   # of the kernel's 65,530 (vm.max_map_count) per process
 
 
 def numeric_cells(lo: float, hi: float, integer: bool) -> np.ndarray:
@@ -136,7 +137,7 @@ def _maps() -> int:
         return -1
 
 
-def _shim_api(jax, estimation, Domain) -> list[str]:
+def _shim_api(jax, estimation, marginal_oracles, Domain) -> list[str]:
     """Two renames between mbi 1.3 (the scripts) and 2.0, and JAX's compilation cache emptied before each estimate.
 
     ``Domain.attrs`` (deprecated in 1.3, removed in 2.0) is ``Domain.attributes``; ``Estimator.estimate``'s warm
@@ -144,8 +145,10 @@ def _shim_api(jax, estimation, Domain) -> list[str]:
     round): mbi compiles a variable-elimination program per (model cliques, projected clique), so every AIM round
     compiles new programs (the model's cliques changed) and keeps the old ones; each compiled CPU program holds
     memory mappings, and without the clearing the process reached the kernel's 65,530-mapping limit and died in
-    round 8 ("LLVM ERROR: Unable to allocate section memory"). The programs of earlier rounds are never reused, so
-    clearing changes no result. Each call is logged to stderr (time, mappings) as the fit's progress.
+    round 7 ("LLVM ERROR: Unable to allocate section memory"). MST's selection projects every pair of one model
+    (820 on census), which died the same way inside one call, so the caches are also cleared whenever a projection
+    starts with more than 30,000 mappings. Programs of earlier rounds are never reused and a cleared program is
+    recompiled when needed, so clearing changes no result. Each estimate is logged to stderr (time, mappings).
     """
     done = []
     if not hasattr(Domain, "attrs"):
@@ -165,7 +168,16 @@ def _shim_api(jax, estimation, Domain) -> list[str]:
         return est(self, *args, **kwargs)
 
     estimation.Estimator.estimate = estimate
-    return done + (["estimate(potentials=) -> warm_start="] if rename else []) + ["jax.clear_caches() per estimate"]
+    ve = marginal_oracles.variable_elimination
+
+    def variable_elimination(*args, **kwargs):   # MarkovRandomField.project of an unmeasured clique
+        if _maps() > MAX_MAPPINGS:
+            jax.clear_caches()
+        return ve(*args, **kwargs)
+
+    marginal_oracles.variable_elimination = variable_elimination
+    return done + (["estimate(potentials=) -> warm_start="] if rename else []) + [
+        "jax.clear_caches() per estimate and when over 30,000 mappings"]
 
 
 def main():
@@ -190,13 +202,13 @@ def main():
     sys.path.insert(0, str(Path(args.mechanisms).resolve()))
     import jax
     jax.config.update("jax_enable_compilation_cache", False)   # as mbi's import-time warning advises
-    from mbi import Dataset, Domain, estimation
+    from mbi import Dataset, Domain, estimation, marginal_oracles
     import mst as mst_script
     import aim as aim_script
     from cdp2adp import cdp_eps, cdp_rho
     tag = args.tag if args.tag is not None else ("_r1" if args.neighbouring == "replace-one" else "")
     factor = {"mst": 8.0 / 3.0, "aim": 2.2}
-    shimmed = _shim_api(jax, estimation, Domain)
+    shimmed = _shim_api(jax, estimation, marginal_oracles, Domain)
     select = aim_script.AIM.worst_approximated
 
     def worst_approximated(self, candidates, *a, **k):   # AIM's selection, timed (logging only)
