@@ -16,6 +16,7 @@ attribute like the others. ID columns are not learned.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -64,7 +65,7 @@ class Domain:
             out = np.append(out, self.grids[name].n_cells)
         return out
 
-    @property
+    @cached_property
     def attributes(self) -> list[str]:
         enc = TableEncoder(self.schema)
         return [c.name for c in enc.numeric + enc.categorical] + ([self.schema.label] if self.schema.label else [])

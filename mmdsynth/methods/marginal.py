@@ -383,7 +383,7 @@ class AIM(MST):
             bias = {c: math.sqrt(2 / math.pi) * std * cells(c) for c in small}
             pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
                                 penalties=bias)
-            counts, std = yield Measure((pick,), min(0.9 * per_round, rho), f"round {t}: the selected marginal")
+            counts, std = yield Measure((pick,), 0.9 * per_round, f"round {t}: the selected marginal")
             measurements.append((pick, counts[pick], std, False))
             model = estimate(domain, measurements, n, self._s.iters, warm_start=model)
             after = np.asarray(model.project(pick).datavector()).reshape(-1)

@@ -175,14 +175,16 @@ class PrivacyEngine:
         return gaussian_mechanism(clipped_sum, clip, self.sigma, self.noise)
 
     def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
-                *, notes: tuple = (), relation: str = "replace_one", sampler: str = "") -> LedgerEntry:
+                *, notes: tuple = (), relation: str = "replace_one", sampler: str = "",
+                rho: float | None = None) -> LedgerEntry:
         entry = LedgerEntry(
             mechanism=mechanism, description=description, epsilon=self.epsilon, delta=self.delta,
             noise_multiplier=float(noise_multiplier), sensitivity=float(sensitivity), accountant=self.accountant,
             plan=self.plan.to_dict(), noise_source=self.noise.policy, dataset=self.dataset,
             n_records=None if n_records is None else int(n_records), neighbouring=relation,
             privacy_unit=self.privacy_unit, assumed=dict(assumed), computation=dict(computation or {}),
-            budget_id=self.budget_id, sampler=sampler, notes=tuple(notes), replace_one_epsilon=self.replace_one_epsilon)
+            budget_id=self.budget_id, sampler=sampler, notes=tuple(notes), replace_one_epsilon=self.replace_one_epsilon,
+            rho=rho)
         self.entries.append(entry)
         return entry
 
@@ -341,13 +343,3 @@ class ZCDPEngine(PrivacyEngine):
 
     def declare_dpsgd(self, **_):
         raise InvalidParameterError("DP-SGD steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
-
-    def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
-                *, rho: float | None = None, **kw) -> LedgerEntry:
-        import dataclasses
-
-        entry = super()._record(mechanism, description, noise_multiplier, sensitivity, assumed, n_records,
-                                computation, **kw)
-        entry = dataclasses.replace(entry, rho=rho)
-        self.entries[-1] = entry
-        return entry

@@ -123,8 +123,7 @@ def _measure(engine, source, domain, encoder, stage: Measure, assumed: dict):
         assumed={**assumed, "sensitivity": f"sqrt(2 x {len(stage.cliques)} cliques): replacing a record moves one "
                                           f"count down and one up in each clique's counts"},
         n_records=source.n_records, computation=source.describe())
-    std = sensitivity / math.sqrt(2 * stage.rho) if engine.private else 0.0
-    return {tuple(k.split("|")): v.numpy() for k, v in noisy.items()}, std
+    return {tuple(k.split("|")): v.numpy() for k, v in noisy.items()}, engine.entries[-1].noise_std
 
 
 def _l1_scores(counts: dict, estimates: dict, cliques) -> np.ndarray:
