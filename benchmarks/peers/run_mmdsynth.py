@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from mmdsynth import DPHP, DPMERF, DPNTK
-from mmdsynth.methods import MST
+from mmdsynth.methods import MST, Hybrid
 from mmdsynth.data import load_preset
 from mmdsynth.methods.presets import method_preset
 
@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _rows import add_set_option, check_taken, set_overrides  # noqa: E402
 
 #: "mmdsynth-mst": the library's MST (its files must not take the peer's synth_mst_*.csv names)
-METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK, "mmdsynth-mst": MST}
+METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK, "mmdsynth-mst": MST, "hybrid": Hybrid}
 #: methods with no tabular preset: their defaults, at --epsilon / --delta
-NO_PRESET = ("mmdsynth-mst",)
+NO_PRESET = ("mmdsynth-mst", "hybrid")
 
 
 def _same(a: pd.DataFrame, path: Path) -> bool:
@@ -77,7 +77,8 @@ def main():
             row = {"folder": str(folder), "method": method, "fit_s": round(fit_s, 1),
                    "sample_s": round(time.perf_counter() - t, 1), "epsilon": args.epsilon, "delta": args.delta,
                    "params": params, "overrides": overrides, "model_params": model.get_params(), "synth_csv": csv, "n_rows": len(synth),
-                   "torch_threads": torch.get_num_threads(), "host_cpus": os.cpu_count()}
+                   "torch_threads": torch.get_num_threads(), "host_cpus": os.cpu_count(),
+                   "reweighting": getattr(model, "reweighting_", None)}
             print(json.dumps({k: row[k] for k in ("folder", "method", "epsilon", "fit_s", "sample_s", "torch_threads")}),
                   flush=True)
             if args.out:

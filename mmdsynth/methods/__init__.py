@@ -5,6 +5,7 @@ from .kernel import DPHP, DPMERF, DPNTK, DPRandConv
 from .kip import DPKIP
 from .mepf import DPMEPF
 from .marginal import AIM, MST
+from .hybrid import Hybrid
 
-__all__ = ["AIM", "DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "KernelGeneratorMethod", "METHODS", "MST", "Method",
+__all__ = ["AIM", "DPHP", "DPKIP", "DPMEPF", "DPMERF", "DPNTK", "DPRandConv", "Hybrid", "KernelGeneratorMethod", "METHODS", "MST", "Method",
            "load", "register"]

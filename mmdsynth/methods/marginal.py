@@ -197,8 +197,7 @@ class MST(Method):
         domain = Domain.of(schema, s.max_cells)
         self._check_plan(domain)
         encoder = TableEncoder(schema, [str(c) for c in X.columns])
-        engine = ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
-                            privacy_unit=privacy_unit)           # calibrated, the budget checked: nothing read yet
+        engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
         if sharded:                                        # every shard checked before the charge (one pass)
             data = X
             n = int(X.total(CheckedRows(encoder))["rows"])
@@ -206,7 +205,7 @@ class MST(Method):
             data = encoder.clean(X)                        # every refusal before the charge
             n = len(data)
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, data, domain, encoder, self._planner(domain, engine.rho, n),
+        measurements = run_stages(engine, data, domain, encoder, self._planner(domain, engine.stage_rho, n),
                                   assumed={"n_classes": schema.n_classes})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
                  "computation": as_source(data).describe(),
@@ -218,15 +217,30 @@ class MST(Method):
                             f"); numeric columns on a public grid of at most {domain.max_cells} cells",
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
-        self.release_ = Release({_tensor_name(i, c): torch.as_tensor(y)
-                                 for i, (c, y, _, _) in enumerate(measurements)},
-                                spec, facts, engine.ledger)
+        tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
+        tensors, spec, facts = self._more_releases(engine, data, schema, dataset, tensors, spec, facts)
+        self.release_ = Release(tensors, spec, facts, engine.ledger)
         self._model = None
-        self.model_()                                      # estimated once now: sampling reads it
+        self._fitted()                                     # post-processing of the release: the model, ...
         if out is not None:
             self.release_.save(out / "release")
             self.save(out)
         return self
+
+    def _engine(self, schema: Schema, budget, dataset: str, privacy_unit: str) -> ZCDPEngine:
+        """The plan's filter, calibrated and budget-checked before anything is read (the marginal stages spend its
+        ``stage_rho``)."""
+        s = self._s
+        return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
+                          privacy_unit=privacy_unit)
+
+    def _more_releases(self, engine, data, schema, dataset, tensors, spec, facts):
+        """Releases of the same plan after the marginal stages (none for MST): (tensors, spec, facts)."""
+        return tensors, spec, facts
+
+    def _fitted(self) -> None:
+        """Post-processing once the release is made: the graphical model, estimated once (sampling reads it)."""
+        self.model_()
 
     def _planner(self, domain: Domain, rho: float, n: int):
         """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals; returns

@@ -269,6 +269,11 @@ class ZCDPEngine(PrivacyEngine):
         return self
 
     @property
+    def stage_rho(self) -> float:
+        """The rho the stages may spend: the total less the declared shares (public: fixed at construction)."""
+        return self.rho * (1.0 - sum(self.shares.values())) if self.private else math.inf
+
+    @property
     def remaining(self) -> float:
         """The rho not yet spent (public: the total and the shares the stages took)."""
         return max(self.rho - self.spent, 0.0)

@@ -254,7 +254,8 @@ KERNEL_METHODS = {
 DPSGD_METHODS = {"dp-kip"}
 #: methods whose releases are marginals and selections in a zCDP filter (tests/contract/test_marginals.py covers
 #: their stages; test_marginal_method_contract the method's path)
-MARGINAL_METHODS = {"mst": dict(iters=50), "aim": dict(iters=20, rounds=10)}
+MARGINAL_METHODS = {"mst": dict(iters=50), "aim": dict(iters=20, rounds=10),
+                    "hybrid": dict(iters=50, n_features=50, pool=2, steps=20)}
 
 
 def test_every_registered_method_is_covered():
@@ -294,10 +295,14 @@ def test_marginal_method_contract(name, monkeypatch):
     cls, params = METHODS[name], MARGINAL_METHODS[name]
     rel = cls(1.0, noise_seed=0, **params).fit(df, label="y", schema=SCHEMA).release_
     entries = rel.ledger.entries
-    gaussian = [e for e in entries if e.mechanism == "gaussian"]
-    # one draw per clique's counts: "cell counts of K clique(s)" in each Gaussian entry
+    gaussian = [e for e in entries if e.mechanism == "gaussian" and "cell counts of" in e.description]
+    # one draw per clique's counts: "cell counts of K clique(s)" in each Gaussian entry of marginals
     per_release = [int(re.search(r"cell counts of (\d+) clique", e.description).group(1)) for e in gaussian]
-    assert log.stds == pytest.approx([e.noise_std for e, k in zip(gaussian, per_release) for _ in range(k)], rel=1e-12)
+    marginal_draws = sum(per_release)
+    assert log.stds[:marginal_draws] == pytest.approx(
+        [e.noise_std for e, k in zip(gaussian, per_release) for _ in range(k)], rel=1e-12)
+    others = [e for e in entries if e.mechanism == "gaussian" and e not in gaussian]    # the hybrid's kernel part
+    assert {round(s, 12) for s in log.stds[marginal_draws:]} == {round(e.noise_std, 12) for e in others}
     assert len(gumbels) == sum(e.mechanism == "exponential" for e in entries) >= 1
     assert sum(e.rho for e in entries) == pytest.approx(entries[0].plan["rho"], rel=1e-9)
     assert zcdp.epsilon_for_rho(entries[0].plan["rho"], 1e-5) <= 1.0 + 1e-9

@@ -1,0 +1,143 @@
+"""Rows reweighted to match released statistics (post-processing: reads released tensors and public rows only).
+
+A pool of N public rows (drawn from a model of a release) and several released statistics, each a mean of per-row
+vectors plus Gaussian noise of a known std (a class-conditional kernel embedding, measured marginals, class
+proportions). The weights w on the simplex minimise the whitened residual
+
+    F(w) = sum_b || sum_i w_i a_b(x_i) - t_b ||^2 / s_b^2
+
+(each block b: the rows' vectors a_b, the released target t_b, its noise std s_b per entry): the Gaussian
+log-likelihood of the releases under the reweighted pool. At the truth F is about the number of released entries
+(each whitened noise entry has variance 1), so fitting below that fits noise: the iterations stop there (the
+discrepancy principle), or after ``steps``. Exponentiated gradient (mirror descent with the entropy) from uniform
+weights, the step grown after a decrease and halved (the step retried) otherwise.
+
+The rows' vectors are one sparse matrix (one-hots, a few non-zeros a row; scipy CSR) and one dense float32 block
+(columns that most rows touch: random Fourier features), class-conditional blocks as ``phi(x_i) e_{y_i}^T``."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class Targets:
+    """The pooled rows' statistics and the released targets, every column already divided by its noise std."""
+
+    dense: np.ndarray | None          # (N, Dd) float32, class-conditional: column block chosen by ``labels``
+    labels: np.ndarray | None         # (N,) int64: each row's class, for the dense block
+    n_classes: int
+    dense_target: np.ndarray | None   # (Dd, C) float64
+    sparse: sp.csr_matrix = field(repr=False, default=None)   # (N, Ds) float64
+    sparse_target: np.ndarray | None = None                   # (Ds,) float64
+    entries: int = 0                  # released entries in all blocks: F's expected value at the truth
+    #: (name, sparse column start, stop, entries, with the dense block): each group of releases, stopped on by itself
+    groups: tuple = ()
+    #: where the dense and the sparse kernel columns sit in the release's embedding (rows of its (D, C) layout)
+    dense_cols: np.ndarray | None = None
+    sparse_cols: np.ndarray | None = None
+
+    def statistics(self, w: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(sum_i w_i dense_i e_{y_i}^T, sum_i w_i sparse_i)."""
+        d = s = None
+        if self.dense is not None:
+            W = np.zeros((len(w), self.n_classes), dtype=np.float32)
+            W[np.arange(len(w)), self.labels] = w
+            d = (W.T @ self.dense).T.astype(np.float64)
+        if self.sparse is not None:
+            s = self.sparse.T @ w
+        return d, s
+
+    def residual(self, w: np.ndarray):
+        d, s = self.statistics(w)
+        rd = None if d is None else d - self.dense_target
+        rs = None if s is None else s - self.sparse_target
+        f = (0.0 if rd is None else float((rd ** 2).sum())) + (0.0 if rs is None else float((rs ** 2).sum()))
+        return f, rd, rs
+
+    def within_noise(self, rd, rs) -> bool:
+        """Whether every group's residual is at most its released entries (each group at its noise level: the
+        discrepancy principle per release); without groups, the whole residual against all entries."""
+        if not self.groups:
+            f = (0.0 if rd is None else float((rd ** 2).sum())) + (0.0 if rs is None else float((rs ** 2).sum()))
+            return f <= self.entries
+        for _, start, stop, entries, with_dense in self.groups:
+            f = float((rs[start:stop] ** 2).sum()) if rs is not None else 0.0
+            if with_dense and rd is not None:
+                f += float((rd ** 2).sum())
+            if f > entries:
+                return False
+        return True
+
+    def inner(self, rd, rs) -> np.ndarray:
+        """<a(x_i), r> for every row, (N,) float64."""
+        out = np.zeros(len(self.labels) if self.labels is not None else self.sparse.shape[0])
+        if rd is not None:
+            prod = self.dense @ rd.astype(np.float32)
+            out += prod[np.arange(len(out)), self.labels]
+        if rs is not None:
+            out += self.sparse @ rs
+        return out
+
+    def max_row_norm2(self) -> float:
+        n = 0.0
+        if self.dense is not None:
+            n += float(np.einsum("ij,ij->i", self.dense, self.dense).max())
+        if self.sparse is not None:
+            n += float(np.asarray(self.sparse.multiply(self.sparse).sum(1)).max())
+        return n
+
+
+@dataclass
+class Fit:
+    weights: np.ndarray
+    objective: list
+    entries: int
+    steps: int
+    stopped: str
+
+    @property
+    def effective_fraction(self) -> float:
+        """The effective sample size over N (1: uniform weights)."""
+        return float(1.0 / (self.weights ** 2).sum()) / len(self.weights)
+
+
+def reweight(t: Targets, *, steps: int) -> Fit:
+    """Weights on the simplex minimising F (module doc) by exponentiated gradient from uniform, until every group
+    of releases is fitted to its noise level (:meth:`Targets.within_noise`, the discrepancy principle) or after
+    ``steps`` gradient steps."""
+    n = t.dense.shape[0] if t.dense is not None else t.sparse.shape[0]
+    logw = np.full(n, -math.log(n))
+    f, rd, rs = t.residual(np.exp(logw))
+    trace, eta = [f], 1.0 / (2.0 * max(t.max_row_norm2(), 1e-12))
+    stopped, k = "steps", 0
+    for k in range(1, steps + 1):
+        if t.within_noise(rd, rs):
+            stopped, k = "discrepancy", k - 1
+            break
+        grad = 2.0 * t.inner(rd, rs)
+        while True:
+            new = logw - eta * grad
+            new -= np.logaddexp.reduce(new)
+            f_new, rd_new, rs_new = t.residual(np.exp(new))
+            if f_new <= f or eta < 1e-12:
+                break
+            eta /= 2
+        logw, f, rd, rs = new, f_new, rd_new, rs_new
+        eta *= 1.5
+        trace.append(f)
+    else:
+        if t.within_noise(rd, rs):
+            stopped = "discrepancy"
+    return Fit(np.exp(logw), trace, int(t.entries), k, stopped)
+
+
+def systematic(w: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` indices drawn by systematic resampling of weights ``w`` (one uniform offset from ``rng``)."""
+    u = (rng.random() + np.arange(n)) / n
+    c = np.cumsum(w / w.sum())
+    c[-1] = 1.0
+    return np.searchsorted(c, u, side="right").clip(0, len(w) - 1)

@@ -1,0 +1,261 @@
+"""The hybrid: measured marginals and a kernel mean embedding in one plan, and rows that match both.
+
+One zCDP plan (:class:`~mmdsynth.privacy.engine.ZCDPEngine`, its total calibrated from (epsilon, delta) and charged
+before any read) holds two parts:
+
+* MST's releases (:class:`~mmdsynth.methods.marginal.MST`) with ``marginal_share`` of rho: the 1-way marginals of
+  every column, a private spanning tree of pairs, their 2-way marginals;
+* DP-MERF's table release (:class:`~mmdsynth.methods.kernel.DPMERF`, no generator trained) with the rest: the
+  class-conditional random-feature embedding (numeric columns' random Fourier features, per-class category
+  frequencies, pairwise marginals and numeric x categorical histograms), the class proportions and the numeric
+  columns' released CDFs, each at its usual share of the kernel part.
+
+Post-processing only from there: the graphical model of the marginals (mbi 2.x) draws a pool of ``pool`` rows per
+training row (public seed); the pool is reweighted (:mod:`mmdsynth.generators.reweight`) so that its statistics
+match every release at once, each weighted by its noise (the kernel embedding and the measured marginals),
+stopping where the fit reaches the releases' noise level; synthetic rows are drawn from the weighted pool. The
+marginals carry fidelity (1-, 2-way structure), the kernel embedding carries what a tree of pairs misses (the
+label's dependence on every column jointly, numeric joint structure).
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+from safetensors.numpy import load_file, save_file
+
+from ..data.discrete import DEFAULT_CELLS
+from ..errors import InvalidParameterError
+from ..features import build_feature_map
+from ..generators.reweight import Targets, reweight, systematic
+from ..privacy.engine import ZCDPEngine
+from ..validation import check_positive
+from .base import read_model_folder, write_model_folder
+from .contract import register
+from .kernel import DPMERF
+from .marginal import MST
+from .tables import encoder_of, prepare_table, table_shares
+
+logger = logging.getLogger(__name__)
+
+POOL_FILE = "pool.safetensors"
+#: the kernel part's tensors and ledger entries are kept under their own names in the release
+KERNEL_SPEC = "kernel"
+#: rows whose features are computed at once (memory: chunk x the feature dimension, float64)
+CHUNK = 4096
+#: a column of the kernel features non-zero in more than this fraction of rows is kept dense
+DENSE_FRACTION = 0.2
+
+
+@register
+class Hybrid(MST):
+    """MST's measured marginals (``marginal_share`` of the budget) and DP-MERF's kernel embedding (the rest) in one
+    zCDP plan; synthetic rows drawn from the marginals' graphical model, reweighted to match both releases within
+    their noise. Tables only. ``pool``: model rows drawn per training row (at most ``max_pool``); ``steps``: the
+    reweighting's most iterations; ``n_features``, ``rff_seed``, ``proportions_share``, ``numeric_share``: the
+    kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``: the marginal part's."""
+
+    method = "hybrid"
+    summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
+    param_help = {
+        "marginal_share": "the marginals' share of the budget (the kernel embedding gets the rest)",
+        "pool": "rows drawn from the marginals' model per training row, then reweighted",
+        "max_pool": "the most rows in the reweighted pool (memory and time grow with it)",
+        "steps": "the reweighting's most iterations (it stops earlier at the releases' noise level)",
+        "n_features": "the kernel part's random Fourier features",
+        "rff_seed": "the random features' draw (public)",
+        "proportions_share": "the class proportions' share of the kernel part",
+        "numeric_share": "the numeric columns' released CDFs' share of the kernel part",
+    }
+
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
+                 pool: int = 5, max_pool: int = 150_000, steps: int = 300, n_features: int = 2000, rff_seed: int = 0,
+                 proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
+                 iters: int = 3000, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
+        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, seed=seed, noise_seed=noise_seed,
+                         progress=progress)
+        self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
+        self.n_features, self.rff_seed = n_features, rff_seed
+        self.proportions_share, self.numeric_share = proportions_share, numeric_share
+
+    # -- the plan -----------------------------------------------------------------------------------------
+    def _kernel(self, schema) -> DPMERF:
+        """The kernel part's configuration (a DP-MERF object that never fits: its plan and feature map only)."""
+        s = self._s
+        k = DPMERF(s.epsilon, s.delta, n_features=s.n_features, rff_seed=s.rff_seed,
+                   proportions_share=s.proportions_share, numeric_share=s.numeric_share, noise_seed=s.noise_seed,
+                   n_classes=schema.n_classes, progress=False)
+        k._resolve("table")
+        k._validate()
+        return k
+
+    def _check_plan(self, domain) -> None:
+        s = self._s
+        if not (isinstance(s.marginal_share, (int, float)) and 0 < s.marginal_share < 1):
+            raise InvalidParameterError(f"marginal_share must be in (0, 1) (the kernel embedding gets the rest); "
+                                        f"got {s.marginal_share!r}.")
+        for name in ("pool", "max_pool", "steps", "n_features"):
+            check_positive(getattr(s, name), name, integer=True)
+
+    def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
+        """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its
+        usual relative weight: a release with noise multiplier s costs in proportion to 1 / s^2), the marginal
+        stages spend the rest."""
+        from ..embedding import release_plan
+
+        k = self._kernel(schema)
+        shares = table_shares(schema, schema_share=None, numeric_encoding=k._s.numeric_encoding,
+                              numeric_share=k._s.numeric_share)
+        _, mults = release_plan(blocks=k.block_multipliers(),
+                                shares={**shares, "class_proportions": k._s.proportions_share})
+        inverse = {name: 1.0 / m ** 2 for name, m in mults.items()}
+        kernel = 1.0 - float(self._s.marginal_share)
+        s = self._s
+        return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
+                          privacy_unit=privacy_unit,
+                          shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
+
+    def _more_releases(self, engine, data, schema, dataset, tensors, spec, facts):
+        """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class
+        proportions, the embedding)."""
+        from ..embedding import release_mean_embedding
+        from ..engines import as_source
+
+        k = self._kernel(schema)
+        source = as_source(data)
+        encoder, prior, table_facts = prepare_table(engine, data, source, schema)
+        kernel = release_mean_embedding(
+            k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,
+            dataset=dataset, proportions_share=k._s.proportions_share, privacy_unit=engine.privacy_unit,
+            engine=engine, prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
+        spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
+                "captures": spec["captures"] + "; " + kernel.feature_spec.get("captures", "a kernel mean embedding"),
+                "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
+        facts = {**facts, **table_facts, "conditional": True}
+        return {**tensors, **kernel.tensors}, spec, facts
+
+    # -- post-processing ----------------------------------------------------------------------------------
+    def _fitted(self) -> None:
+        """The graphical model, then the pool drawn from it and reweighted toward every release."""
+        self.model_()
+        self._reweight()
+
+    def _reweight(self) -> None:
+        s, release = self._s, self.release_
+        m = int(release.dataset["n_records"])
+        size = int(min(s.pool * m, s.max_pool))
+        pool = MST.sample(self, size, seed=s.seed)
+        targets = self.targets(pool)
+        fit = reweight(targets, steps=int(s.steps))
+        logger.info("hybrid: %d pool rows reweighted in %d steps (%s), residual %.4g of %d released entries, "
+                    "effective size %.2f of the pool", size, fit.steps, fit.stopped, fit.objective[-1], fit.entries,
+                    fit.effective_fraction)
+        X, y = encoder_of(release).minmax().encode(pool)
+        self.pool_ = {"X": np.asarray(X, dtype=np.float32), "y": np.asarray(y, dtype=np.int64),
+                      "w": fit.weights.astype(np.float64)}
+        self.reweighting_ = {"pool": size, "steps": fit.steps, "stopped": fit.stopped,
+                             "objective_first": fit.objective[0], "objective_last": fit.objective[-1],
+                             "released_entries": fit.entries, "effective_fraction": fit.effective_fraction}
+
+    def targets(self, rows: pd.DataFrame) -> Targets:
+        """The whitened statistics of ``rows`` and the release's targets (:class:`Targets`): the kernel embedding
+        (each entry over its noise std) and every measured marginal (cell shares over the count noise std / m).
+        Post-processing: reads the release and the given (public) rows."""
+        release = self.release_
+        spec, m = release.feature_spec, int(release.dataset["n_records"])
+        encoder = encoder_of(release)
+        C = int(release.dataset["n_classes"])
+        fmap = build_feature_map(spec[KERNEL_SPEC])
+        mu = release.tensors["embedding"].double().numpy()             # (D, C)
+        sigma = float(spec["kernel_noise_std"])
+        X, y = encoder.encode(rows)
+        X, y = torch.as_tensor(X), np.asarray(y, dtype=np.int64)
+        n = len(y)
+        dense_cols = sparse_cols = None
+        dense, blocks = [], []
+        with torch.no_grad():
+            for s in range(0, n, CHUNK):
+                phi = fmap.bounded(fmap(X[s:s + CHUNK]).double()).numpy()
+                if dense_cols is None:
+                    frac = (phi != 0).mean(0)
+                    dense_cols, sparse_cols = np.nonzero(frac > DENSE_FRACTION)[0], np.nonzero(frac <= DENSE_FRACTION)[0]
+                dense.append((phi[:, dense_cols] / sigma).astype(np.float32))
+                part = sp.csr_matrix(phi[:, sparse_cols] / sigma).tocoo()
+                yy = y[s:s + CHUNK][part.row]
+                blocks.append(sp.csr_matrix((part.data, (part.row, part.col * C + yy)),
+                                            shape=(len(phi), len(sparse_cols) * C)))
+        kernel_sparse = sp.vstack(blocks).tocsr()
+        # measured marginals: one-hot of each row's cell in each clique, at m / std
+        domain = self.domain_()
+        fine = domain.fine()
+        clean = encoder.clean(rows)
+        codes = {False: domain.codes(clean), True: fine.codes(clean)}
+        index = {a: j for j, a in enumerate(domain.attributes)}
+        cols, targets, offset, entries = [], [], 0, int(mu.size)
+        for meas in spec["measurements"]:
+            clique, std, is_fine = tuple(meas["clique"]), float(meas["std"]), bool(meas.get("fine"))
+            sizes = (fine if is_fine else domain).sizes
+            shape = [sizes[a] for a in clique]
+            flat = np.ravel_multi_index([codes[is_fine][:, index[a]] for a in clique], shape)
+            cols.append(offset + flat)
+            targets.append(release.tensors[meas["tensor"]].double().numpy() / std)
+            offset += math.prod(shape)
+            entries += math.prod(shape)
+            scale = m / std
+            cols[-1] = (cols[-1], scale)
+        rows_idx = np.concatenate([np.arange(n)] * len(cols))
+        col_idx = np.concatenate([c for c, _ in cols])
+        vals = np.concatenate([np.full(n, v) for _, v in cols])
+        marg = sp.csr_matrix((vals, (rows_idx, col_idx)), shape=(n, offset))
+        return Targets(dense=np.concatenate(dense) if len(dense_cols) else None, labels=y, n_classes=C,
+                       dense_target=mu[dense_cols] / sigma if len(dense_cols) else None,
+                       sparse=sp.hstack([kernel_sparse, marg]).tocsr(),
+                       sparse_target=np.concatenate([mu[sparse_cols].reshape(-1) / sigma] + targets),
+                       entries=entries, dense_cols=dense_cols, sparse_cols=sparse_cols,
+                       groups=(("kernel embedding", 0, kernel_sparse.shape[1], int(mu.size), True),
+                               ("marginals", kernel_sparse.shape[1], kernel_sparse.shape[1] + offset,
+                                entries - int(mu.size), False)))
+
+    def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
+        """``n`` synthetic rows (post-processing): drawn from the reweighted pool by systematic resampling (seeded,
+        in a seeded random order), typed by the schema."""
+        check_positive(n, "n", integer=True)
+        pool = self._pool()
+        rng = np.random.default_rng(self._s.seed if seed is None else seed)
+        idx = rng.permutation(systematic(pool["w"], int(n), rng))
+        return encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax",
+                                                          rng=rng)
+
+    def _pool(self) -> dict:
+        if getattr(self, "pool_", None) is None:
+            if not hasattr(self, "release_"):
+                raise InvalidParameterError("this hybrid is not fitted; call fit() or mmdsynth.load().")
+            self._reweight()
+        return self.pool_
+
+    # -- persistence ----------------------------------------------------------------------------------------
+    def save(self, directory):
+        if not hasattr(self, "release_"):
+            raise InvalidParameterError("this hybrid is not fitted; call fit() first.")
+        pool = self._pool()
+        return write_model_folder(directory, self, {"reweighting": self.reweighting_},
+                                  payload=lambda folder: save_file(pool, str(folder / POOL_FILE)))
+
+    @classmethod
+    def _from_folder(cls, directory, meta: dict):
+        model = read_model_folder(cls, directory, meta)
+        model.pool_ = load_file(str(directory / POOL_FILE))
+        model.reweighting_ = meta.get("reweighting")
+        return model
+
+
+def _embedding_entry(engine):
+    """The ledger entry of the kernel embedding's release (one block: DP-MERF's map)."""
+    found = [e for e in engine.entries if "mean embedding" in e.description]
+    if len(found) != 1:
+        raise InvalidParameterError(f"the hybrid expects one kernel embedding release; the plan made {len(found)}.")
+    return found[0]

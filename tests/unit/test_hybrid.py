@@ -1,0 +1,161 @@
+"""The hybrid (issue 47 item 3): MST's marginals and DP-MERF's kernel embedding in one zCDP plan, and a pool of model
+rows reweighted toward both releases."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import mmdsynth
+from mmdsynth.data.encoding import TableEncoder
+from mmdsynth.embedding import mean_embedding
+from mmdsynth.engines import as_source
+from mmdsynth.errors import InvalidParameterError
+from mmdsynth.features import build_feature_map
+from mmdsynth.generators.reweight import Targets, reweight, systematic
+from mmdsynth.methods import MST, Hybrid
+from mmdsynth.methods.tables import encoder_of
+from mmdsynth.privacy import zcdp
+from mmdsynth.privacy.budget import BudgetFile
+from mmdsynth.privacy.marginals import clique_counts
+from mmdsynth.privacy.mechanisms import NoiseSource
+
+from support import SCHEMA, toy_table
+
+pytest.importorskip("mbi")
+
+FAST = dict(iters=200, n_features=100, pool=3, steps=100)
+
+
+def test_one_plan_both_parts_and_a_round_trip(tmp_path):
+    df = toy_table(600)
+    h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA, out=tmp_path / "run")
+    ledger = h.release_.ledger
+    assert ledger.total() == (1.0, 1e-5)
+    entries = ledger.entries
+    rho = entries[0].plan["rho"]
+    assert rho == pytest.approx(zcdp.rho_for_epsilon(1.0, 1e-5))
+    assert sum(e.rho for e in entries) == pytest.approx(rho, rel=1e-9)         # the whole plan, spent once
+    kernel = [e for e in entries if "marginals" not in e.description and e.mechanism == "gaussian"
+              and "tree" not in e.description]
+    assert {e.description.split(" ")[0] for e in kernel} == {"numeric-column", "class", "class-conditional"}
+    assert sum(e.rho for e in kernel) == pytest.approx(0.5 * rho, rel=1e-9)    # marginal_share 0.5
+    assert {len(c["clique"]) for c in h.release_.feature_spec["measurements"]} == {1, 2}
+    assert "embedding" in h.release_.tensors and "kernel" in h.release_.feature_spec
+    syn = h.sample(400, seed=1)
+    assert list(syn.columns) == list(df.columns) and len(syn) == 400
+    assert syn["age"].between(17, 90).all() and set(syn["colour"]) <= {"red", "green", "blue"}
+    again = mmdsynth.load(tmp_path / "run")
+    assert type(again) is Hybrid and again.reweighting_ == h.reweighting_
+    pd.testing.assert_frame_equal(again.sample(300, seed=3), h.sample(300, seed=3))
+    assert h.reweighting_["pool"] == 3 * 600 and 0 < h.reweighting_["effective_fraction"] <= 1
+
+
+def _xor_rate(t):
+    """toy_table: y = (age > 50) xor (colour == blue), a 3-way interaction no spanning tree of pairs holds."""
+    return float((((t["age"] > 50) ^ (t["colour"] == "blue")) == (t["y"] == "pos")).mean())
+
+
+def test_the_kernel_part_carries_what_the_tree_of_pairs_cannot():
+    """At epsilon 1000 (little noise) MST's rows lose the xor (tests/unit/test_mst.py); the kernel embedding holds
+    per-class histograms of age with colour, so the reweighted rows must bring most of it back. If the reweighting
+    were skipped or read the wrong columns, this rate would stay at MST's."""
+    df = toy_table(3000, seed=4)
+    mst = MST(epsilon=1000.0, iters=500, noise_seed=0).fit(df, label="y", schema=SCHEMA).sample(3000, seed=0)
+    hyb = Hybrid(epsilon=1000.0, iters=500, n_features=200, steps=300, noise_seed=0).fit(
+        df, label="y", schema=SCHEMA).sample(3000, seed=0)
+    assert _xor_rate(mst) < 0.7
+    assert _xor_rate(hyb) > 0.8 and _xor_rate(hyb) - _xor_rate(mst) > 0.15, (_xor_rate(hyb), _xor_rate(mst))
+    assert _xor_rate(hyb) < 1.0 or len(hyb.drop_duplicates()) > 100     # not the real rows copied
+
+
+def test_the_pool_statistics_are_the_releases_layout():
+    """The reweighting compares each pooled row's statistics with the release entry by entry: on the real rows at
+    uniform weights they must be the exact (noise-free) statistics the releases noised, each over its noise std."""
+    df = toy_table(500, seed=2)
+    h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA)
+    t = h.targets(df)
+    w = np.full(len(df), 1.0 / len(df))
+    dense, sparse = t.statistics(w)
+    spec = h.release_.feature_spec
+    sigma = spec["kernel_noise_std"]
+    enc = encoder_of(h.release_)
+    X, y = enc.encode(df)
+    exact = mean_embedding(build_feature_map(spec["kernel"]), torch.as_tensor(X), torch.as_tensor(y), 2).numpy()
+    k_sparse = t.groups[0][2]
+    stat = np.zeros_like(exact)
+    stat[t.dense_cols] = dense * sigma
+    stat[t.sparse_cols] = sparse[:k_sparse].reshape(len(t.sparse_cols), 2) * sigma
+    assert len(t.dense_cols) > 0 and len(t.sparse_cols) > 0
+    assert np.allclose(stat, exact, atol=1e-6)
+    # measured marginals: counts / std
+    domain = h.domain_()
+    offset = k_sparse
+    for meas in spec["measurements"]:
+        dom = domain.fine() if meas["fine"] else domain
+        counts = clique_counts(as_source(df), dom, TableEncoder(enc.schema), [tuple(meas["clique"])])["|".join(meas["clique"])]
+        got = sparse[offset:offset + len(counts)]
+        assert np.allclose(got, counts / meas["std"], atol=1e-9), meas["clique"]
+        offset += len(counts)
+    assert offset == len(sparse)
+    assert t.entries == len(t.sparse_target) + t.dense_target.size
+
+
+def test_the_kernel_part_moves_by_at_most_its_sensitivity(monkeypatch):
+    """Worst-case neighbours of the kernel part inside the hybrid's plan: the embedding's exact value (before noise)
+    moves by at most the sensitivity its ledger entry records (2 / m), the class proportions by sqrt(2) / m."""
+    seen = []
+    real = NoiseSource.add_noise
+    monkeypatch.setattr(NoiseSource, "add_noise",
+                        lambda src, value, std: seen.append(torch.as_tensor(value).clone()) or real(src, value, std))
+    df = toy_table(400)
+
+    def exact(rows):
+        seen.clear()
+        rel = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(rows, label="y", schema=SCHEMA).release_
+        entries = [e for e in rel.ledger.entries if e.mechanism == "gaussian"]
+        emb = next(e for e in entries if e.description.startswith("class-conditional mean embedding"))
+        props = next(e for e in entries if e.description.startswith("class proportions"))
+        return seen[-2], seen[-1], props, emb              # proportions then the embedding: the plan's last draws
+    p0, e0, props, emb = exact(df)
+    assert e0.shape == torch.Size(rel_shape := e0.shape) and len(rel_shape) == 2
+    for row in ({"age": 17, "score": -1.0, "colour": "blue", "smoker": "yes", "y": "neg"},
+                {"age": 90, "score": 1.0, "colour": "red", "smoker": "no", "y": "pos"}):
+        other = df.copy()
+        other.loc[0] = row
+        p1, e1, _, _ = exact(other)
+        assert float((e1 - e0).norm()) <= emb.sensitivity + 1e-12
+        assert float((p1 - p0).norm()) <= props.sensitivity + 1e-12
+    assert emb.sensitivity == pytest.approx(2.0 / 400) and props.sensitivity == pytest.approx(math.sqrt(2) / 400)
+
+
+def test_reweighting_finds_a_planted_reweighting_and_stops_at_the_noise():
+    """A pool of one-hot rows whose target is a known reweighting of it plus noise of std 1: the weights move toward
+    it, F falls, and the iterations stop once F is within the released entries (the discrepancy principle)."""
+    g = np.random.default_rng(0)
+    n, k = 20000, 20
+    cells = g.integers(0, k, n)
+    import scipy.sparse as sp
+    scale = 1000.0                                       # the std of a share's noise is 1 / scale
+    A = sp.csr_matrix((np.full(n, scale), (np.arange(n), cells)), shape=(n, k))
+    truth = np.linspace(1, 3, k)
+    truth /= truth.sum()
+    target = truth * scale + g.normal(size=k)
+    t = Targets(dense=None, labels=None, n_classes=1, dense_target=None, sparse=A, sparse_target=target, entries=k)
+    fit = reweight(t, steps=500)
+    shares = np.bincount(cells, weights=fit.weights, minlength=k)
+    uniform = np.bincount(cells, minlength=k) / n
+    assert fit.stopped == "discrepancy" and fit.objective[-1] <= k < fit.objective[0]
+    assert np.abs(shares - truth).sum() < 0.3 * np.abs(uniform - truth).sum()
+    assert fit.weights.sum() == pytest.approx(1.0) and (fit.weights > 0).all()
+    idx = systematic(fit.weights, 20000, np.random.default_rng(1))
+    assert np.abs(np.bincount(cells[idx], minlength=k) / 20000 - shares).max() < 2e-3
+
+
+def test_refusals_before_the_charge(tmp_path):
+    budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
+    for bad in (dict(marginal_share=0.0), dict(marginal_share=1.0), dict(pool=0), dict(steps=-1)):
+        with pytest.raises(InvalidParameterError):
+            Hybrid(epsilon=1.0, **bad).fit(toy_table(100), label="y", schema=SCHEMA, budget=budget)
+    assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
