@@ -28,6 +28,7 @@ _LAZY = {
     **dict.fromkeys(["BudgetFile", "PrivacyPlan", "calibrate_sigma", "dpsgd_sigma", "epsilon_for_sigma",
                      "gaussian_sigma", "plan_sigma"], ".privacy"),
     "Release": ".release",
+    "fit": ".methods.default",
     **dict.fromkeys(["DistilledSet", "distill_release"], ".methods.distill"),
 }
 

@@ -40,8 +40,29 @@ TESTING_ONLY = ("sampler_seed",)
 FIT_EPILOG = "{epilog}"
 
 
+#: the method `fit` uses for a table when --method is not given (mmdsynth.fit does the same in Python); the same
+#: name as mmdsynth.methods.default.DEFAULT_TABLE_METHOD (which imports torch: not imported here), checked by a test
+DEFAULT_TABLE_METHOD = "hybrid"
+
+
+def _table_input(args) -> bool:
+    """Whether the data given is a table (public: the flags, and a named dataset's registered kind)."""
+    if args.csv or args.db:
+        return True
+    if args.dataset and not args.shards:
+        from ..data.registry import DATASETS
+        info = DATASETS.get(args.dataset)
+        return info is not None and info.kind == "table"
+    return False
+
+
 def cmd_fit(args) -> int:
     catalog = _catalog.methods()
+    if args.method is None and not args.resume and _table_input(args):
+        args.method = DEFAULT_TABLE_METHOD
+        if not args.quiet:
+            print(f"method: {DEFAULT_TABLE_METHOD} (the table default: measured marginals and a kernel embedding in "
+                  f"one plan; --method chooses another)")
     if args.method is not None:            # the flags are checked before anything is read, written or imported
         if args.method not in catalog:
             from ..errors import unknown_name
@@ -59,8 +80,9 @@ def cmd_fit(args) -> int:
     if from_folder:
         data, fit_kwargs, defaults, facts, kind = _resume_inputs(args)
     elif not args.method:
-        raise InvalidParameterError(f"--method is required ({', '.join(METHODS)}); only `fit --resume --out DIR` "
-                                    f"reads it from the folder.")
+        raise InvalidParameterError(f"--method is required for images and shards ({', '.join(METHODS)}); a table "
+                                    f"(--csv, --db, a table --dataset) uses {DEFAULT_TABLE_METHOD} when it is left "
+                                    f"out, and `fit --resume --out DIR` reads it from the folder.")
     else:
         data, fit_kwargs, defaults, facts, kind = _fit_inputs(args)
     cls = METHODS[args.method]
@@ -515,8 +537,9 @@ def _public_init(path):
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
-    s.add_argument("--method", help="a registered method (dp-ntk, dp-merf, dp-hp, dp-mepf, dp-kip, ...); required, "
-                   "except for `fit --resume --out DIR`, which reads it from the folder")
+    s.add_argument("--method", help="a registered method (hybrid, mst, aim, dp-merf, dp-ntk, dp-kip, ...); tables "
+                   f"default to {DEFAULT_TABLE_METHOD}; images need one; `fit --resume --out DIR` reads it from the "
+                   "folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", type=existing_file("your table: a CSV, Parquet or .npy file"), help="your own table (CSV/Parquet/npy), with --schema and --label")

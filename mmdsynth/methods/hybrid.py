@@ -130,7 +130,8 @@ class Hybrid(MST):
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         kernel = release_mean_embedding(
             k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,
-            dataset=dataset, proportions_share=k._s.proportions_share, privacy_unit=engine.privacy_unit,
+            dataset=dataset, proportions_share=engine.shares["class_proportions"],    # its share of the whole plan
+            privacy_unit=engine.privacy_unit,
             engine=engine, prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
         spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
                 "captures": spec["captures"] + "; " + kernel.feature_spec.get("captures", "a kernel mean embedding"),

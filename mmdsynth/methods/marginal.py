@@ -10,7 +10,7 @@ public grid from their bounds). MST's plan, as stages the engine runs (:mod:`mmd
 3. the chosen pairs' 2-way marginals, one Gaussian release with the last third.
 
 The graphical model of all measurements (estimation and sampling) is the maintained **mbi 2.x** library
-(``pip install 'mmdsynth[mbi]'``): post-processing of the release, with the public record count m as the known
+(a dependency of mmdsynth): post-processing of the release, with the public record count m as the known
 total. Differences from the authors' script (`mechanisms/mst.py` of private-pgm): replace-one neighbours with m
 public, as every release here (the authors' add/remove relation has half the sensitivities), secure noise and
 selection randomness, no compression of rare cells (the public grid has at most ``max_cells`` cells).
@@ -57,8 +57,8 @@ def mbi():
         jax.config.update("jax_enable_compilation_cache", False)     # mbi compiles many small programs
         import mbi as _mbi
     except ImportError:
-        raise InvalidParameterError("mst needs the mbi library (graphical-model estimation): pip install "
-                                    "'mmdsynth[mbi]'") from None
+        raise InvalidParameterError("the marginal methods (hybrid, mst, aim) need the mbi library, a dependency of "
+                                    "mmdsynth that is missing here: pip install 'mbi>=2'") from None
     major = int(str(getattr(_mbi, "__version__", "2")).split(".")[0] or 2)
     if major < 2:
         raise InvalidParameterError("mst needs mbi 2.x (1.x had a sampling regression): pip install 'mbi>=2'")

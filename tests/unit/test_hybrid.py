@@ -159,3 +159,30 @@ def test_refusals_before_the_charge(tmp_path):
         with pytest.raises(InvalidParameterError):
             Hybrid(epsilon=1.0, **bad).fit(toy_table(100), label="y", schema=SCHEMA, budget=budget)
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+
+
+def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
+    """No method named: a table gets the hybrid (mmdsynth.fit and `mmdsynth fit`), images are asked for one."""
+    import json
+    import subprocess
+    import sys
+
+    from mmdsynth.cli import fit as cli_fit
+    from mmdsynth.methods import default
+
+    assert cli_fit.DEFAULT_TABLE_METHOD == default.DEFAULT_TABLE_METHOD == "hybrid"
+    model = mmdsynth.fit(toy_table(300), label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
+    assert type(model) is Hybrid and model.release_.ledger.total() == (1.0, 1e-5)
+    with pytest.raises(InvalidParameterError, match="method="):
+        mmdsynth.fit(np.zeros((10, 4)), np.zeros(10, dtype=int), epsilon=1.0)
+    toy_table(300).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    run = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--csv", str(tmp_path / "t.csv"), "--schema",
+                          str(tmp_path / "s.json"), "--label", "y", "--epsilon", "1", "--iters", "100", "--pool", "2",
+                          "--n-features", "100", "--out", str(tmp_path / "run")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("method: hybrid (the table default")
+    assert json.loads((tmp_path / "run" / "model.json").read_text())["method"] == "hybrid"
+    img = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--dataset", "digits", "--epsilon", "1",
+                          "--out", str(tmp_path / "img")], capture_output=True, text=True)
+    assert img.returncode == 2 and "--method is required for images" in img.stderr
