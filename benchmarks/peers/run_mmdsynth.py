@@ -26,17 +26,18 @@ import pandas as pd
 import torch
 
 from mmdsynth import DPHP, DPMERF, DPNTK
-from mmdsynth.methods import MST, Hybrid
+from mmdsynth.methods import AIM, MST, Hybrid
 from mmdsynth.data import load_preset
 from mmdsynth.methods.presets import method_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _rows import add_set_option, check_taken, set_overrides  # noqa: E402
 
-#: "mmdsynth-mst": the library's MST (its files must not take the peer's synth_mst_*.csv names)
-METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK, "mmdsynth-mst": MST, "hybrid": Hybrid}
+#: "mmdsynth-mst" / "mmdsynth-aim": the library's MST and AIM (their files must not take the peers' synth_mst_*.csv
+#: names); "hybrid": the library's table default
+METHODS = {"dp-merf": DPMERF, "dp-hp": DPHP, "dp-ntk": DPNTK, "mmdsynth-mst": MST, "mmdsynth-aim": AIM, "hybrid": Hybrid}
 #: methods with no tabular preset: their defaults, at --epsilon / --delta
-NO_PRESET = ("mmdsynth-mst", "hybrid")
+NO_PRESET = ("mmdsynth-mst", "mmdsynth-aim", "hybrid")
 
 
 def _same(a: pd.DataFrame, path: Path) -> bool:

@@ -28,7 +28,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="mmdsynth", description="Differentially private synthetic data from kernel mean embeddings "
-                                "(DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP, DP-RandConv) and measured marginals (MST).")
+                                "(DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-KIP, DP-RandConv), measured marginals (MST, AIM), and "
+                                "for tables by default both in one plan (hybrid).")
     p.add_argument("--version", action="version", version=f"mmdsynth {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     sub = p.add_subparsers(dest="command", required=True)

@@ -459,7 +459,8 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                         'help': {'marginal_share': "the marginals' share of the budget (the kernel embedding gets "
                                                    'the rest)',
                                  'pool': "rows drawn from the marginals' model per training row, then reweighted",
-                                 'max_pool': 'the most rows in the reweighted pool (memory and time grow with it)',
+                                 'max_pool': 'the most rows in the reweighted pool (memory: about 4 bytes x rows x '
+                                             'the dense features)',
                                  'steps': "the reweighting's most iterations (it stops earlier at the releases' "
                                           'noise level)',
                                  'n_features': "the kernel part's random Fourier features",

@@ -535,7 +535,8 @@ def _public_init(path):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("fit", help="release a private embedding of a dataset, then train a generator",
+    s = sub.add_parser("fit", help="release private summaries of a dataset once, then fit a model to them "
+                       "(tables: hybrid by default)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
     s.add_argument("--method", help="a registered method (hybrid, mst, aim, dp-merf, dp-ntk, dp-kip, ...); tables "
                    f"default to {DEFAULT_TABLE_METHOD}; images need one; `fit --resume --out DIR` reads it from the "

@@ -7,7 +7,8 @@ proportions). The weights w on the simplex minimise the whitened residual
     F(w) = sum_b || sum_i w_i a_b(x_i) - t_b ||^2 / s_b^2
 
 (each block b: the rows' vectors a_b, the released target t_b, its noise std s_b per entry): the Gaussian
-log-likelihood of the releases under the reweighted pool. At the truth F is about the number of released entries
+log-likelihood of the given releases (in the hybrid: the kernel embedding and the measured marginals) under the
+reweighted pool. At the truth F is about the number of released entries
 (each whitened noise entry has variance 1), so fitting below that fits noise: the iterations stop there (the
 discrepancy principle), or after ``steps``. Exponentiated gradient (mirror descent with the entropy) from uniform
 weights, the step grown after a decrease and halved (the step retried) otherwise.
@@ -126,6 +127,9 @@ def reweight(t: Targets, *, steps: int) -> Fit:
             if f_new <= f or eta < 1e-12:
                 break
             eta /= 2
+        if f_new > f:                       # no step decreases F: a (numerical) minimum, keep the weights
+            stopped, k = "converged", k - 1
+            break
         logw, f, rd, rs = new, f_new, rd_new, rs_new
         eta *= 1.5
         trace.append(f)

@@ -23,6 +23,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     from ..data.shards import ShardedTable
 
     table = isinstance(data, (pd.DataFrame, ShardedTable))
+    if table and y is not None:
+        raise InvalidParameterError("a table carries its label as a column: fit(df, label=COLUMN, schema=...), no y.")
     if method is None:
         if not table:
             raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "

@@ -12,7 +12,7 @@ before any read) holds two parts:
 
 Post-processing only from there: the graphical model of the marginals (mbi 2.x) draws a pool of ``pool`` rows per
 training row (public seed); the pool is reweighted (:mod:`mmdsynth.generators.reweight`) so that its statistics
-match every release at once, each weighted by its noise (the kernel embedding and the measured marginals),
+match the kernel embedding and every measured marginal at once, each weighted by its noise,
 stopping where the fit reaches the releases' noise level; synthetic rows are drawn from the weighted pool. The
 marginals carry fidelity (1-, 2-way structure), the kernel embedding carries what a tree of pairs misses (the
 label's dependence on every column jointly, numeric joint structure).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from ..data.discrete import DEFAULT_CELLS
+from ..data.encoding import TableEncoder
 from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
@@ -64,7 +66,7 @@ class Hybrid(MST):
     param_help = {
         "marginal_share": "the marginals' share of the budget (the kernel embedding gets the rest)",
         "pool": "rows drawn from the marginals' model per training row, then reweighted",
-        "max_pool": "the most rows in the reweighted pool (memory and time grow with it)",
+        "max_pool": "the most rows in the reweighted pool (memory: about 4 bytes x rows x the dense features)",
         "steps": "the reweighting's most iterations (it stops earlier at the releases' noise level)",
         "n_features": "the kernel part's random Fourier features",
         "rff_seed": "the random features' draw (public)",
@@ -100,6 +102,7 @@ class Hybrid(MST):
                                         f"got {s.marginal_share!r}.")
         for name in ("pool", "max_pool", "steps", "n_features"):
             check_positive(getattr(s, name), name, integer=True)
+        super()._check_plan(domain)
 
     def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its
@@ -130,7 +133,7 @@ class Hybrid(MST):
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         kernel = release_mean_embedding(
             k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,
-            dataset=dataset, proportions_share=engine.shares["class_proportions"],    # its share of the whole plan
+            dataset=dataset, proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
             privacy_unit=engine.privacy_unit,
             engine=engine, prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
         spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
@@ -155,8 +158,8 @@ class Hybrid(MST):
         logger.info("hybrid: %d pool rows reweighted in %d steps (%s), residual %.4g of %d released entries, "
                     "effective size %.2f of the pool", size, fit.steps, fit.stopped, fit.objective[-1], fit.entries,
                     fit.effective_fraction)
-        X, y = encoder_of(release).minmax().encode(pool)
-        self.pool_ = {"X": np.asarray(X, dtype=np.float32), "y": np.asarray(y, dtype=np.int64),
+        X, y = encoder_of(release).minmax().encode(pool)               # the minmax encoder checks no IDs
+        self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64),
                       "w": fit.weights.astype(np.float64)}
         self.reweighting_ = {"pool": size, "steps": fit.steps, "stopped": fit.stopped,
                              "objective_first": fit.objective[0], "objective_last": fit.objective[-1],
@@ -168,7 +171,9 @@ class Hybrid(MST):
         Post-processing: reads the release and the given (public) rows."""
         release = self.release_
         spec, m = release.feature_spec, int(release.dataset["n_records"])
-        encoder = encoder_of(release)
+        released = encoder_of(release)
+        # generated rows: their IDs lie outside the real rows' range and are never encoded, so they are not checked
+        encoder = TableEncoder(released.schema, released.columns, released.numeric_maps, check_ids=False)
         C = int(release.dataset["n_classes"])
         fmap = build_feature_map(spec[KERNEL_SPEC])
         mu = release.tensors["embedding"].double().numpy()             # (D, C)
@@ -176,15 +181,16 @@ class Hybrid(MST):
         X, y = encoder.encode(rows)
         X, y = torch.as_tensor(X), np.asarray(y, dtype=np.int64)
         n = len(y)
-        dense_cols = sparse_cols = None
-        dense, blocks = [], []
+        dense_cols = sparse_cols = dense = None
+        blocks = []
         with torch.no_grad():
             for s in range(0, n, CHUNK):
                 phi = fmap.bounded(fmap(X[s:s + CHUNK]).double()).numpy()
                 if dense_cols is None:
                     frac = (phi != 0).mean(0)
                     dense_cols, sparse_cols = np.nonzero(frac > DENSE_FRACTION)[0], np.nonzero(frac <= DENSE_FRACTION)[0]
-                dense.append((phi[:, dense_cols] / sigma).astype(np.float32))
+                    dense = np.empty((n, len(dense_cols)), dtype=np.float32)     # one copy: N x dense columns
+                dense[s:s + len(phi)] = phi[:, dense_cols] / sigma
                 part = sp.csr_matrix(phi[:, sparse_cols] / sigma).tocoo()
                 yy = y[s:s + CHUNK][part.row]
                 blocks.append(sp.csr_matrix((part.data, (part.row, part.col * C + yy)),
@@ -212,7 +218,7 @@ class Hybrid(MST):
         col_idx = np.concatenate([c for c, _ in cols])
         vals = np.concatenate([np.full(n, v) for _, v in cols])
         marg = sp.csr_matrix((vals, (rows_idx, col_idx)), shape=(n, offset))
-        return Targets(dense=np.concatenate(dense) if len(dense_cols) else None, labels=y, n_classes=C,
+        return Targets(dense=dense if len(dense_cols) else None, labels=y, n_classes=C,
                        dense_target=mu[dense_cols] / sigma if len(dense_cols) else None,
                        sparse=sp.hstack([kernel_sparse, marg]).tocsr(),
                        sparse_target=np.concatenate([mu[sparse_cols].reshape(-1) / sigma] + targets),
@@ -226,6 +232,11 @@ class Hybrid(MST):
         in a seeded random order), typed by the schema."""
         check_positive(n, "n", integer=True)
         pool = self._pool()
+        effective = 1.0 / float((pool["w"] ** 2).sum())
+        if n > 2 * effective:
+            warnings.warn(f"{n} rows drawn from a reweighted pool of effective size {effective:.0f}: many rows will "
+                          f"repeat. Fit with a larger max_pool (now {self._s.max_pool}) for more distinct rows.",
+                          UserWarning, stacklevel=2)
         rng = np.random.default_rng(self._s.seed if seed is None else seed)
         idx = rng.permutation(systematic(pool["w"], int(n), rng))
         return encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax",
@@ -255,8 +266,9 @@ class Hybrid(MST):
 
 
 def _embedding_entry(engine):
-    """The ledger entry of the kernel embedding's release (one block: DP-MERF's map)."""
-    found = [e for e in engine.entries if "mean embedding" in e.description]
-    if len(found) != 1:
-        raise InvalidParameterError(f"the hybrid expects one kernel embedding release; the plan made {len(found)}.")
-    return found[0]
+    """The ledger entry of the kernel embedding's release: the last one ``release_mean_embedding`` made (one block:
+    DP-MERF's map has one part)."""
+    entry = engine.entries[-1]
+    if "mean embedding" not in entry.description:
+        raise InvalidParameterError(f"the hybrid expects the kernel embedding's release last; found {entry.description!r}.")
+    return entry

@@ -182,8 +182,8 @@ class MST(Method):
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
             schema = X.schema
         if resume:
-            raise InvalidParameterError("mst has no training to resume: its model is estimated from the release "
-                                        "when it is loaded.")
+            raise InvalidParameterError(f"{self.method} has no training to resume: its model is estimated from the "
+                                        f"release when it is loaded.")
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a release; use a new folder.")
@@ -220,10 +220,11 @@ class MST(Method):
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
         tensors, spec, facts = self._more_releases(engine, data, schema, dataset, tensors, spec, facts)
         self.release_ = Release(tensors, spec, facts, engine.ledger)
+        if out is not None:                                # saved before any post-processing: it holds the budget
+            self.release_.save(out / "release")
         self._model = None
         self._fitted()                                     # post-processing of the release: the model, ...
         if out is not None:
-            self.release_.save(out / "release")
             self.save(out)
         return self
 
@@ -256,6 +257,9 @@ class MST(Method):
 
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
+        if len(domain.attributes) < 2:
+            raise InvalidParameterError(f"{self.method} models the columns' joint distribution: the schema needs at "
+                                        f"least one learned column besides the label (it has {len(domain.attributes) - 1}).")
 
     def fit_summary(self, dataset: str, out) -> list[str]:
         eps, delta = self.release_.ledger.total()
@@ -356,6 +360,7 @@ class AIM(MST):
         return 4 * int(self._s.iters)
 
     def _check_plan(self, domain: Domain) -> None:
+        super()._check_plan(domain)
         d = len(domain.attributes)
         if self._s.rounds is not None and (not isinstance(self._s.rounds, int) or self._s.rounds < 2 * d):
             raise InvalidParameterError(

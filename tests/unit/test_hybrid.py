@@ -82,7 +82,7 @@ def test_the_pool_statistics_are_the_releases_layout():
     sigma = spec["kernel_noise_std"]
     enc = encoder_of(h.release_)
     X, y = enc.encode(df)
-    exact = mean_embedding(build_feature_map(spec["kernel"]), torch.as_tensor(X), torch.as_tensor(y), 2).numpy()
+    exact = mean_embedding(build_feature_map(spec["kernel"]), torch.tensor(np.array(X)), torch.as_tensor(y), 2).numpy()
     k_sparse = t.groups[0][2]
     stat = np.zeros_like(exact)
     stat[t.dense_cols] = dense * sigma
@@ -186,3 +186,27 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     img = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--dataset", "digits", "--epsilon", "1",
                           "--out", str(tmp_path / "img")], capture_output=True, text=True)
     assert img.returncode == 2 and "--method is required for images" in img.stderr
+
+
+def test_ids_missing_shares_and_a_crash_after_the_charge(tmp_path, monkeypatch):
+    """Review findings: a table with an ID column fits (generated IDs are never checked or encoded); no class
+    proportions share works; a label-only schema is refused before the charge; and the release (it holds the
+    budget) is on disk before the post-processing, so a crash there loses nothing that was paid for."""
+    from support import MIXED_SCHEMA, mixed_table
+
+    budget = BudgetFile.open(tmp_path / "b.json", "toy", 10.0, 1e-5)
+    h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(mixed_table(400), label="y", schema=MIXED_SCHEMA, budget=budget)
+    assert len(h.sample(50)) == 50
+    h = Hybrid(epsilon=1.0, noise_seed=0, proportions_share=None, **FAST).fit(toy_table(300), label="y", schema=SCHEMA)
+    assert not any(e.description.startswith("class proportions") for e in h.release_.ledger.entries)
+    spent = BudgetFile.open(tmp_path / "b.json").spent
+    only_label = {"label": "y", "label_categories": ["neg", "pos"], "columns": []}
+    with pytest.raises(InvalidParameterError, match="at least one learned column"):
+        Hybrid(epsilon=1.0).fit(toy_table(100)[["y"]], label="y", schema=only_label, budget=budget)
+    assert BudgetFile.open(tmp_path / "b.json").spent == spent
+    monkeypatch.setattr(Hybrid, "_reweight", lambda self: (_ for _ in ()).throw(MemoryError("out of memory")))
+    with pytest.raises(MemoryError):
+        Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(toy_table(300), label="y", schema=SCHEMA, out=tmp_path / "run")
+    assert mmdsynth.Release.load(tmp_path / "run" / "release").ledger.total() == (1.0, 1e-5)
+    with pytest.raises(InvalidParameterError, match="no y"):
+        mmdsynth.fit(toy_table(50), np.zeros(50), label="y", schema=SCHEMA, epsilon=1.0)
