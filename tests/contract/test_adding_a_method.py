@@ -61,4 +61,4 @@ def test_the_cli_takes_the_toy_methods_own_flag_and_refuses_others(toy, tmp_path
     assert json.loads((out / "model.json").read_text())["params"]["width"] == 16
     assert cli.main(["fit", "--method", "toy-rff", "--dataset", "digits", "--epsilon", "1", "--n-features", "5",
                      "--out", str(tmp_path / "n"), "-q"]) == 2
-    assert "--n-features: dp-merf options, not taken by --method toy-rff" in capsys.readouterr().err
+    assert "--n-features: dp-merf / hybrid options, not taken by --method toy-rff" in capsys.readouterr().err

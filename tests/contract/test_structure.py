@@ -135,4 +135,4 @@ def test_the_methods_take_the_data_kinds_they_declare(tmp_path, capsys):
 def test_the_issues_command_refuses_the_foreign_flag_before_anything_else(capsys):
     """`mmdsynth fit --method dp-ntk --dataset digits --n-features 5`, exactly: exit 2 naming the flag."""
     assert cli.main(["fit", "--method", "dp-ntk", "--dataset", "digits", "--n-features", "5"]) == 2
-    assert "--n-features: dp-merf options, not taken by --method dp-ntk" in capsys.readouterr().err
+    assert "--n-features: dp-merf / hybrid options, not taken by --method dp-ntk" in capsys.readouterr().err
