@@ -424,6 +424,9 @@ def _epilog(cls, methods: dict, generic) -> str:
     lines += ["  An option left out takes the method's default for the kind of data; one given is used as given. A flag "
               "that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
     name = cls.method if cls is not None else "dp-merf"
+    if "table" in kinds and cls is None:
+        lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # a table "
+                     f"with no --method: {DEFAULT_TABLE_METHOD}, the table default")
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
     if "image" in kinds and (cls is not None and "table" not in kinds):
