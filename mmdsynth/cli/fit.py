@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
+from ..choice import HYBRID_MIN_ROWS, table_default
 from . import _catalog
 from ._types import existing_file
 
@@ -40,9 +41,21 @@ TESTING_ONLY = ("sampler_seed",)
 FIT_EPILOG = "{epilog}"
 
 
-#: the method `fit` uses for a table when --method is not given (mmdsynth.fit does the same in Python); the same
-#: name as mmdsynth.methods.default.DEFAULT_TABLE_METHOD (which imports torch: not imported here), checked by a test
-DEFAULT_TABLE_METHOD = "hybrid"
+def _choose_table_default(args, data, fit_kwargs, defaults, facts):
+    """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below;
+    the inputs are read again for dp-merf (a small table) so that its presets apply; the flags given are then checked
+    against the chosen method. Says which method and why."""
+    n = len(data[0]) if hasattr(data[0], "__len__") else None
+    chosen = table_default(n)
+    if chosen != args.method:
+        args.method = chosen
+        data, fit_kwargs, defaults, facts, _ = _fit_inputs(args)
+    _method_options(args, _catalog.methods()[chosen])
+    if not args.quiet:
+        why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
+               if chosen == "dp-merf" else "measured marginals and a kernel embedding in one plan")
+        print(f"method: {chosen} (the table default for {why}; --method chooses another)")
+    return data, fit_kwargs, defaults, facts
 
 
 def _table_input(args) -> bool:
@@ -58,12 +71,10 @@ def _table_input(args) -> bool:
 
 def cmd_fit(args) -> int:
     catalog = _catalog.methods()
-    if args.method is None and not args.resume and _table_input(args):
-        args.method = DEFAULT_TABLE_METHOD
-        if not args.quiet:
-            print(f"method: {DEFAULT_TABLE_METHOD} (the table default: measured marginals and a kernel embedding in "
-                  f"one plan; --method chooses another)")
-    if args.method is not None:            # the flags are checked before anything is read, written or imported
+    defaulted = args.method is None and not args.resume and _table_input(args)
+    if defaulted:                          # the table default, chosen by the row count once the table is read
+        args.method = table_default(None)
+    elif args.method is not None:            # the flags are checked before anything is read, written or imported
         if args.method not in catalog:
             from ..errors import unknown_name
             raise unknown_name("method", args.method, catalog)
@@ -81,10 +92,13 @@ def cmd_fit(args) -> int:
         data, fit_kwargs, defaults, facts, kind = _resume_inputs(args)
     elif not args.method:
         raise InvalidParameterError(f"--method is required for images and shards ({', '.join(METHODS)}); a table "
-                                    f"(--csv, --db, a table --dataset) uses {DEFAULT_TABLE_METHOD} when it is left "
-                                    f"out, and `fit --resume --out DIR` reads it from the folder.")
+                                    f"(--csv, --db, a table --dataset) gets the table default when it is left out "
+                                    f"(hybrid, or dp-merf under {HYBRID_MIN_ROWS:,} rows), and `fit --resume --out "
+                                    f"DIR` reads it from the folder.")
     else:
         data, fit_kwargs, defaults, facts, kind = _fit_inputs(args)
+    if defaulted:
+        data, fit_kwargs, defaults, facts = _choose_table_default(args, data, fit_kwargs, defaults, facts)
     cls = METHODS[args.method]
     given = _method_options(args, cls)
     # defaults hold only a preset's settings or the release's; a flag given overrides them; what neither sets
@@ -425,8 +439,8 @@ def _epilog(cls, methods: dict, generic) -> str:
               "that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
     name = cls.method if cls is not None else "dp-merf"
     if "table" in kinds and cls is None:
-        lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # a table "
-                     f"with no --method: {DEFAULT_TABLE_METHOD}, the table default")
+        lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # no "
+                     f"--method: the table default, hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows)")
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
     if "image" in kinds and (cls is not None and "table" not in kinds):
@@ -542,7 +556,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "(tables: hybrid by default)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
     s.add_argument("--method", help="a registered method (hybrid, mst, aim, dp-merf, dp-ntk, dp-kip, ...); tables "
-                   f"default to {DEFAULT_TABLE_METHOD}; images need one; `fit --resume --out DIR` reads it from the "
+                   f"default to hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows); images need one; `fit --resume --out DIR` reads it from the "
                    "folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")

@@ -1,20 +1,23 @@
 """``mmdsynth.fit``: the library's default method for the data, so a user need not know the methods to start."""
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 
+from ..choice import HYBRID_MIN_ROWS, table_default
 from ..errors import InvalidParameterError
 from .contract import METHODS
 
-#: the method a table is fitted with when none is named (``mmdsynth fit`` without --method does the same); measured
-#: against MST, AIM and DP-MERF in benchmarks/RESULTS.md ("Marginal methods and the hybrid")
-DEFAULT_TABLE_METHOD = "hybrid"
+logger = logging.getLogger(__name__)
+
 
 
 def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float | None = None, delta: float = 1e-5,
         method: str | None = None, out=None, budget=None, dataset: str = "", **params):
-    """Fit ``data`` with ``method`` (default for a table, a DataFrame or a ShardedTable: ``"hybrid"``) and return the
-    fitted model. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
+    """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
+    named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (10,000) rows up, ``"dp-merf"`` below (its
+    one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), logged. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
         synthetic = model.sample(len(df))
@@ -29,7 +32,9 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         if not table:
             raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
                                         f"one: method=... ({', '.join(METHODS)}).")
-        method = DEFAULT_TABLE_METHOD
+        n = len(data) if isinstance(data, pd.DataFrame) else data.n_records
+        method = table_default(n)
+        logger.info("method: %s (the table default for %s rows; hybrid from %d)", method, n, HYBRID_MIN_ROWS)
     if method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)

@@ -162,27 +162,42 @@ def test_refusals_before_the_charge(tmp_path):
 
 
 def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
-    """No method named: a table gets the hybrid (mmdsynth.fit and `mmdsynth fit`), images are asked for one."""
+    """No method named: a table of 10,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
+    `mmdsynth fit`, which says which and why); images are asked for a method."""
     import json
     import subprocess
     import sys
 
-    from mmdsynth.cli import fit as cli_fit
-    from mmdsynth.methods import default
+    from mmdsynth.choice import HYBRID_MIN_ROWS, table_default
+    from mmdsynth.methods import DPMERF
 
-    assert cli_fit.DEFAULT_TABLE_METHOD == default.DEFAULT_TABLE_METHOD == "hybrid"
-    model = mmdsynth.fit(toy_table(300), label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
+    assert HYBRID_MIN_ROWS == 10_000
+    assert [table_default(n) for n in (None, 9_999, 10_000)] == ["hybrid", "dp-merf", "hybrid"]
+    big = toy_table(HYBRID_MIN_ROWS, seed=3)
+    model = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
     assert type(model) is Hybrid and model.release_.ledger.total() == (1.0, 1e-5)
+    small = mmdsynth.fit(toy_table(300), label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, iterations=20)
+    assert type(small) is DPMERF
     with pytest.raises(InvalidParameterError, match="method="):
         mmdsynth.fit(np.zeros((10, 4)), np.zeros(10, dtype=int), epsilon=1.0)
-    toy_table(300).to_csv(tmp_path / "t.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    run = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--csv", str(tmp_path / "t.csv"), "--schema",
-                          str(tmp_path / "s.json"), "--label", "y", "--epsilon", "1", "--iters", "100", "--pool", "2",
-                          "--n-features", "100", "--out", str(tmp_path / "run")], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("method: hybrid (the table default")
-    assert json.loads((tmp_path / "run" / "model.json").read_text())["method"] == "hybrid"
+    run = [sys.executable, "-m", "mmdsynth.cli", "fit", "--schema", str(tmp_path / "s.json"), "--label", "y",
+           "--epsilon", "1"]
+    big.to_csv(tmp_path / "big.csv", index=False)
+    fit = subprocess.run(run + ["--csv", str(tmp_path / "big.csv"), "--iters", "100", "--pool", "1", "--n-features",
+                                "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr
+    assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
+    assert json.loads((tmp_path / "big" / "model.json").read_text())["method"] == "hybrid"
+    toy_table(300).to_csv(tmp_path / "small.csv", index=False)
+    fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
+                                str(tmp_path / "small")], capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr
+    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 10,000")
+    assert json.loads((tmp_path / "small" / "model.json").read_text())["method"] == "dp-merf"
+    wrong = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
+                                  str(tmp_path / "wrong")], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "--marginal-share" in wrong.stderr and not (tmp_path / "wrong").exists()
     img = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--dataset", "digits", "--epsilon", "1",
                           "--out", str(tmp_path / "img")], capture_output=True, text=True)
     assert img.returncode == 2 and "--method is required for images" in img.stderr
