@@ -170,13 +170,30 @@ class Hybrid(MST):
         (each entry over its noise std) and every measured marginal (cell shares over the count noise std / m).
         Post-processing: reads the release and the given (public) rows."""
         release = self.release_
-        spec, m = release.feature_spec, int(release.dataset["n_records"])
         released = encoder_of(release)
         # generated rows: their IDs lie outside the real rows' range and are never encoded, so they are not checked
         encoder = TableEncoder(released.schema, released.columns, released.numeric_maps, check_ids=False)
-        C = int(release.dataset["n_classes"])
-        fmap = build_feature_map(spec[KERNEL_SPEC])
         mu = release.tensors["embedding"].double().numpy()             # (D, C)
+        dense, dense_cols, sparse_cols, kernel, y = self._kernel_rows(rows, encoder)
+        marginals, targets = self._marginal_rows(encoder.clean(rows))
+        sigma = float(release.feature_spec["kernel_noise_std"])
+        k, n_marg = kernel.shape[1], marginals.shape[1]
+        return Targets(dense=dense if len(dense_cols) else None, labels=y, n_classes=mu.shape[1],
+                       dense_target=mu[dense_cols] / sigma if len(dense_cols) else None,
+                       sparse=sp.hstack([kernel, marginals]).tocsr(),
+                       sparse_target=np.concatenate([mu[sparse_cols].reshape(-1) / sigma, targets]),
+                       entries=int(mu.size) + n_marg, dense_cols=dense_cols, sparse_cols=sparse_cols,
+                       groups=(("kernel embedding", 0, k, int(mu.size), True),
+                               ("marginals", k, k + n_marg, n_marg, False)))
+
+    def _kernel_rows(self, rows: pd.DataFrame, encoder: TableEncoder):
+        """Each row's class-conditional kernel features over the embedding's noise std, split by columns: those
+        non-zero in more than ``DENSE_FRACTION`` of the first chunk's rows dense (float32, N x dense), the rest sparse
+        in the (D, C) layout's row-major order (column j of class c at j C + c). Returns (dense, dense columns,
+        sparse columns, sparse matrix, labels)."""
+        spec = self.release_.feature_spec
+        C = int(self.release_.dataset["n_classes"])
+        fmap = build_feature_map(spec[KERNEL_SPEC])
         sigma = float(spec["kernel_noise_std"])
         X, y = encoder.encode(rows)
         X, y = torch.as_tensor(X), np.asarray(y, dtype=np.int64)
@@ -195,37 +212,30 @@ class Hybrid(MST):
                 yy = y[s:s + CHUNK][part.row]
                 blocks.append(sp.csr_matrix((part.data, (part.row, part.col * C + yy)),
                                             shape=(len(phi), len(sparse_cols) * C)))
-        kernel_sparse = sp.vstack(blocks).tocsr()
-        # measured marginals: one-hot of each row's cell in each clique, at m / std
+        return dense, dense_cols, sparse_cols, sp.vstack(blocks).tocsr(), y
+
+    def _marginal_rows(self, clean: pd.DataFrame):
+        """Each row's cell in every measured clique as a one-hot at m / std (a share of rows over the count noise
+        std / m), and the targets (noisy counts / std), in the release's measurement order."""
+        release = self.release_
+        m = int(release.dataset["n_records"])
         domain = self.domain_()
         fine = domain.fine()
-        clean = encoder.clean(rows)
         codes = {False: domain.codes(clean), True: fine.codes(clean)}
         index = {a: j for j, a in enumerate(domain.attributes)}
-        cols, targets, offset, entries = [], [], 0, int(mu.size)
-        for meas in spec["measurements"]:
+        n = len(clean)
+        cols, vals, targets, offset = [], [], [], 0
+        for meas in release.feature_spec["measurements"]:
             clique, std, is_fine = tuple(meas["clique"]), float(meas["std"]), bool(meas.get("fine"))
             sizes = (fine if is_fine else domain).sizes
             shape = [sizes[a] for a in clique]
-            flat = np.ravel_multi_index([codes[is_fine][:, index[a]] for a in clique], shape)
-            cols.append(offset + flat)
+            cols.append(offset + np.ravel_multi_index([codes[is_fine][:, index[a]] for a in clique], shape))
+            vals.append(np.full(n, m / std))
             targets.append(release.tensors[meas["tensor"]].double().numpy() / std)
             offset += math.prod(shape)
-            entries += math.prod(shape)
-            scale = m / std
-            cols[-1] = (cols[-1], scale)
-        rows_idx = np.concatenate([np.arange(n)] * len(cols))
-        col_idx = np.concatenate([c for c, _ in cols])
-        vals = np.concatenate([np.full(n, v) for _, v in cols])
-        marg = sp.csr_matrix((vals, (rows_idx, col_idx)), shape=(n, offset))
-        return Targets(dense=dense if len(dense_cols) else None, labels=y, n_classes=C,
-                       dense_target=mu[dense_cols] / sigma if len(dense_cols) else None,
-                       sparse=sp.hstack([kernel_sparse, marg]).tocsr(),
-                       sparse_target=np.concatenate([mu[sparse_cols].reshape(-1) / sigma] + targets),
-                       entries=entries, dense_cols=dense_cols, sparse_cols=sparse_cols,
-                       groups=(("kernel embedding", 0, kernel_sparse.shape[1], int(mu.size), True),
-                               ("marginals", kernel_sparse.shape[1], kernel_sparse.shape[1] + offset,
-                                entries - int(mu.size), False)))
+        matrix = sp.csr_matrix((np.concatenate(vals), (np.tile(np.arange(n), len(cols)), np.concatenate(cols))),
+                               shape=(n, offset))
+        return matrix, np.concatenate(targets)
 
     def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
         """``n`` synthetic rows (post-processing): drawn from the reweighted pool by systematic resampling (seeded,
