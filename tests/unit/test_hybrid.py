@@ -82,7 +82,7 @@ def test_the_pool_statistics_are_the_releases_layout():
     sigma = spec["kernel_noise_std"]
     enc = encoder_of(h.release_)
     X, y = enc.encode(df)
-    exact = mean_embedding(build_feature_map(spec["kernel"]), torch.tensor(np.array(X)), torch.as_tensor(y), 2).numpy()
+    exact = mean_embedding(build_feature_map(spec["kernel"]), torch.tensor(np.array(X)), torch.tensor(np.array(y)), 2).numpy()
     k_sparse = t.groups[0][2]
     stat = np.zeros_like(exact)
     stat[t.dense_cols] = dense * sigma
