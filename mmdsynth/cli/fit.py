@@ -43,13 +43,14 @@ FIT_EPILOG = "{epilog}"
 
 def _choose_table_default(args, data, fit_kwargs, defaults, facts):
     """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below;
-    the inputs are read again for dp-merf (a small table) so that its presets apply; the flags given are then checked
-    against the chosen method. Says which method and why."""
+    a --dataset preset's settings are then the chosen method's (the rows read are the same for every method); the
+    flags given are checked against the chosen method. Says which method and why."""
     n = len(data[0]) if hasattr(data[0], "__len__") else None
     chosen = table_default(n)
     if chosen != args.method:
         args.method = chosen
-        data, fit_kwargs, defaults, facts, _ = _fit_inputs(args)
+        if args.dataset:
+            defaults = _method(args).dataset_defaults(args.dataset, "table")
     _method_options(args, _catalog.methods()[chosen])
     if not args.quiet:
         why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"

@@ -116,8 +116,8 @@ class Hybrid(MST):
         _, mults = release_plan(blocks=k.block_multipliers(),
                                 shares={**shares, "class_proportions": k._s.proportions_share})
         inverse = {name: 1.0 / m ** 2 for name, m in mults.items()}
-        kernel = 1.0 - float(self._s.marginal_share)
         s = self._s
+        kernel = 1.0 - float(s.marginal_share)
         return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
                           privacy_unit=privacy_unit,
                           shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
