@@ -59,9 +59,12 @@ from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection")
-#: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms)
-DEFAULT_TRIALS = {"selection": 2000}
+MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection", "person-release")
+#: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms;
+#: the person release reads a table through the person reduction: about 10 ms)
+DEFAULT_TRIALS = {"selection": 2000, "person-release": 2000}
+#: rows of the person-release audit's canary: one person with this many rows (the others have one to three)
+CANARY_ROWS = 500
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
 GAP_TOLERANCE = 1e-6
 MIN_TRIALS = 100
@@ -269,6 +272,77 @@ class _ReleaseTarget(_ProjectionTarget):
                                      n_classes=self.n_classes)
         entry = rel.ledger.entries[0]
         return rel.tensors["embedding"].flatten(), entry.noise_source
+
+
+class _PersonReleaseTarget(_ProjectionTarget):
+    """The mean-embedding release of a table whose privacy unit is a person (:mod:`mmdsynth.engines.persons`):
+    D holds ``n_records`` persons of one to three rows each; D' replaces person 0 by one canary person with
+    ``CANARY_ROWS`` rows, every row at the table point and label that move the embedding most (a person's
+    contribution is the mean of their rows' features, so identical rows are the worst case). The release runs
+    through the same path a fit does (a :class:`~mmdsynth.engines.persons.PersonTable`, the table encoder,
+    :func:`~mmdsynth.embedding.release_mean_embedding`), m = the number of persons."""
+
+    neighbouring = "replace_one"
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        import pandas as pd
+
+        from .data.encoding import TableEncoder
+        from .data.schema import Schema
+        from .embedding import release_plan
+        from .engines.persons import PersonTable
+        from .privacy.engine import PrivacyEngine
+
+        self.epsilon, self.delta, self.n_classes = epsilon, delta, 2
+        self.fmap = default_audit_map()
+        schema = Schema.from_dict({"columns": [{"name": "a", "type": "numeric", "bounds": [0, 1]},
+                                               {"name": "b", "type": "numeric", "bounds": [0, 1]},
+                                               {"name": "person", "type": "id"}],
+                                   "label": "y", "label_categories": ["n", "p"], "privacy_unit": "person"})
+        self.encoder = TableEncoder(schema, ["a", "b", "y", "person"])
+        rng = np.random.default_rng(seed)
+        sizes = rng.integers(1, 4, n_records)
+        rows = int(sizes.sum())
+        self.df = pd.DataFrame({"a": rng.random(rows).round(6), "b": rng.random(rows).round(6),
+                                "y": np.where(np.arange(rows) % 2 == 0, "n", "p"),
+                                "person": np.repeat([f"u{i}" for i in range(n_records)], sizes)})
+        plan, mults = release_plan(self.fmap)
+        self.sigma = PrivacyEngine(epsilon, delta, plan, multipliers=mults).sigma
+        self.sensitivity = 2.0 * self.fmap.norm_bound / n_records
+        self.output_sensitivity = self.sensitivity
+        # the canary: the grid point and label whose features differ most from person 0's mean contribution
+        grid = np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(0, 1, 41)), -1).reshape(-1, 2)
+        first = self.df[self.df.person == "u0"]
+        with torch.no_grad():
+            phi = self.fmap.bounded(self.fmap(torch.as_tensor(grid, dtype=torch.float32)).double())
+            X0, y0 = self.encoder.encode(first)
+            phi0 = self.fmap.bounded(self.fmap(torch.as_tensor(X0, dtype=torch.float32)).double())
+        own = torch.zeros(2, phi.shape[1], dtype=torch.float64)
+        own.index_add_(0, torch.as_tensor(np.array(y0, dtype=np.int64)), phi0 / len(first))
+        gaps = torch.stack([((phi - own[label]) ** 2).sum(1) + (own[1 - label] ** 2).sum() for label in (0, 1)])
+        label, i = divmod(int(gaps.argmax()), len(grid))
+        canary = pd.DataFrame({"a": [grid[i, 0]] * CANARY_ROWS, "b": [grid[i, 1]] * CANARY_ROWS,
+                               "y": [["n", "p"][label]] * CANARY_ROWS, "person": ["canary"] * CANARY_ROWS})
+        self.df2 = pd.concat([self.df[self.df.person != "u0"], canary], ignore_index=True)
+        self.sources = (PersonTable(self.df, "person"), PersonTable(self.df2, "person"))
+        exact = []
+        for source in self.sources:
+            X, y = self.encoder.encode(source.frame)
+            w = torch.as_tensor(source.data.weights)
+            sums = self.fmap.class_sums(torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(np.array(y)), 2,
+                                        weights=w)
+            exact.append((sums.T / n_records).flatten())
+        self.stats = tuple(exact)
+        self.description = (f"the mean-embedding release of a person table (privacy unit: a person; release_mean_"
+                            f"embedding through PersonTable), {n_records} persons, canary: one person with "
+                            f"{CANARY_ROWS} rows")
+
+    def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
+        from .embedding import release_mean_embedding
+
+        rel = release_mean_embedding(self.fmap, self.sources[int(neighbour)], encoder=self.encoder, n_classes=2,
+                                     epsilon=self.epsilon, delta=self.delta)
+        return rel.tensors["embedding"].flatten(), rel.ledger.entries[0].noise_source
 
 
 class _DPSGDTarget(_ProjectionTarget):
@@ -860,7 +934,9 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     subsampled release of dp-randconv's ``sample_rate``, whole; ``neighbouring="add_remove"`` audits its
     add/remove accounting on zero-out neighbours, m public, as its ledger entry states) or ``"selection"`` (the
     private selection of MST and AIM: a ``Select`` stage run by a zCDP filter spending its whole rho on one
-    exponential-mechanism draw between two cliques, the canary moving their score gap by twice the sensitivity).
+    exponential-mechanism draw between two cliques, the canary moving their score gap by twice the sensitivity) or
+    ``"person-release"`` (the mean-embedding release of a table whose privacy unit is a person, ``n_records``
+    persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three).
     ``trials``: runs on each dataset (default 20,000; the selection 2,000). The noise (and for a fit the sample)
     is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
@@ -892,6 +968,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _SampledReleaseTarget(epsilon, delta, n_records, seed, neighbouring)
     elif mechanism == "selection":
         target = _SelectionTarget(epsilon, delta, n_records, seed)
+    elif mechanism == "person-release":
+        target = _PersonReleaseTarget(epsilon, delta, n_records, seed)
     else:
         target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
     canary_gap = target.prepare()

@@ -50,14 +50,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                                                "(default 1)")
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
     s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit", "sampled-release",
-                                                        "selection"],
+                                                        "selection", "person-release"],
                    help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
                         "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
                         "worst-case canary at a public start point, the attacker sees every iterate); sampled-release: "
                         "dp-randconv's subsampled release (--sample-rate), whole, with its secret sampler; selection: "
                         "the private selection of MST and AIM (a Select stage through the zCDP filter: one exponential-"
                         "mechanism draw between two cliques spending the whole rho, a canary moving their score gap "
-                        "by twice the sensitivity; the attacker sees which was selected)")
+                        "by twice the sensitivity; the attacker sees which was selected); person-release: the release of a table "
+                        "whose privacy unit is a person (--privacy-unit), the canary one person with 500 rows)")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
     s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],

@@ -27,8 +27,8 @@ FLAG_PARAMS = {
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
 NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
-              "label_categories", "nullable", "missing_values", "drop_unlisted", "shards", "encoding",
-              "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
+              "label_categories", "nullable", "missing_values", "privacy_unit", "drop_unlisted", "shards",
+              "encoding", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every", "release_only"}
 
@@ -155,6 +155,8 @@ def _schema(args):
         from dataclasses import replace
 
         schema = replace(schema, missing_values=[*schema.missing_values, *args.missing_values.split(",")])
+    if getattr(args, "privacy_unit", None):
+        schema = schema.with_privacy_unit(args.privacy_unit)
     if schema.label is None and args.label:
         schema = schema.with_label(args.label, args.label_categories.split(",") if args.label_categories else None)
     elif args.label_categories:
@@ -167,6 +169,9 @@ def _fit_inputs(args):
     """(data for fit, fit kwargs, the dataset's settings, public facts, kind of data) for --dataset or --csv."""
     from ..data import Schema, get_info, load_dataset, load_preset, read_table
 
+    if args.privacy_unit and not (args.csv or args.db or args.shards):
+        raise InvalidParameterError("--privacy-unit names a column of your table (--csv, --db or --shards); the "
+                                    "registered datasets have one row per person.")
     if args.shards:
         return _shard_inputs(args)
     if args.engine or args.ray_address or args.ray_workers or args.n_records:
@@ -364,7 +369,7 @@ METHOD_FLAGS = {"public_init": lambda cls: cls.takes_public_init,
                 "release_only": lambda cls: cls.releases_once}
 #: `fit` flags for tables only: not shown for a method that takes images only
 TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "missing_values",
-               "drop_unlisted", "encoding",
+               "privacy_unit", "drop_unlisted", "encoding",
                "infer_schema", "split_seed")
 #: flags whose value is not the parameter's (their help says what they do; a default would mislead)
 FLAG_CONVERTS = ("no_early_stopping",)
@@ -571,6 +576,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "declares no label (SDV metadata)")
     s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "
                    "(SDV metadata does not say which)")
+    s.add_argument("--privacy-unit", metavar="COLUMN", help="protect a person, not a row: COLUMN names the person "
+                   "(all rows with the same value are one record of the guarantee; the schema's \"privacy_unit\"). "
+                   "COLUMN is never learned; generated rows get synthetic persons")
     s.add_argument("--missing-values", metavar="TEXTS", help="comma-separated cell texts that mean missing "
                    "besides empty cells, e.g. '?' (the schema's \"missing_values\"); their columns must be nullable")
     s.add_argument("--encoding", default="utf-8", help="--csv / CSV --shards: the files' text encoding (default "

@@ -65,7 +65,9 @@ def release_summary(release, path: Path, model_json: Path | None = None) -> str:
     eps, delta = release.ledger.total()
     n, classes = facts.get("n_records"), facts.get("n_classes")
     method = facts.get("method")
-    lines = [f"{method + ' ' if method else ''}release of {facts.get('name') or 'user data'} ({n:,} records"
+    persons = bool(entries) and entries[0].privacy_unit.startswith("one person")
+    lines = [f"{method + ' ' if method else ''}release of {facts.get('name') or 'user data'} ({n:,} "
+             f"{'persons' if persons else 'records'}"
              + (f", {classes} classes" if classes else "") + f") in {path}"]
     if entries:
         e = entries[0]

@@ -161,3 +161,16 @@ def _cell_ranges(grid: ColumnGrid) -> tuple[np.ndarray, np.ndarray]:
             lo[k], hi[k] = edge, grid.edges[i + 1]
             k += 1
     return lo, hi
+
+
+def simplex_projection(y) -> np.ndarray:
+    """The probability vector closest (L2) to ``y`` divided by its sum's scale: the maximum-likelihood model of one
+    noisy marginal alone under Gaussian noise (what mirror descent converges to on 1-way measurements), computed
+    exactly (sort and threshold: Duchi et al. 2008). Post-processing."""
+    y = np.asarray(y, dtype=np.float64)
+    total = max(float(y.sum()), 1.0)
+    v = y / total
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    k = np.nonzero(u - css / np.arange(1, len(u) + 1) > 0)[0][-1]
+    return np.maximum(v - css[k] / (k + 1), 0.0)

@@ -74,6 +74,9 @@ class TableEncoder:
         #: column -> released CDF knots {"x", "u"} (quantile encoding); other numeric columns: min-max
         self.numeric_maps = dict(numeric_maps or {})
         self._maps = {name: QuantileMap(k) for name, k in self.numeric_maps.items()}
+        #: with a privacy unit: probabilities of 1, 2, ... rows per person (the released histogram,
+        #: post-processed); generated rows are grouped into synthetic persons of these sizes
+        self.rows_per_person = None
 
     @classmethod
     def for_frame(cls, schema: Schema, df: pd.DataFrame, numeric_maps: dict | None = None) -> "TableEncoder":
@@ -88,7 +91,9 @@ class TableEncoder:
     def minmax(self) -> "TableEncoder":
         """The same schema and column order with every numeric column min-max scaled (the fixed
         feature encoding of the downstream classifiers, the same for every method and peer)."""
-        return TableEncoder(self.schema, self.columns, check_ids=False)
+        out = TableEncoder(self.schema, self.columns, check_ids=False)
+        out.rows_per_person = self.rows_per_person
+        return out
 
     def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
         """``df`` checked against the schema (after :func:`conform` for privately inferred columns); its ID
@@ -168,7 +173,10 @@ class TableEncoder:
             if c.datetime:
                 out[c.name] = _dates(out[c.name], c)
         for c in self.ids:
-            out[c.name] = fresh_ids(c, len(X), rng)
+            if c.name == self.schema.privacy_unit:
+                out[c.name] = person_ids(c, len(X), self.rows_per_person, rng)
+            else:
+                out[c.name] = fresh_ids(c, len(X), rng)
         if y is not None and self.schema.label:
             out[self.schema.label] = np.asarray(self.schema.label_categories, dtype=object)[np.asarray(y)]
         df = pd.DataFrame(out)
@@ -208,6 +216,27 @@ def _dates(seconds: np.ndarray, col) -> pd.Series:
     t = t.dt.round(col.datetime).clip(*(pd.Timestamp(0) + pd.Timedelta(seconds=b) for b in col.bounds))
     t = t.dt.floor(col.datetime).astype("datetime64[ns]")
     return t.dt.strftime(col.format).where(t.notna(), None) if col.format else t
+
+
+def person_ids(col, n: int, rows_per_person, rng: np.random.Generator) -> np.ndarray:
+    """The person column of ``n`` generated rows: synthetic persons with fresh IDs (:func:`fresh_ids`), each
+    given a number of rows drawn from ``rows_per_person`` (probabilities of the public cells
+    :data:`~mmdsynth.engines.persons.ROWS_EDGES`, uniform inside a cell; None: one row each),
+    the rows dealt to persons in a random order. The last person drawn may get fewer rows than drawn, so that
+    the total is ``n``. Rows of one synthetic person are drawn independently of each other: the release holds no
+    statistic of how a person's rows relate."""
+    if rows_per_person is None:
+        return fresh_ids(col, n, rng)
+    from ..engines.persons import ROWS_EDGES, draw_rows
+
+    p = np.asarray(rows_per_person, dtype=np.float64)
+    mean = float(((np.asarray(ROWS_EDGES[:-1]) + np.asarray(ROWS_EDGES[1:]) - 1) / 2 * p).sum())
+    sizes = np.zeros(0, dtype=np.int64)
+    while sizes.sum() < n:
+        sizes = np.concatenate([sizes, draw_rows(rng.choice(len(p), size=int(n / mean) + 16, p=p), rng)])
+    sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), n)) + 1]
+    ids = fresh_ids(col, len(sizes), rng)
+    return rng.permutation(np.repeat(ids, sizes)[:n])
 
 
 def fresh_ids(col, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -29,10 +29,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
-from ..engines import as_source
+from ..engines import as_source, unweighted
 from .schema import Column, Schema
 
 #: geometric edges: this many per doubling, from RELATIVE_FLOOR x (hi - lo) up to the bounds
@@ -160,13 +159,16 @@ class SketchCounts:
     def __init__(self, sketch: "NumericSketch", encoder=None):
         self.sketch, self.encoder = sketch, encoder
 
-    def __call__(self, df: pd.DataFrame) -> dict:
+    def __call__(self, batch) -> dict:
+        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
         if self.encoder is not None:
             df = self.encoder.clean(df)
         out = {}
         for name, grid in self.sketch.grids.items():     # missing values (nullable columns) count nowhere
             values = df[name].to_numpy(dtype=np.float64)
-            out[name] = np.bincount(grid.cells(values[~np.isnan(values)]), minlength=grid.n_cells).astype(np.float64)
+            keep = ~np.isnan(values)
+            out[name] = np.bincount(grid.cells(values[keep]), weights=None if weights is None else weights[keep],
+                                    minlength=grid.n_cells).astype(np.float64)
         return out
 
 

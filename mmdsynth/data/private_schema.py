@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from scipy.stats import norm
 
-from ..engines import as_source
+from ..engines import as_source, unweighted
 from ..errors import SchemaError
 from .schema import RESOLUTION_SECONDS, Schema
 
@@ -91,15 +91,24 @@ class SchemaCounts:
     def __init__(self, inference: "SchemaInference"):
         self.inference = inference
 
-    def __call__(self, df: pd.DataFrame) -> dict:
+    def __call__(self, batch) -> dict:
+        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
         edges = bin_edges()
         out: dict = {}
         for name in self.inference.numeric:                 # missing values (nullable columns) count nowhere
             values = df[name].to_numpy(dtype=float)
-            idx = np.clip(np.searchsorted(edges, values[~np.isnan(values)], side="right") - 1, 0, len(edges) - 2)
-            out[name] = np.bincount(idx, minlength=len(edges) - 1).astype(np.float64)
+            keep = ~np.isnan(values)
+            idx = np.clip(np.searchsorted(edges, values[keep], side="right") - 1, 0, len(edges) - 2)
+            out[name] = np.bincount(idx, weights=None if weights is None else weights[keep],
+                                    minlength=len(edges) - 1).astype(np.float64)
         for name in self.inference.categorical:
-            out[name] = {str(k): float(v) for k, v in df[name].dropna().astype(str).value_counts(sort=False).items()}
+            if weights is None:
+                out[name] = {str(k): float(v) for k, v in df[name].dropna().astype(str).value_counts(sort=False).items()}
+            else:
+                col = df[name]
+                keep = col.notna().to_numpy()
+                sums = pd.Series(weights[keep]).groupby(col[keep].astype(str).to_numpy()).sum()
+                out[name] = {str(k): float(v) for k, v in sums.items()}
         return out
 
 

@@ -197,9 +197,20 @@ class Schema:
     #: cell texts that mean "missing" in this table besides empty cells, NaN and None (public: declared, e.g.
     #: ["?"] for the UCI files): a cell equal to one of them is read as missing, each cell by itself
     missing_values: list = field(default_factory=list)
+    #: the id column that names a person (user-level privacy): one person's rows, all rows with the same value
+    #: there, are one record of the guarantee (:mod:`mmdsynth.engines.persons`). None: one row is one record
+    privacy_unit: str | None = None
 
     def __post_init__(self):
         names = [c.name for c in self.columns]
+        if self.privacy_unit is not None:
+            unit = next((c for c in self.columns if c.name == self.privacy_unit), None)
+            if unit is None:
+                raise SchemaError(f"privacy_unit {self.privacy_unit!r} is not a column of the schema; declare it as "
+                                  f"{{\"name\": \"{self.privacy_unit}\", \"type\": \"id\"}} (it is never learned).")
+            if unit.kind != "id":
+                raise SchemaError(f"privacy_unit {self.privacy_unit!r} must be an id column (it names a person and is "
+                                  f"never learned); it is declared {unit.type}. Declare it with \"type\": \"id\".")
         if not isinstance(self.missing_values, (list, tuple)) or not all(
                 isinstance(v, str) and v for v in self.missing_values):
             raise SchemaError("'missing_values' is a list of cell texts that mean missing, e.g. [\"?\", \"n/a\"].")
@@ -252,6 +263,8 @@ class Schema:
             d["constraints"] = [dict(k, values=[list(v) for v in k["values"]]) for k in self.constraints]
         if self.missing_values:
             d["missing_values"] = list(self.missing_values)
+        if self.privacy_unit is not None:
+            d["privacy_unit"] = self.privacy_unit
         return d
 
     def with_label(self, label: str, label_categories: list | None = None) -> "Schema":
@@ -275,9 +288,18 @@ class Schema:
                 raise SchemaError(f"id column {name!r} cannot be nullable (an ID identifies its row).")
         return replace(self, columns=[replace(c, nullable=True) if c.name in names else c for c in self.columns])
 
+    def with_privacy_unit(self, column: str) -> "Schema":
+        """The schema with ``column`` (an id column, or a column of the data not yet declared, which becomes a
+        text id column) as the privacy unit: one person is all rows with the same value there."""
+        if column not in [c.name for c in self.columns]:
+            if column == self.label:
+                raise SchemaError(f"the label {column!r} cannot be the privacy unit.")
+            return replace(self, columns=[*self.columns, Column(column, "id")], privacy_unit=column)
+        return replace(self, privacy_unit=column)
+
     def without_ids(self) -> "Schema":
         """The schema of the learned columns: without its ID columns."""
-        return replace(self, columns=[c for c in self.columns if c.kind != "id"]) if self.ids else self
+        return replace(self, columns=[c for c in self.columns if c.kind != "id"], privacy_unit=None) if self.ids else self
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schema":
@@ -289,7 +311,7 @@ class Schema:
                               "docs/tutorials/tables.md.")
         return cls([Column.from_dict(c) for c in d["columns"]], d.get("label"),
                    d.get("label_categories"), d.get("source", "user"), d.get("notes", {}), d.get("constraints", []),
-                   d.get("missing_values", []))
+                   d.get("missing_values", []), d.get("privacy_unit"))
 
     def allowed_rows(self, df: pd.DataFrame, constraint: dict) -> np.ndarray:
         """Boolean mask of the rows of ``df`` whose values in the constraint's columns form one of its

@@ -90,8 +90,9 @@ class FeatureMap(ABC):
         return self(x).to(weights.dtype).T @ weights
 
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
-                   batch_size: int | None = None) -> torch.Tensor:
-        """sum_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix, (1, D) if ``y`` is None: what a
+                   batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i w_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix (``weights`` w_i in [0, 1], e.g. 1 / a person's
+        rows; none: 1), (1, D) if ``y`` is None: what a
         mean embedding sums, accumulated in float64. Streams over ``X`` in batches of
         ``batch_size`` records (default :meth:`batch_rows`). Every record's row goes through
         :func:`bounded_rows` first (block by block, :meth:`bounded`), so no record adds more than
@@ -102,6 +103,8 @@ class FeatureMap(ABC):
         with torch.no_grad():
             for start in range(0, X.shape[0], batch_size):
                 phi = self.bounded(self(X[start:start + batch_size]).double())
+                if weights is not None:
+                    phi = phi * weights[start:start + batch_size].to(phi.device, torch.float64)[:, None]
                 acc = acc.to(phi.device)
                 if y is None:
                     acc[0] += phi.sum(0)

@@ -185,7 +185,7 @@ class ENTKFeatures(FeatureMap):
     CHUNK_ROWS = 2048
 
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
-                   batch_size: int | None = None) -> torch.Tensor:
+                   batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         """The release route (no gradient): records sorted by class once, then cut into chunks of
         ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape but the last,
         whose size n mod CHUNK_ROWS is public), and each chunk's class runs added straight into
@@ -196,8 +196,8 @@ class ENTKFeatures(FeatureMap):
         (shifting a record within a chunk of that shape leaves it bit-identical: tested), and
         only the float64 additions round across records. A record whose gradient is not finite
         contributes 0: the per-record rule of :func:`bounded_rows`, applied to the blocks."""
-        if not self.fast:
-            return super().class_sums(X, y, n_classes, batch_size)
+        if not self.fast or weights is not None:       # weighted rows (persons): the generic route
+            return super().class_sums(X, y, n_classes, batch_size, weights)
         K = int(n_classes) if y is not None else 1
         rows = int(batch_size or min(self.batch_rows(), self.CHUNK_ROWS))
         p0 = next(self.net.parameters())

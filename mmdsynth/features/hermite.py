@@ -242,8 +242,9 @@ class HermiteFeatures(FeatureMap):
         return prod.reshape(x.shape[0], -1)
 
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
-                   batch_size: int | None = None) -> torch.Tensor:
-        """sum_i phi(x_i) e_{y_i}^T as (C, out_dim) float64, every record's block bounded on its own
+                   batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i w_i phi(x_i) e_{y_i}^T as (C, out_dim) float64 (``weights``: see :meth:`FeatureMap.class_sums`;
+        they scale each record's one-hot row), every record's block bounded on its own
         (:func:`bounded_rows` on the sum block; the product blocks through their factors: the norm of
         an outer product is the product of the factors' norms, so a record's block is scaled, or
         zeroed when not finite, by scaling its first factor). The product blocks are never
@@ -258,6 +259,8 @@ class HermiteFeatures(FeatureMap):
                 dev = x.device
                 onehot = torch.ones((x.shape[0], 1), dtype=torch.float64, device=dev) if y is None else \
                     torch.nn.functional.one_hot(y[start:start + batch_size].to(dev), classes).to(torch.float64)
+                if weights is not None:
+                    onehot = onehot * weights[start:start + batch_size].to(dev, torch.float64)[:, None]
                 acc = acc.to(dev)
                 acc[:, :self.sum_width] += onehot.T @ bounded_rows(self.sum_features(x), 1.0)
                 if self.n_product:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..engines import unweighted
 from ..validation import check_features, check_labels
 from .base import FeatureMap
 
@@ -29,6 +30,7 @@ class ClassSums:
         return self
 
     def __call__(self, batch) -> dict:
+        batch, weights = unweighted(batch)          # a person table: each row weighs 1 / its person's rows
         X, y = self.encoder.encode(batch) if self.encoder is not None else batch
         Xa = check_features(X) if self.validate else np.asarray(X.detach().cpu() if hasattr(X, "detach") else X)
         y_t = None
@@ -36,9 +38,14 @@ class ClassSums:
             ya = check_labels(y, Xa.shape[0], n_classes=self.n_classes)  # which classes are present: never checked
             y_t = torch.as_tensor(ya)
         X_t = torch.as_tensor(Xa, dtype=torch.float32)
+        w_t = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float64))
         if self.device is not None:
             X_t, y_t = X_t.to(self.device), (y_t.to(self.device) if y_t is not None else None)
-        out = {"sums": self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size).cpu()}
+            w_t = w_t.to(self.device) if w_t is not None else None
+        sums = self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size) if w_t is None else \
+            self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size, weights=w_t)
+        out = {"sums": sums.cpu()}
         if y_t is not None:
-            out["counts"] = torch.bincount(y_t.cpu(), minlength=self.n_classes).to(torch.float64)
+            out["counts"] = torch.bincount(y_t.cpu(), weights=None if w_t is None else w_t.cpu(),
+                                           minlength=self.n_classes).to(torch.float64)
         return out

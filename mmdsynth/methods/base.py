@@ -35,7 +35,7 @@ from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
-from ..engines import as_source
+from ..engines.persons import person_source
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
@@ -151,6 +151,7 @@ class KernelGeneratorMethod(Method):
     #: the data are read once (sums released), so a fit can stream shards and resume from the release alone
     releases_once = True
     takes_shards = True
+    person_level = True
     #: the output is a generator (sample any n), not a fixed set
     generative = True
 
@@ -291,6 +292,7 @@ class KernelGeneratorMethod(Method):
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
             schema = X.schema
         schema = _as_schema(schema, label)
+        self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
         self.settings_.n_classes = schema.n_classes  # public: the declared label categories
         self._validate()
         self.release_ = self._release_table(X, label, schema, dataset, budget)
@@ -340,7 +342,7 @@ class KernelGeneratorMethod(Method):
         if self._s.early_stopping:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); for tables use early_stopping=False.")
-        source = as_source(data)
+        source = person_source(data, schema)         # a person table when the schema declares a privacy unit
         # every release of the fit joins one plan, calibrated by the engine before any row is read
         shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
                               numeric_share=self._s.numeric_share)

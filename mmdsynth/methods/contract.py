@@ -117,6 +117,25 @@ class Method:
     #: the method reads the records only in sums the engine computes where the data lives, so it takes a table in
     #: shards (`fit --shards`, a ShardedTable); DP-SGD reads records at every step and does not
     takes_shards: bool = False
+    #: the method reads a table only through sums of bounded per-record vectors, so a declared privacy unit (a
+    #: person column, :mod:`mmdsynth.engines.persons`) is honoured by weighting each person's rows; DP-SGD samples
+    #: rows at every step and does not
+    person_level: bool = False
+
+    def _unit(self, schema, privacy_unit: str) -> str:
+        """The ledger's privacy unit for a fit on ``schema``: "one person (...)" when the schema declares a person
+        column (refused, before anything is read, by a method that cannot honour it), else ``privacy_unit``."""
+        column = getattr(schema, "privacy_unit", None)
+        if column is None:
+            return privacy_unit
+        if not self.person_level:
+            from ..errors import InvalidParameterError
+            able = sorted(m for m, c in METHODS.items() if getattr(c, "person_level", False) and "table" in c.data_kinds)
+            raise InvalidParameterError(
+                f"{self.method} cannot protect a person (privacy_unit={column!r}): it reads rows one by one at "
+                f"every step. Methods that can: {', '.join(able)}. Or leave the privacy unit out to protect one row.")
+        from ..engines.persons import unit_text
+        return unit_text(column)
 
     def __getattr__(self, name):
         # only for names not found otherwise: an option this method does not take, at its shared value

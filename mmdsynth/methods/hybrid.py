@@ -31,6 +31,8 @@ from safetensors.numpy import load_file, save_file
 
 from ..data.discrete import DEFAULT_CELLS
 from ..data.encoding import TableEncoder
+from ..engines import InMemory
+from ..engines.persons import PersonTable
 from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
@@ -39,7 +41,7 @@ from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
 from .contract import register
 from .kernel import DPMERF
-from .marginal import MST
+from .marginal import AIM, MST
 from .tables import encoder_of, prepare_table, table_shares
 
 logger = logging.getLogger(__name__)
@@ -72,14 +74,17 @@ class Hybrid(MST):
         "rff_seed": "the random features' draw (public)",
         "proportions_share": "the class proportions' share of the kernel part",
         "numeric_share": "the numeric columns' released CDFs' share of the kernel part",
+        "marginals": '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s rounds, at AIM\'s defaults)',
     }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 150_000, steps: int = 300, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 3000, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
+                 iters: int = 3000, marginals: str = "mst", seed: int = 0, noise_seed: int | None = None,
+                 progress: bool | None = None):
         super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, seed=seed, noise_seed=noise_seed,
                          progress=progress)
+        self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed
         self.proportions_share, self.numeric_share = proportions_share, numeric_share
@@ -95,8 +100,18 @@ class Hybrid(MST):
         k._validate()
         return k
 
+    def _planner(self, domain, rho: float, n: int):
+        """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
+        if self._s.marginals == "mst":
+            return super()._planner(domain, rho, n)
+        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, noise_seed=self._s.noise_seed)
+        aim.settings_ = aim.settings_for("table")
+        return aim._planner(domain, rho, n)
+
     def _check_plan(self, domain) -> None:
         s = self._s
+        if s.marginals not in ("mst", "aim"):
+            raise InvalidParameterError(f"marginals must be 'mst' or 'aim'; got {s.marginals!r}.")
         if not (isinstance(s.marginal_share, (int, float)) and 0 < s.marginal_share < 1):
             raise InvalidParameterError(f"marginal_share must be in (0, 1) (the kernel embedding gets the rest); "
                                         f"got {s.marginal_share!r}.")
@@ -122,14 +137,12 @@ class Hybrid(MST):
                           privacy_unit=privacy_unit,
                           shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
 
-    def _more_releases(self, engine, data, schema, dataset, tensors, spec, facts):
+    def _more_releases(self, engine, source, schema, dataset, tensors, spec, facts):
         """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class
         proportions, the embedding)."""
         from ..embedding import release_mean_embedding
-        from ..engines import as_source
-
         k = self._kernel(schema)
-        source = as_source(data)
+        data = source.frame if isinstance(source, PersonTable) else source.data if isinstance(source, InMemory) else source
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         kernel = release_mean_embedding(
             k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,

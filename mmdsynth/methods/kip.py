@@ -313,6 +313,7 @@ class DPKIP(Method):
         shares = {}
         if table:
             schema = _as_schema(schema, label)
+            privacy_unit = self._unit(schema, privacy_unit)     # refused: DP-SGD samples rows, not persons
             s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
                                   numeric_share=self._s.numeric_share)

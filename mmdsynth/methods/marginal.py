@@ -22,15 +22,15 @@ import logging
 import math
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 import torch
 
-from ..data.discrete import DEFAULT_CELLS, Domain
+from ..data.discrete import DEFAULT_CELLS, Domain, simplex_projection
 from ..data.encoding import TableEncoder
 from ..data.private_schema import require_complete
 from ..data.schema import Schema
-from ..engines import as_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..privacy.engine import ZCDPEngine
@@ -40,7 +40,8 @@ from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
-from .tables import encoder_of
+from ..engines.persons import person_source
+from .tables import ROWS_TENSOR, encoder_of, release_rows_per_person, rows_noise, unit_shares
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,93 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
                                                    warm_start=warm_start)
 
 
+class _Factor:
+    """A probability table: attributes and an array with one axis each (numpy; post-processing)."""
+
+    def __init__(self, attrs, values):
+        self.attrs, self.values = tuple(attrs), np.asarray(values, dtype=np.float64)
+
+    def expand(self, attrs, sizes: dict) -> np.ndarray:
+        """The values on ``attrs``' axes (ours transposed into their order, size 1 where an attribute is not ours)."""
+        order = [self.attrs.index(a) for a in attrs if a in self.attrs]
+        v = np.transpose(self.values, order) if order else self.values
+        return v.reshape([sizes[a] if a in self.attrs else 1 for a in attrs])
+
+    def reduce(self, keep, fn=np.sum) -> "_Factor":
+        axes = tuple(k for k, a in enumerate(self.attrs) if a not in keep)
+        return _Factor([a for a in self.attrs if a in keep], fn(self.values, axis=axes) if axes else self.values)
+
+
+def _logsumexp(v, axis):
+    m = np.max(v, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(v - m), axis=axis))
+
+
+class ModelMarginals:
+    """Any 1- or 2-way marginal of an mbi graphical model, exactly, in numpy (post-processing).
+
+    mbi's ``model.project`` compiles one JAX program per (model cliques, query) pair, and AIM's selection asks for
+    every candidate after every round: on adult that was about 1.7 s a candidate, most of a round. Here the model's
+    junction tree is calibrated once (Hugin message passing in log space), and a pair (a, b) in no common clique
+    is carried along the tree's path from the clique holding a nearest to one holding b: P(a, S) times each next
+    clique's conditional P(C | S_in), summed down to (a, S_out), ending on (a, b). Nothing is compiled."""
+
+    def __init__(self, model):
+        lib = mbi()
+        pot = model.potentials
+        dom = pot.domain
+        self.total = float(model.total)
+        self.sizes = {a: dom.size(a) for a in dom.attributes}
+        self.tree = lib.junction_tree.make_junction_tree(dom, pot.cliques)[0]
+        cliques = lib.junction_tree.maximal_cliques(self.tree)
+        logb = {c: np.zeros([self.sizes[a] for a in c]) for c in cliques}
+        for cl in pot.cliques:
+            host = next(c for c in cliques if set(cl) <= set(c))
+            logb[host] = logb[host] + _Factor(cl, pot[cl].values).expand(host, self.sizes)
+        messages = {}
+        for i, j in lib.junction_tree.message_passing_order(self.tree):
+            tau = logb[i] - messages[(j, i)].expand(i, self.sizes) if (j, i) in messages else logb[i]
+            messages[(i, j)] = _Factor(i, tau).reduce(set(i) & set(j), _logsumexp)
+            logb[j] = logb[j] + messages[(i, j)].expand(j, self.sizes)
+        self.beliefs = {c: _Factor(c, np.exp(v - _logsumexp(v.reshape(-1), 0))) for c, v in logb.items()}
+
+    def __call__(self, clique) -> np.ndarray:
+        """The model's counts on ``clique`` (1 or 2 attributes), flattened in the clique's order."""
+        clique = tuple(clique)
+        return self.total * self._probabilities(clique).reshape(-1)
+
+    def _probabilities(self, clique) -> np.ndarray:
+        sizes, bel = self.sizes, self.beliefs
+        for c, f in bel.items():
+            if set(clique) <= set(c):
+                return f.reduce(set(clique)).expand(clique, sizes)
+        if len(clique) != 2:
+            raise InvalidParameterError(f"ModelMarginals answers 1- and 2-way queries (asked {clique}).")
+        a, b = clique
+        best = None
+        for x in (c for c in bel if a in c):
+            lengths = nx.single_source_shortest_path_length(self.tree, x)
+            for y in (c for c in bel if b in c):
+                if y in lengths and (best is None or lengths[y] < best[0]):
+                    best = (lengths[y], x, y)
+        if best is None:                                  # a and b in different components: independent
+            pa, pb = (next(f for c, f in bel.items() if v in c).reduce({v}).values for v in (a, b))
+            return np.outer(pa, pb)
+        path = nx.shortest_path(self.tree, best[1], best[2])   # a only in the first clique, b only in the last
+        sep = set(path[0]) & set(path[1])
+        cur = bel[path[0]].reduce(sep | {a})
+        for k in range(1, len(path)):
+            c, f = path[k], bel[path[k]]
+            keep = set(c) & set(path[k + 1]) if k + 1 < len(path) else {b}
+            marg = f.reduce(sep).expand(c, sizes)
+            cond = f.values / np.where(marg > 0, marg, 1.0)
+            attrs = (a,) + c
+            cur = _Factor(attrs, cur.expand(attrs, sizes) * cond[None]).reduce(keep | {a})
+            sep = keep
+        return cur.expand((a, b), sizes)
+
+
 def coarse_counts(domain: Domain, name: str, fine_counts) -> np.ndarray:
     """A fine 1-way measurement summed over the cells of ``domain`` (post-processing)."""
     return np.bincount(domain.coarse_of_fine(name), weights=np.asarray(fine_counts, dtype=np.float64),
@@ -120,19 +208,6 @@ def _tensor_name(i: int, clique) -> str:
     return f"{MARGINAL_PREFIX}{i}:{clique_key(clique)}"
 
 
-def simplex_projection(y) -> np.ndarray:
-    """The probability vector closest (L2) to ``y`` divided by its sum's scale: the maximum-likelihood model of one
-    noisy marginal alone under Gaussian noise (what mirror descent converges to on 1-way measurements), computed
-    exactly (sort and threshold: Duchi et al. 2008). Post-processing."""
-    y = np.asarray(y, dtype=np.float64)
-    total = max(float(y.sum()), 1.0)
-    v = y / total
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - 1.0
-    k = np.nonzero(u - css / np.arange(1, len(u) + 1) > 0)[0][-1]
-    return np.maximum(v - css[k] / (k + 1), 0.0)
-
-
 @register
 class MST(Method):
     """MST (McKenna, Miklau, Sheldon 2021, the NIST 2018 winner generalised): 1-way marginals of every column,
@@ -154,6 +229,7 @@ class MST(Method):
     releases_once = False
     generative = True
     takes_shards = True
+    person_level = True
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
@@ -197,18 +273,22 @@ class MST(Method):
         domain = Domain.of(schema, s.max_cells)
         self._check_plan(domain)
         encoder = TableEncoder(schema, [str(c) for c in X.columns])
+        privacy_unit = self._unit(schema, privacy_unit)    # one person, when the schema names a person column
         engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
         if sharded:                                        # every shard checked before the charge (one pass)
-            data = X
+            if schema.privacy_unit is not None:
+                person_source(X, schema)                   # refused: a person's rows must be read together
+            data = source = X
             n = int(X.total(CheckedRows(encoder))["rows"])
         else:
             data = encoder.clean(X)                        # every refusal before the charge
-            n = len(data)
+            source = person_source(data, schema)           # a person table when the schema declares a unit
+            n = source.n_records                           # public: the rows, or the persons
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, data, domain, encoder, self._planner(domain, engine.stage_rho, n),
+        measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
                                   assumed={"n_classes": schema.n_classes})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
-                 "computation": as_source(data).describe(),
+                 "computation": source.describe(),
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
                  **(public_facts or {})}
         ways = [sum(len(c) == k for c, _, _, _ in measurements) for k in (1, 2, 3)]
@@ -218,7 +298,7 @@ class MST(Method):
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
-        tensors, spec, facts = self._more_releases(engine, data, schema, dataset, tensors, spec, facts)
+        tensors, spec, facts = self._more_releases(engine, source, schema, dataset, tensors, spec, facts)
         self.release_ = Release(tensors, spec, facts, engine.ledger)
         if out is not None:                                # saved before any post-processing: it holds the budget
             self.release_.save(out / "release")
@@ -233,10 +313,14 @@ class MST(Method):
         ``stage_rho``)."""
         s = self._s
         return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
-                          privacy_unit=privacy_unit)
+                          privacy_unit=privacy_unit, shares=unit_shares(schema))
 
-    def _more_releases(self, engine, data, schema, dataset, tensors, spec, facts):
-        """Releases of the same plan after the marginal stages (none for MST): (tensors, spec, facts)."""
+    def _more_releases(self, engine, source, schema, dataset, tensors, spec, facts):
+        """Releases of the same plan after the marginal stages (MST: the rows per person, with a privacy unit):
+        (tensors, spec, facts). ``source``: the rows read (a person table with a privacy unit)."""
+        if ROWS_TENSOR in engine.multipliers:
+            tensors = {**tensors, **release_rows_per_person(engine, source)}
+            facts = {**facts, **rows_noise(engine)}
         return tensors, spec, facts
 
     def _fitted(self) -> None:
@@ -398,14 +482,16 @@ class AIM(MST):
             free = {sub for c in model.cliques for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
             small = tuple(c for c in candidates if c in free or
                           lib.junction_tree.hypothetical_model_size(lib_domain, list(model.cliques) + [c]) <= limit)
-            estimates = {c: np.asarray(model.project(c).datavector()).reshape(-1) for c in small}
+            marginals = ModelMarginals(model)
+            estimates = {c: marginals(c) for c in small}
             bias = {c: math.sqrt(2 / math.pi) * std * cells(c) for c in small}
             pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
                                 penalties=bias)
             counts, std = yield Measure((pick,), 0.9 * per_round, f"round {t}: the selected marginal")
             measurements.append((pick, counts[pick], std, False))
+            logger.info("aim round %d: measured %s; %.1f%% of rho spent", t, clique_key(pick), 100 * used / rho)
             model = estimate(domain, measurements, n, self._s.iters, warm_start=model)
-            after = np.asarray(model.project(pick).datavector()).reshape(-1)
+            after = ModelMarginals(model)(pick)
             if not last and np.abs(after - estimates[pick]).sum() <= math.sqrt(2 / math.pi) * std * cells(pick):
                 per_round *= 4                             # the model barely moved: half the noise from now on
         return measurements

@@ -11,18 +11,28 @@ the encoder built from their noisy output (post-processing).
 """
 from __future__ import annotations
 
+import math
 import warnings
 
+import numpy as np
 import pandas as pd
+import torch
 
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
                                    release_schema_statistics, require_complete)
 from ..data.schema import Schema
+from ..engines.persons import ROWS_EDGES, PersonTable, RowsPerPerson
 from ..errors import InvalidParameterError
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
+
+#: with a privacy unit, the histogram of rows per person (how many rows each synthetic person gets) takes this
+#: share of the plan's privacy (public constant)
+ROWS_SHARE = 0.05
+#: the release's tensor name
+ROWS_TENSOR = "rows_per_person"
 
 
 class TableOptions:
@@ -67,7 +77,57 @@ def table_shares(schema: Schema, *, schema_share: float | None, numeric_encoding
         shares["schema"] = float(schema_share)
     if numeric_encoding == "quantile" and schema.numeric and numeric_share:
         shares["numeric_sketch"] = float(numeric_share)
+    shares.update(unit_shares(schema))
     return shares
+
+
+def unit_shares(schema: Schema) -> dict[str, float]:
+    """The release a declared privacy unit adds to a plan: the rows-per-person histogram (:data:`ROWS_SHARE`)."""
+    return {ROWS_TENSOR: ROWS_SHARE} if schema.privacy_unit is not None else {}
+
+
+#: cells of the rows-per-person histogram below this many noise std are read as empty (post-processing)
+ROWS_THRESHOLD_SIGMAS = 3.0
+
+
+def release_rows_per_person(engine, source) -> dict[str, torch.Tensor]:
+    """The noisy histogram of rows per person over the public cells ``ROWS_EDGES`` (data-touching: one one-hot
+    per person, summed on the source, sensitivity sqrt(2) under replacing one person), noised by ``engine`` (its
+    plan holds a ``rows_per_person`` release). {} when the source is not a person table."""
+    if not isinstance(source, PersonTable):
+        return {}
+    counts = source.total(RowsPerPerson())["rows_per_person"]
+    return {ROWS_TENSOR: engine.gaussian(
+        ROWS_TENSOR, torch.as_tensor(counts), math.sqrt(2.0),
+        description=f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the "
+                    f"{source.n_records} persons' row counts",
+        assumed={"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
+                 "sensitivity": "sqrt(2) (one person's one-hot changes cell)"},
+        n_records=int(source.n_records), computation=source.describe())}
+
+
+def rows_noise(engine) -> dict:
+    """The public fact sampling needs besides the tensor: the rows-per-person histogram's noise std."""
+    return {ROWS_TENSOR: {"noise_std": float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))}}
+
+
+def rows_per_person(tensors: dict, facts: dict | None = None) -> np.ndarray | None:
+    """The released histogram of rows per person as probabilities of its public cells (post-processing: cells
+    below ``ROWS_THRESHOLD_SIGMAS`` noise std, when ``facts`` give it, read as empty, then the closest probability
+    vector to the counts, :func:`~mmdsynth.data.discrete.simplex_projection`, which zeroes small cells instead
+    of keeping their positive noise), or None when the release holds none."""
+    from ..data.discrete import simplex_projection
+
+    t = tensors.get(ROWS_TENSOR)
+    if t is None:
+        return None
+    counts = np.asarray(t, dtype=np.float64)
+    std = ((facts or {}).get(ROWS_TENSOR) or {}).get("noise_std")
+    if std is not None:                        # cells the noise alone could have filled are read as empty
+        keep = counts >= ROWS_THRESHOLD_SIGMAS * std
+        keep[np.argmax(counts)] = True
+        counts = np.where(keep, counts, 0.0)
+    return simplex_projection(counts)
 
 
 def check_shares(**shares) -> None:
@@ -93,8 +153,11 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
         std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
         tau = todo.category_threshold(std, engine.delta) if todo.categorical else None
         warn_if_noise_swamps(source.n_records, std, tau, bool(todo.numeric))
-        stats = release_schema_statistics(schema.validate(data) if isinstance(data, pd.DataFrame) else source,
-                                          todo, engine, tau, todo.threshold_delta(engine.delta))
+        if isinstance(source, PersonTable):          # the persons' weighted rows, checked
+            read = source.with_frame(schema.validate(source.frame))
+        else:
+            read = schema.validate(data) if isinstance(data, pd.DataFrame) else source
+        stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta))
         schema = complete_schema(schema, stats, std, tau)
         del stats
     counts, facts, maps = {}, {}, None
@@ -106,9 +169,13 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
         counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
         facts["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
         maps = sketch.cdfs(counts, std)
+    if ROWS_TENSOR in engine.multipliers:
+        counts.update(release_rows_per_person(engine, source))
+        facts.update(rows_noise(engine))
     encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
     facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
-    return encoder, {SKETCH_PREFIX + name: c for name, c in counts.items()}, facts
+    persons = {ROWS_TENSOR: counts.pop(ROWS_TENSOR)} if ROWS_TENSOR in counts else {}
+    return encoder, {**{SKETCH_PREFIX + name: c for name, c in counts.items()}, **persons}, facts
 
 
 def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -> None:
@@ -139,8 +206,9 @@ def encoder_from(facts: dict, tensors: dict) -> TableEncoder | None:
         return None
     encoder = TableEncoder.from_dict(table)
     sketch = facts.get("numeric_sketch")
-    if sketch is None:
-        return encoder
-    counts = {k[len(SKETCH_PREFIX):]: v for k, v in tensors.items() if k.startswith(SKETCH_PREFIX)}
-    return TableEncoder(encoder.schema, encoder.columns,
-                        NumericSketch.of(encoder.schema).limited(sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
+    if sketch is not None:
+        counts = {k[len(SKETCH_PREFIX):]: v for k, v in tensors.items() if k.startswith(SKETCH_PREFIX)}
+        encoder = TableEncoder(encoder.schema, encoder.columns, NumericSketch.of(encoder.schema).limited(
+            sketch.get("max_cells")).cdfs(counts, sketch["noise_std"]))
+    encoder.rows_per_person = rows_per_person(tensors, facts)
+    return encoder

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engines import as_source
+from ..engines import as_source, unweighted
 from ..errors import InvalidParameterError
 
 #: the L1 distance between a clique's counts and a public vector moves by at most this when one record is replaced
@@ -81,7 +81,8 @@ class CliqueCounts:
     def __init__(self, domain, encoder, cliques):
         self.domain, self.encoder, self.cliques = domain, encoder, [tuple(c) for c in cliques]
 
-    def __call__(self, df) -> dict:
+    def __call__(self, batch) -> dict:
+        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
         codes = self.domain.codes(self.encoder.clean(df))
         index = {a: j for j, a in enumerate(self.domain.attributes)}
         sizes = self.domain.sizes
@@ -89,7 +90,7 @@ class CliqueCounts:
         for clique in self.cliques:
             shape = [sizes[a] for a in clique]
             flat = np.ravel_multi_index([codes[:, index[a]] for a in clique], shape)
-            out[clique_key(clique)] = np.bincount(flat, minlength=math.prod(shape)).astype(np.float64)
+            out[clique_key(clique)] = np.bincount(flat, weights=weights, minlength=math.prod(shape)).astype(np.float64)
         return out
 
 

@@ -1,0 +1,143 @@
+"""A person as the privacy unit (issue 48): replacing one person with all their rows (thousands of rows, or one)
+moves every release of every method that can protect a person by at most the sensitivity its ledger entry
+records, with m the number of persons; the rows of every other person are weighted exactly as before."""
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mmdsynth.data.numeric_sketch import SKETCH_PREFIX
+from mmdsynth.data.schema import Schema
+from mmdsynth.engines.persons import PersonTable, unit_text
+from mmdsynth.methods.contract import METHODS
+
+from support import SCHEMA, toy_table
+
+pytest.importorskip("mbi")
+
+#: every method that declares person_level, with settings small enough for a unit test. Numeric columns min-max
+#: scaled by their declared bounds: with the quantile encoding the embedding is read through the CDFs released
+#: just before it (adaptive composition), so a neighbour's embedding differs by more than its own release's
+#: sensitivity; the sketch itself is compared in test_the_quantile_sketch_of_persons.
+KERNEL = dict(iterations=5, batch_size=100, numeric_encoding="minmax")
+PERSON_METHODS = {"dp-merf": dict(KERNEL, n_features=100), "dp-hp": KERNEL, "dp-ntk": KERNEL,
+                  "mst": dict(iters=30), "aim": dict(iters=20, rounds=10),
+                  "hybrid": dict(iters=30, n_features=50, pool=2, steps=10, numeric_share=None)}
+HEAVY = 2000
+EXTREME = {"age": 90, "score": 1.0, "colour": "blue", "smoker": "yes", "y": "pos"}
+
+
+def test_every_person_level_method_is_covered():
+    able = {m for m, c in METHODS.items() if getattr(c, "person_level", False) and "table" in c.data_kinds}
+    assert able == set(PERSON_METHODS)
+
+
+def persons_table(seed=0):
+    """300 persons: person p0 has HEAVY rows, p1..p299 one to nine rows each."""
+    g = np.random.default_rng(seed)
+    counts = np.concatenate([[HEAVY], g.integers(1, 10, 299)])
+    df = toy_table(int(counts.sum()), seed)
+    df["patient"] = np.repeat([f"p{i}" for i in range(300)], counts)
+    return df
+
+
+def neighbours(df):
+    """(name, the neighbour): p0's HEAVY rows replaced by one extreme row of a new person; the last person's
+    rows replaced by HEAVY extreme rows of a new person. Both keep 300 persons."""
+    few = df[df.patient != "p0"]
+    one = pd.concat([few, pd.DataFrame([{**EXTREME, "patient": "q"}])], ignore_index=True)
+    last = df.patient.iloc[-1]
+    many = pd.concat([df[df.patient != last], pd.DataFrame([{**EXTREME, "patient": "q"}] * HEAVY)],
+                     ignore_index=True)
+    return [("heavy person -> one extreme row", one), ("light person -> 2000 extreme rows", many)]
+
+
+SCHEMA_P = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+
+
+def pieces(release) -> dict:
+    """{ledger description: (released values as one vector, its entry)} for the releases that do not depend on a
+    private selection (the 2-way marginals of MST's tree and AIM's rounds are picked privately, so a neighbour may
+    measure other cliques: their bound is tests/contract/test_marginals.py's)."""
+    t, out = release.tensors, {}
+    for e in release.ledger.entries:
+        d = e.description
+        if d.startswith("rows per person"):
+            v = t["rows_per_person"]
+        elif d.startswith("class proportions"):
+            v = t["class_proportions"]
+        elif d.startswith("numeric-column distributions"):
+            v = np.concatenate([np.asarray(t[k]).ravel() for k in sorted(t) if k.startswith(SKETCH_PREFIX)])
+        elif "mean embedding" in d:
+            rows = re.search(r"rows (\d+):(\d+) of 'embedding'", d)
+            v = t["embedding"] if rows is None else t["embedding"][int(rows[1]):int(rows[2])]
+        elif d.startswith("1-way marginals"):
+            ms = release.feature_spec["measurements"]
+            v = np.concatenate([np.asarray(t[m["tensor"]]).ravel() for m in ms if len(m["clique"]) == 1])
+        else:
+            continue
+        out[d] = (np.asarray(v, dtype=np.float64).ravel(), e)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PERSON_METHODS))
+def test_replacing_one_person_moves_every_release_within_its_sensitivity(name):
+    df = persons_table()
+    cls, params = METHODS[name], PERSON_METHODS[name]
+    base = cls(epsilon=1.0, noise_seed=0, **params).fit(df, label="y", schema=SCHEMA_P).release_
+    got = pieces(base)
+    assert "rows per person: a histogram over 11 public cells of the 300 persons' row counts" in got
+    assert len(got) >= 2, sorted(got)
+    for e in base.ledger.entries:
+        assert e.privacy_unit == unit_text("patient") == "one person (all rows with the same patient)"
+        assert e.n_records == 300                       # m is the number of persons, not the 3,000+ rows
+    for what, other in neighbours(df):
+        theirs = pieces(cls(epsilon=1.0, noise_seed=0, **params).fit(other, label="y", schema=SCHEMA_P).release_)
+        assert theirs.keys() == got.keys()
+        for d, (a, entry) in got.items():
+            move = float(np.linalg.norm(a - theirs[d][0]))
+            assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
+
+
+def test_the_same_neighbours_break_a_row_level_release():
+    """The test has teeth: fitted with one row as the unit, the heavy person's replacement moves the 1-way
+    marginals by about 2,000 times the row-level sensitivity."""
+    df = persons_table()
+    row_schema = Schema.from_dict({**SCHEMA, "columns": SCHEMA["columns"] + [{"name": "patient", "type": "id"}]})
+    base = pieces(METHODS["mst"](epsilon=1.0, noise_seed=0, iters=30).fit(df, label="y", schema=row_schema).release_)
+    _, one = neighbours(df)[0]
+    other = pieces(METHODS["mst"](epsilon=1.0, noise_seed=0, iters=30).fit(one, label="y", schema=row_schema).release_)
+    d = next(k for k in base if k.startswith("1-way"))
+    move = float(np.linalg.norm(base[d][0] - other[d][0]))
+    assert move > 500 * base[d][1].sensitivity
+
+
+def test_every_other_persons_weights_are_bit_identical():
+    df = persons_table()
+    base = PersonTable(df, "patient")
+    for _, other in neighbours(df):
+        nb = PersonTable(other, "patient")
+        assert nb.n_records == base.n_records == 300
+        keep_a = ~df.patient.isin(["p0", df.patient.iloc[-1]]).to_numpy()
+        keep_b = ~other.patient.isin(["q", "p0", df.patient.iloc[-1]]).to_numpy()
+        wa, wb = base.data.weights[keep_a], nb.data.weights[keep_b]
+        assert np.array_equal(wa, wb)
+    # each person's rows weigh 1 in all
+    sums = pd.Series(base.data.weights).groupby(df.patient.to_numpy()).sum()
+    np.testing.assert_allclose(sums.to_numpy(), 1.0, rtol=1e-12)
+
+
+def test_the_quantile_sketch_of_persons_moves_within_its_sensitivity():
+    """DP-MERF's default (quantile) plan: the numeric sketch, the rows per person and the class proportions, the
+    releases made before the encoder depends on a release."""
+    df = persons_table()
+    fit = lambda data: METHODS["dp-merf"](epsilon=1.0, noise_seed=0, iterations=5, n_features=100).fit(  # noqa: E731
+        data, label="y", schema=SCHEMA_P).release_
+    got = {d: v for d, v in pieces(fit(df)).items() if "mean embedding" not in d}
+    assert any(d.startswith("numeric-column") for d in got) and len(got) == 3
+    for what, other in neighbours(df):
+        theirs = pieces(fit(other))
+        for d, (a, entry) in got.items():
+            move = float(np.linalg.norm(a - theirs[d][0]))
+            assert 0 < move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)

@@ -1,0 +1,114 @@
+"""A person as the privacy unit (issue 48): the declaration, refusals before anything is read or charged,
+synthetic persons in the generated rows, the command line."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import mmdsynth
+from mmdsynth.data.schema import Schema
+from mmdsynth.engines.persons import PersonTable, person_source
+from mmdsynth.errors import InvalidParameterError, SchemaError
+from mmdsynth.methods import DPKIP, DPMERF, MST
+from mmdsynth.privacy.budget import BudgetFile
+
+from support import SCHEMA, toy_table
+
+
+def visits(n_persons=400, seed=0, mean_rows=4.0):
+    """A table of visits: each person 1 + Poisson(mean_rows - 1) rows (public made-up numbers)."""
+    g = np.random.default_rng(seed)
+    counts = 1 + g.poisson(mean_rows - 1, n_persons)
+    df = toy_table(int(counts.sum()), seed)
+    df["patient"] = np.repeat([f"P{i:05d}" for i in range(n_persons)], counts)
+    return df, counts
+
+
+def test_the_declaration():
+    s = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    assert s.column("patient").kind == "id" and s.privacy_unit == "patient"
+    assert Schema.from_dict(s.to_dict()).privacy_unit == "patient"          # the JSON keeps it
+    assert s.without_ids().privacy_unit is None                             # the learned columns: no person
+    with pytest.raises(SchemaError, match="not a column of the schema.*\"type\": \"id\""):
+        Schema.from_dict({**SCHEMA, "privacy_unit": "patient"})
+    with pytest.raises(SchemaError, match="must be an id column.*declared categorical"):
+        Schema.from_dict({**SCHEMA, "privacy_unit": "colour"})
+    with pytest.raises(SchemaError, match="label"):
+        Schema.from_dict(SCHEMA).with_privacy_unit("y")
+
+
+def test_a_person_table_counts_persons_and_weighs_each_one_as_one_row():
+    df, counts = visits(50)
+    t = PersonTable(df, "patient")
+    assert t.n_records == 50 and t.describe()["privacy_unit"] == "one person (all rows with the same patient)"
+    np.testing.assert_allclose(np.sort(1 / t.data.weights[np.r_[0, np.cumsum(counts)[:-1]]]), np.sort(counts))
+    with pytest.raises(InvalidParameterError, match="missing values"):
+        PersonTable(df.assign(patient=df.patient.where(df.index != 3, None)), "patient")
+
+
+def test_methods_that_read_rows_one_by_one_refuse_a_person(tmp_path):
+    df, _ = visits(100)
+    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
+    with pytest.raises(InvalidParameterError, match=r"dp-kip cannot protect a person.*Methods that can: aim, dp-hp, "
+                                                    r"dp-merf, dp-ntk, hybrid, mst"):
+        DPKIP(epsilon=1.0).fit(df, label="y", schema=schema, budget=budget)
+    assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+
+
+def test_shards_are_refused_before_the_charge(tmp_path):
+    from mmdsynth.data import ShardedTable
+
+    df, _ = visits(100)
+    for i, part in enumerate(np.array_split(np.arange(len(df)), 2)):
+        df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    shards = ShardedTable(tmp_path / "part*.csv", schema, n_records=len(df))
+    budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
+    for cls, kw in [(MST, {}), (DPMERF, dict(iterations=2))]:
+        with pytest.raises(InvalidParameterError, match="all of a person's rows together.*in-memory"):
+            cls(epsilon=1.0, **kw).fit(shards, label="y", budget=budget)
+    assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+    with pytest.raises(InvalidParameterError):
+        person_source(shards, schema)
+
+
+@pytest.mark.parametrize("cls,kw", [(DPMERF, dict(iterations=20, n_features=100, batch_size=200)),
+                                    (MST, dict(iters=50))])
+def test_generated_rows_belong_to_synthetic_persons(cls, kw, tmp_path):
+    """At a large epsilon the synthetic persons have about as many rows as the real ones (the released histogram
+    of rows per person, nearly noiseless); no synthetic ID equals a real one; save/load keeps it."""
+    df, counts = visits(2000, mean_rows=4.0)
+    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    m = cls(epsilon=1000.0, noise_seed=0, **kw).fit(df, label="y", schema=schema, out=tmp_path / "run")
+    rows = m.sample(8000, seed=1)
+    per = rows["patient"].value_counts()
+    assert per.sum() == 8000 and not set(rows["patient"]) & set(df["patient"])
+    assert rows["patient"].str.startswith("syn-").all()
+    assert abs(per.mean() - counts.mean()) < 0.15 * counts.mean(), (per.mean(), counts.mean())
+    assert abs((per == 1).mean() - (counts == 1).mean()) < 0.05
+    again = mmdsynth.load(tmp_path / "run").sample(8000, seed=1)
+    assert again["patient"].value_counts().mean() == pytest.approx(per.mean())
+
+
+def test_cli_fit_with_a_privacy_unit(tmp_path):
+    df, _ = visits(300)
+    df.to_csv(tmp_path / "visits.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    run = [sys.executable, "-m", "mmdsynth.cli"]
+    fit = subprocess.run(run + ["fit", "--method", "dp-merf", "--csv", str(tmp_path / "visits.csv"), "--schema",
+                                str(tmp_path / "s.json"), "--label", "y", "--privacy-unit", "patient", "--epsilon", "1",
+                                "--iterations", "20", "--out", str(tmp_path / "run"), "--quiet"],
+                         capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0, fit.stderr[-1500:]
+    inspect = subprocess.run(run + ["inspect", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    text = " ".join(inspect.stdout.split())
+    assert "(300 persons, 2 classes)" in text and "one record = one person (all rows with the same patient)" in text
+    assert "rows per person" in text
+    refused = subprocess.run(run + ["fit", "--method", "dp-merf", "--dataset", "adult", "--privacy-unit", "x",
+                                    "--out", str(tmp_path / "r2")], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "--privacy-unit names a column of your table" in refused.stderr
+    assert not (tmp_path / "r2").exists()
