@@ -451,6 +451,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'numeric_share': 0.1,
                                      'max_cells': 32,
                                      'iters': 3000,
+                                     'marginals': 'mst',
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -469,7 +470,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'numeric_share': "the numeric columns' released CDFs' share of the kernel part",
                                  'max_cells': "numeric columns' cells on their public grid (from the declared "
                                               'bounds)',
-                                 'iters': 'mirror-descent iterations of the graphical model (post-processing)'},
+                                 'iters': 'mirror-descent iterations of the graphical model (post-processing)',
+                                 'marginals': '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s '
+                                              "rounds, at AIM's defaults)"},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

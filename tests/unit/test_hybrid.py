@@ -225,3 +225,20 @@ def test_ids_missing_shares_and_a_crash_after_the_charge(tmp_path, monkeypatch):
     assert mmdsynth.Release.load(tmp_path / "run" / "release").ledger.total() == (1.0, 1e-5)
     with pytest.raises(InvalidParameterError, match="no y"):
         mmdsynth.fit(toy_table(50), np.zeros(50), label="y", schema=SCHEMA, epsilon=1.0)
+
+
+def test_aim_rounds_as_the_marginal_part():
+    """marginals="aim": the marginal part is AIM's rounds (selections every round, each followed by a measured
+    marginal), the kernel part unchanged, the plan's rho spent exactly; an unknown value is refused before any
+    read."""
+    df = toy_table(600)
+    m = Hybrid(epsilon=2.0, marginals="aim", iters=30, n_features=50, pool=2, steps=10, noise_seed=0).fit(
+        df, label="y", schema=SCHEMA)
+    entries = m.release_.ledger.entries
+    rounds = [e for e in entries if e.description.startswith("round ")]
+    assert len(rounds) >= 2 and sum(e.mechanism == "exponential" for e in entries) == len(rounds)
+    assert any("mean embedding" in e.description for e in entries)
+    assert sum(e.rho for e in entries) == pytest.approx(entries[0].plan["rho"], rel=1e-9)
+    assert len(m.sample(100, seed=0)) == 100
+    with pytest.raises(InvalidParameterError, match="marginals must be 'mst' or 'aim'"):
+        Hybrid(epsilon=1.0, marginals="tree").fit(df, label="y", schema=SCHEMA)
