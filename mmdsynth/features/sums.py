@@ -42,9 +42,7 @@ class ClassSums:
         if self.device is not None:
             X_t, y_t = X_t.to(self.device), (y_t.to(self.device) if y_t is not None else None)
             w_t = w_t.to(self.device) if w_t is not None else None
-        sums = self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size) if w_t is None else \
-            self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size, weights=w_t)
-        out = {"sums": sums.cpu()}
+        out = {"sums": self.feature_map.class_sums(X_t, y_t, self.n_classes, self.batch_size, weights=w_t).cpu()}
         if y_t is not None:
             out["counts"] = torch.bincount(y_t.cpu(), weights=None if w_t is None else w_t.cpu(),
                                            minlength=self.n_classes).to(torch.float64)

@@ -31,8 +31,6 @@ from safetensors.numpy import load_file, save_file
 
 from ..data.discrete import DEFAULT_CELLS
 from ..data.encoding import TableEncoder
-from ..engines import InMemory
-from ..engines.persons import PersonTable
 from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
@@ -137,12 +135,11 @@ class Hybrid(MST):
                           privacy_unit=privacy_unit,
                           shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
 
-    def _more_releases(self, engine, source, schema, dataset, tensors, spec, facts):
+    def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
         """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class
         proportions, the embedding)."""
         from ..embedding import release_mean_embedding
         k = self._kernel(schema)
-        data = source.frame if isinstance(source, PersonTable) else source.data if isinstance(source, InMemory) else source
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         kernel = release_mean_embedding(
             k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,

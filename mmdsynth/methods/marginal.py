@@ -26,6 +26,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import torch
+from scipy.special import logsumexp
 
 from ..data.discrete import DEFAULT_CELLS, Domain, simplex_projection
 from ..data.encoding import TableEncoder
@@ -41,7 +42,7 @@ from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
 from ..engines.persons import person_source
-from .tables import ROWS_TENSOR, encoder_of, release_rows_per_person, rows_noise, unit_shares
+from .tables import encoder_of, release_rows_per_person, unit_shares
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +109,6 @@ class _Factor:
         return _Factor([a for a in self.attrs if a in keep], fn(self.values, axis=axes) if axes else self.values)
 
 
-def _logsumexp(v, axis):
-    m = np.max(v, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(v - m), axis=axis))
-
-
 class ModelMarginals:
     """Any 1- or 2-way marginal of an mbi graphical model, exactly, in numpy (post-processing).
 
@@ -138,9 +133,9 @@ class ModelMarginals:
         messages = {}
         for i, j in lib.junction_tree.message_passing_order(self.tree):
             tau = logb[i] - messages[(j, i)].expand(i, self.sizes) if (j, i) in messages else logb[i]
-            messages[(i, j)] = _Factor(i, tau).reduce(set(i) & set(j), _logsumexp)
+            messages[(i, j)] = _Factor(i, tau).reduce(set(i) & set(j), logsumexp)
             logb[j] = logb[j] + messages[(i, j)].expand(j, self.sizes)
-        self.beliefs = {c: _Factor(c, np.exp(v - _logsumexp(v.reshape(-1), 0))) for c, v in logb.items()}
+        self.beliefs = {c: _Factor(c, np.exp(v - logsumexp(v))) for c, v in logb.items()}
 
     def __call__(self, clique) -> np.ndarray:
         """The model's counts on ``clique`` (1 or 2 attributes), flattened in the clique's order."""
@@ -298,7 +293,7 @@ class MST(Method):
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
-        tensors, spec, facts = self._more_releases(engine, source, schema, dataset, tensors, spec, facts)
+        tensors, spec, facts = self._more_releases(engine, data, source, schema, dataset, tensors, spec, facts)
         self.release_ = Release(tensors, spec, facts, engine.ledger)
         if out is not None:                                # saved before any post-processing: it holds the budget
             self.release_.save(out / "release")
@@ -315,13 +310,12 @@ class MST(Method):
         return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
                           privacy_unit=privacy_unit, shares=unit_shares(schema))
 
-    def _more_releases(self, engine, source, schema, dataset, tensors, spec, facts):
+    def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
         """Releases of the same plan after the marginal stages (MST: the rows per person, with a privacy unit):
-        (tensors, spec, facts). ``source``: the rows read (a person table with a privacy unit)."""
-        if ROWS_TENSOR in engine.multipliers:
-            tensors = {**tensors, **release_rows_per_person(engine, source)}
-            facts = {**facts, **rows_noise(engine)}
-        return tensors, spec, facts
+        (tensors, spec, facts). ``data``: the checked rows (or the shards); ``source``: what the sums read (a person
+        table with a privacy unit)."""
+        persons, persons_facts = release_rows_per_person(engine, source)
+        return {**tensors, **persons}, spec, {**facts, **persons_facts}
 
     def _fitted(self) -> None:
         """Post-processing once the release is made: the graphical model, estimated once (sampling reads it)."""
@@ -470,6 +464,7 @@ class AIM(MST):
         measurements = [(c, y, std1, True) for c, y in one.items()]
         used = initial
         model = estimate(domain, measurements, n, self._s.iters)
+        marginals = ModelMarginals(model)
         lib_domain = lib.Domain.fromdict(sizes)
         last, t = False, 0
         while not last:
@@ -482,7 +477,6 @@ class AIM(MST):
             free = {sub for c in model.cliques for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
             small = tuple(c for c in candidates if c in free or
                           lib.junction_tree.hypothetical_model_size(lib_domain, list(model.cliques) + [c]) <= limit)
-            marginals = ModelMarginals(model)
             estimates = {c: marginals(c) for c in small}
             bias = {c: math.sqrt(2 / math.pi) * std * cells(c) for c in small}
             pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
@@ -491,7 +485,7 @@ class AIM(MST):
             measurements.append((pick, counts[pick], std, False))
             logger.info("aim round %d: measured %s; %.1f%% of rho spent", t, clique_key(pick), 100 * used / rho)
             model = estimate(domain, measurements, n, self._s.iters, warm_start=model)
-            after = ModelMarginals(model)(pick)
-            if not last and np.abs(after - estimates[pick]).sum() <= math.sqrt(2 / math.pi) * std * cells(pick):
+            marginals = ModelMarginals(model)
+            if not last and np.abs(marginals(pick) - estimates[pick]).sum() <= math.sqrt(2 / math.pi) * std * cells(pick):
                 per_round *= 4                             # the model barely moved: half the noise from now on
         return measurements

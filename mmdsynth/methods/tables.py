@@ -90,25 +90,23 @@ def unit_shares(schema: Schema) -> dict[str, float]:
 ROWS_THRESHOLD_SIGMAS = 3.0
 
 
-def release_rows_per_person(engine, source) -> dict[str, torch.Tensor]:
-    """The noisy histogram of rows per person over the public cells ``ROWS_EDGES`` (data-touching: one one-hot
-    per person, summed on the source, sensitivity sqrt(2) under replacing one person), noised by ``engine`` (its
-    plan holds a ``rows_per_person`` release). {} when the source is not a person table."""
-    if not isinstance(source, PersonTable):
-        return {}
+def release_rows_per_person(engine, source) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors, public facts) of the rows-per-person release when ``engine``'s plan holds one (a declared privacy
+    unit; ``({}, {})`` otherwise): the noisy histogram of rows per person over the public cells ``ROWS_EDGES``
+    (data-touching: one one-hot per person, summed on ``source``, a person table, sensitivity sqrt(2) under
+    replacing one person), and its noise std, which sampling reads."""
+    if ROWS_TENSOR not in engine.multipliers or not isinstance(source, PersonTable):
+        return {}, {}
     counts = source.total(RowsPerPerson())["rows_per_person"]
-    return {ROWS_TENSOR: engine.gaussian(
+    tensor = engine.gaussian(
         ROWS_TENSOR, torch.as_tensor(counts), math.sqrt(2.0),
         description=f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the "
                     f"{source.n_records} persons' row counts",
         assumed={"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
                  "sensitivity": "sqrt(2) (one person's one-hot changes cell)"},
-        n_records=int(source.n_records), computation=source.describe())}
-
-
-def rows_noise(engine) -> dict:
-    """The public fact sampling needs besides the tensor: the rows-per-person histogram's noise std."""
-    return {ROWS_TENSOR: {"noise_std": float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))}}
+        n_records=int(source.n_records), computation=source.describe())
+    std = float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))
+    return {ROWS_TENSOR: tensor}, {ROWS_TENSOR: {"noise_std": std}}
 
 
 def rows_per_person(tensors: dict, facts: dict | None = None) -> np.ndarray | None:
@@ -169,12 +167,10 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
         counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
         facts["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
         maps = sketch.cdfs(counts, std)
-    if ROWS_TENSOR in engine.multipliers:
-        counts.update(release_rows_per_person(engine, source))
-        facts.update(rows_noise(engine))
+    persons, persons_facts = release_rows_per_person(engine, source)
+    facts.update(persons_facts)
     encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
     facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
-    persons = {ROWS_TENSOR: counts.pop(ROWS_TENSOR)} if ROWS_TENSOR in counts else {}
     return encoder, {**{SKETCH_PREFIX + name: c for name, c in counts.items()}, **persons}, facts
 
 
