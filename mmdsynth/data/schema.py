@@ -373,6 +373,14 @@ class Schema:
                     f"the combinations to the schema's constraint.")
         return out
 
+    def person_ids(self, df: pd.DataFrame) -> pd.Series:
+        """The privacy unit's column of ``df`` read as the schema reads IDs, each value by itself
+        (:func:`_checked_ids`: text IDs by their text, so ``1`` and ``"1"`` are one person; integer IDs as
+        integers in the declared range): rows are one person exactly when these values are equal."""
+        if self.privacy_unit is None or self.privacy_unit not in df.columns:
+            raise SchemaError(f"no privacy unit column {self.privacy_unit!r} to read in the data.")
+        return _checked_ids(self.column(self.privacy_unit), df[self.privacy_unit])
+
     def label_codes(self, df: pd.DataFrame) -> np.ndarray:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {category_text(c): i for i, c in enumerate(self.label_categories)}

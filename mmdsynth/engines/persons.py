@@ -54,13 +54,15 @@ def person_weights(codes: np.ndarray, m: int) -> np.ndarray:
 
 class PersonTable(InMemory):
     """An in-memory table whose privacy unit is a person: one shard, one :class:`~mmdsynth.engines.Weighted`
-    batch (the rows without the person column, their weights), ``n_records`` = the number of persons (public)."""
+    batch (the rows, their weights), ``n_records`` = the number of persons (public). ``ids``: the person column
+    as the schema reads it (:meth:`~mmdsynth.data.schema.Schema.person_ids`, what :func:`person_source` passes);
+    left out, the column's values as they are (callers whose IDs are already plain text)."""
 
-    def __init__(self, frame: pd.DataFrame, column: str):
+    def __init__(self, frame: pd.DataFrame, column: str, ids: pd.Series | None = None):
         if column not in frame.columns:
             raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
                                         f"{[str(c) for c in frame.columns]}.")
-        codes, m = person_codes(frame[column])
+        codes, m = person_codes(frame[column] if ids is None else ids)
         self.column = column
         super().__init__(Weighted(frame, person_weights(codes, m)), m)
 
@@ -120,4 +122,7 @@ def person_source(data, schema):
             f"privacy_unit={column!r}: a person's rows are reduced to one bounded contribution before any sum, which "
             f"needs all of a person's rows together; this release reads in-memory tables only. Load the table into "
             f"a DataFrame (or drop the privacy unit to protect one row).")
-    return PersonTable(data, column)
+    if column not in data.columns:
+        raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
+                                    f"{[str(c) for c in data.columns]}.")
+    return PersonTable(data, column, schema.person_ids(data))     # each ID read by itself, as the schema reads it

@@ -112,3 +112,14 @@ def test_cli_fit_with_a_privacy_unit(tmp_path):
                                     "--out", str(tmp_path / "r2")], capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "--privacy-unit names a column of your table" in refused.stderr
     assert not (tmp_path / "r2").exists()
+
+
+def test_a_person_is_read_by_their_checked_id():
+    """A person's rows are grouped by the ID as the schema reads it, value by value: in an object column 1 and "1"
+    are one text ID, so one person (grouping the raw values would split them into two persons, each weighing 1)."""
+    df, _ = visits(3)
+    df["patient"] = pd.Series([1, "1"] + ["2"] * (len(df) - 2), dtype=object)
+    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    t = person_source(df, schema)
+    assert t.n_records == 2
+    np.testing.assert_allclose(t.data.weights[:2], 1 / 2)
