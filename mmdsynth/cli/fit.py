@@ -229,8 +229,9 @@ def _shard_inputs(args):
         raise InvalidParameterError(f"{args.method} reads the records at every step; --shards releases sums once: "
                                     f"use a method that releases sums (dp-merf, dp-ntk, dp-hp, dp-mepf, mst or aim).")
     if args.n_records is None:
-        raise InvalidParameterError("--shards needs --n-records N: the total number of records, declared (public "
-                                    "metadata: the sensitivity 2/m rests on it; the rows read are checked against it).")
+        raise InvalidParameterError("--shards needs --n-records N: the total number of records (with --privacy-unit: "
+                                    "of persons), declared (public metadata: the sensitivity 2/m rests on it; the "
+                                    "data read is checked against it).")
     engine = get_engine(args.engine or "stream", address=args.ray_address, workers=args.ray_workers)
     if bool(args.schema) != bool(args.label):
         raise InvalidParameterError("table shards need both --schema FILE.json and --label COLUMN.")
@@ -588,7 +589,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "
                    "--schema, --label) or .npz shards (arrays x, y) / .npy shards; read in bounded memory")
     s.add_argument("--n-records", type=int, help="--shards: the total number of records, declared (public; "
-                   "checked against the rows read)")
+                   "checked against the rows read); with --privacy-unit, the number of persons")
     s.add_argument("--n-classes", type=int, help="--shards of arrays with labels: the number of classes (public)")
     s.add_argument("--engine", choices=["stream", "ray"], help="--shards: where the sums are computed: this "
                    "process, shard after shard (stream, default), or Ray tasks, one per shard (needs mmdsynth[ray])")

@@ -80,17 +80,28 @@ class Source:
     def total(self, statistic) -> dict:
         """The statistic summed over every record (see the module docstring). Raises
         :class:`~mmdsynth.errors.DataValidationError` if the rows do not add up to ``n_records``."""
-        parts = self.engine.partials(self, statistic)
-        missing = sorted(set(range(self.n_shards)) - set(parts))
-        if missing or len(parts) != self.n_shards:
-            raise RuntimeError(f"the {self.engine.name} engine returned shards {sorted(parts)}, expected each of "
-                               f"0..{self.n_shards - 1} once; nothing was released.")
-        rows = sum(parts[i][1] for i in range(self.n_shards))
-        if rows != self.n_records:
+        total, records = summed(self.engine.partials(self, statistic), self.n_shards, self.engine.name)
+        if abs(records - self.n_records) > RECORDS_TOLERANCE:   # (persons: weights 1 / rows add up to each person)
             raise DataValidationError(
-                f"the data holds {rows} records but n_records={self.n_records} was declared; the sensitivity "
+                f"the data holds {records:.0f} records but n_records={self.n_records} was declared; the sensitivity "
                 f"2/m rests on m, so they must agree. Declare the true count (nothing was released).")
-        return reduce(add_partials, (parts[i][0] for i in range(self.n_shards)))
+        return total
+
+
+#: records of a batch may be fractions (a person's rows in several shards each count 1 / their rows): their sum
+#: must equal the declared m up to float rounding, far below one record
+RECORDS_TOLERANCE = 1e-6
+
+
+def summed(parts: dict, n_shards: int, engine: str) -> tuple[dict, float]:
+    """(the partial sums added in shard order, the records counted) of an engine's ``partials``, after checking
+    that each shard 0..n_shards-1 came back exactly once."""
+    missing = sorted(set(range(n_shards)) - set(parts))
+    if missing or len(parts) != n_shards:
+        raise RuntimeError(f"the {engine} engine returned shards {sorted(parts)}, expected each of "
+                           f"0..{n_shards - 1} once; nothing was released.")
+    records = sum(parts[i][1] for i in range(n_shards))
+    return reduce(add_partials, (parts[i][0] for i in range(n_shards))), records
 
 
 def shard_partial(source: Source, i: int, statistic) -> tuple[dict, int]:
@@ -99,7 +110,7 @@ def shard_partial(source: Source, i: int, statistic) -> tuple[dict, int]:
     for batch, n in source.batches(i):
         part = statistic(batch)
         acc = part if acc is None else add_partials(acc, part)
-        rows += int(n)
+        rows += n if isinstance(n, float) else int(n)
     if acc is None:
         raise DataValidationError(f"shard {source.shard_name(i)} holds no records; remove it.")
     return acc, rows

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..errors import InvalidParameterError
-from . import InMemory, Weighted, unweighted
+from ..errors import DataValidationError, InvalidParameterError
+from . import InMemory, Source, Weighted, summed, unweighted
 
 #: the privacy unit's wording in ledgers, reports and ``inspect``
 UNIT_TEXT = "one person (all rows with the same {column})"
@@ -107,21 +107,91 @@ class RowsPerPerson:
         return {"rows_per_person": np.bincount(rows_cell(rows), weights=w, minlength=len(ROWS_EDGES) - 1)}
 
 
+class PersonRowCounts:
+    """The first pass over sharded persons: each person's row count in one batch, as a dict {person ID: rows}
+    (summed across shards key by key: :func:`~mmdsynth.engines.add_partials`). ``ids``: the schema's reading of
+    the person column (:meth:`~mmdsynth.data.schema.Schema.person_ids`). Nothing of it is released: it only sets
+    each row's weight in the next pass."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __call__(self, batch) -> dict:
+        ids = self.ids(unweighted(batch)[0])
+        if ids.isna().any():
+            raise InvalidParameterError("the person column has missing values: every row must name its person.")
+        return {"persons": ids.value_counts(sort=False).to_dict()}
+
+
+class PersonShards(Source):
+    """Shards of a table whose privacy unit is a person, on any engine (streamed or Ray). A person's rows may sit
+    in any shards: the reduction is **exact across shards**, not keyed by shard. The first sum asked (after the
+    plan is calibrated: nothing is read before) runs a counting pass, :class:`PersonRowCounts`, over every shard
+    and adds the per-shard counts into each person's total; every pass then weights each row by 1 / (its person's
+    total rows), so each person's rows weigh 1 in all, wherever they are, and every release sees what
+    :class:`PersonTable` gives for the same rows in memory. ``n_records`` (declared, public) counts persons; the
+    counting pass checks it. The driver holds one count per person (memory O(persons))."""
+
+    def __init__(self, shards: Source, column: str, ids):
+        self.shards, self.column, self.ids = shards, column, ids
+        self.n_records, self.engine = shards.n_records, shards.engine
+        self._rows = None                           # each person's total row count (private; never released)
+
+    @property
+    def n_shards(self) -> int:
+        return self.shards.n_shards
+
+    def shard_name(self, i: int) -> str:
+        return self.shards.shard_name(i)
+
+    def __getstate__(self):                          # the engine stays on the driver
+        return {**self.__dict__, "engine": None}
+
+    def total(self, statistic) -> dict:
+        if self._rows is None:
+            self._rows = self._count()
+        return super().total(statistic)
+
+    def _count(self) -> pd.Series:
+        parts, _ = summed(self.engine.partials(self.shards, PersonRowCounts(self.ids)), self.n_shards,
+                          self.engine.name)
+        rows = pd.Series(parts["persons"], dtype=np.float64)
+        if len(rows) != self.n_records:
+            raise DataValidationError(
+                f"the shards hold {len(rows)} persons (distinct values of {self.column!r}) but n_records="
+                f"{self.n_records} was declared; with a privacy unit n_records counts persons, and the sensitivity "
+                f"2/m rests on it. Declare the number of persons (nothing was released).")
+        return rows
+
+    def batches(self, i: int):
+        if self._rows is None:
+            raise RuntimeError("PersonShards.batches before the counting pass: call total().")
+        for frame, _ in self.shards.batches(i):
+            w = 1.0 / self.ids(frame).map(self._rows).to_numpy(np.float64)
+            yield Weighted(frame, w), float(w.sum())
+
+    def describe(self) -> dict:
+        return {**self.shards.describe(), "m": int(self.n_records), "privacy_unit": unit_text(self.column),
+                "persons across shards": "exact (a counting pass adds each person's rows over all shards)"}
+
+
 def person_source(data, schema):
-    """The Source a fit reads: a :class:`PersonTable` when ``schema`` declares a privacy unit (in-memory tables
-    only for now), else ``data`` as it is (:func:`~mmdsynth.engines.as_source`)."""
-    from . import Source, as_source
+    """The Source a fit reads: a :class:`PersonTable` (a DataFrame) or :class:`PersonShards` (table shards) when
+    ``schema`` declares a privacy unit, else ``data`` as it is (:func:`~mmdsynth.engines.as_source`)."""
+    from . import as_source
 
     column = getattr(schema, "privacy_unit", None)
     if column is None:
         return as_source(data)
-    if isinstance(data, PersonTable):
+    if isinstance(data, (PersonTable, PersonShards)):
         return data
-    if isinstance(data, Source) or not isinstance(data, pd.DataFrame):
-        raise InvalidParameterError(
-            f"privacy_unit={column!r}: a person's rows are reduced to one bounded contribution before any sum, which "
-            f"needs all of a person's rows together; this release reads in-memory tables only. Load the table into "
-            f"a DataFrame (or drop the privacy unit to protect one row).")
+    if isinstance(data, Source):
+        if column not in getattr(data, "columns", ()):
+            raise InvalidParameterError(f"privacy_unit={column!r}: the shards' schema has no such column; a person "
+                                        f"table's shards hold the person column in every row.")
+        return PersonShards(data, column, schema.person_ids)
+    if not isinstance(data, pd.DataFrame):
+        raise InvalidParameterError(f"privacy_unit={column!r} applies to tables (a DataFrame or table shards).")
     if column not in data.columns:
         raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
                                     f"{[str(c) for c in data.columns]}.")

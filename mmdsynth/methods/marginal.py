@@ -41,6 +41,7 @@ from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
+from ..engines import unweighted
 from ..engines.persons import person_source
 from .tables import encoder_of, release_rows_per_person, unit_shares
 
@@ -186,8 +187,8 @@ class CheckedRows:
     def __init__(self, encoder):
         self.encoder = encoder
 
-    def __call__(self, df) -> dict:
-        return {"rows": len(self.encoder.clean(df))}
+    def __call__(self, batch) -> dict:
+        return {"rows": len(self.encoder.clean(unweighted(batch)[0]))}
 
 
 def _schema_dict(schema) -> dict:
@@ -271,10 +272,9 @@ class MST(Method):
         privacy_unit = self._unit(schema, privacy_unit)    # one person, when the schema names a person column
         engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
         if sharded:                                        # every shard checked before the charge (one pass)
-            if schema.privacy_unit is not None:
-                person_source(X, schema)                   # refused: a person's rows must be read together
-            data = source = X
-            n = int(X.total(CheckedRows(encoder))["rows"])
+            data, source = X, person_source(X, schema)     # persons across shards: counted exactly, then weighted
+            source.total(CheckedRows(encoder))
+            n = source.n_records                           # public, declared: the rows, or the persons
         else:
             data = encoder.clean(X)                        # every refusal before the charge
             source = person_source(data, schema)           # a person table when the schema declares a unit

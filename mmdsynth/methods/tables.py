@@ -23,7 +23,7 @@ from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, m
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
                                    release_schema_statistics, require_complete)
 from ..data.schema import Schema
-from ..engines.persons import ROWS_EDGES, PersonTable, RowsPerPerson
+from ..engines.persons import ROWS_EDGES, PersonShards, PersonTable, RowsPerPerson
 from ..errors import InvalidParameterError
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
@@ -95,8 +95,11 @@ def release_rows_per_person(engine, source) -> tuple[dict[str, torch.Tensor], di
     unit; ``({}, {})`` otherwise): the noisy histogram of rows per person over the public cells ``ROWS_EDGES``
     (data-touching: one one-hot per person, summed on ``source``, a person table, sensitivity sqrt(2) under
     replacing one person), and its noise std, which sampling reads."""
-    if ROWS_TENSOR not in engine.multipliers or not isinstance(source, PersonTable):
+    if ROWS_TENSOR not in engine.multipliers:
         return {}, {}
+    if not isinstance(source, (PersonTable, PersonShards)):
+        raise RuntimeError("the plan holds the rows per person but the source is not a person table; nothing of "
+                           "this release was drawn.")
     counts = source.total(RowsPerPerson())["rows_per_person"]
     tensor = engine.gaussian(
         ROWS_TENSOR, torch.as_tensor(counts), math.sqrt(2.0),

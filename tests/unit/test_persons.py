@@ -11,7 +11,7 @@ import pytest
 import mmdsynth
 from mmdsynth.data.schema import Schema
 from mmdsynth.engines.persons import PersonTable, person_source
-from mmdsynth.errors import InvalidParameterError, SchemaError
+from mmdsynth.errors import DataValidationError, InvalidParameterError, SchemaError
 from mmdsynth.methods import DPKIP, DPMERF, MST
 from mmdsynth.privacy.budget import BudgetFile
 
@@ -59,21 +59,68 @@ def test_methods_that_read_rows_one_by_one_refuse_a_person(tmp_path):
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def test_shards_are_refused_before_the_charge(tmp_path):
+def visit_shards(tmp_path, df, k=3, seed=0):
+    """``df``'s rows shuffled into ``k`` CSV shards: most persons' rows sit in several shards."""
     from mmdsynth.data import ShardedTable
 
-    df, _ = visits(100)
-    for i, part in enumerate(np.array_split(np.arange(len(df)), 2)):
+    perm = np.random.default_rng(seed).permutation(len(df))
+    for i, part in enumerate(np.array_split(perm, k)):
         df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
-    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
-    shards = ShardedTable(tmp_path / "part*.csv", schema, n_records=len(df))
+    return lambda n, **kw: ShardedTable(tmp_path / "part*.csv", Schema.from_dict(SCHEMA).with_privacy_unit("patient"),
+                                        n_records=n, **kw)
+
+
+SHARD_METHODS = [(DPMERF, dict(iterations=3, n_features=100)), (MST, dict(iters=20))]
+
+
+@pytest.mark.parametrize("cls,kw", SHARD_METHODS)
+def test_persons_across_shards_release_exactly_what_memory_releases(cls, kw, tmp_path):
+    """A person's rows spread over shards are counted over all shards before any weight is set: the streamed fit
+    releases what the in-memory fit releases (same noise seed), tensor by tensor, and its ledger says so."""
+    df, counts = visits(200)
+    shards = visit_shards(tmp_path, df)
+    where = pd.concat([pd.read_csv(tmp_path / f"part{i}.csv").assign(shard=i) for i in range(3)])
+    assert (where.groupby("patient").shard.nunique() > 1).sum() > 100   # most persons have rows in several shards
+    mem = cls(epsilon=1.0, noise_seed=0, **kw).fit(df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit(
+        "patient")).release_
+    got = cls(epsilon=1.0, noise_seed=0, **kw).fit(shards(200), label="y").release_
+    assert sorted(got.tensors) == sorted(mem.tensors) and "rows_per_person" in got.tensors
+    for k in mem.tensors:
+        np.testing.assert_allclose(got.tensors[k].double().numpy(), mem.tensors[k].double().numpy(), atol=1e-9,
+                                   err_msg=k)
+    e = got.ledger.entries[0]
+    assert e.n_records == 200 and e.privacy_unit == "one person (all rows with the same patient)"
+    assert "exact" in e.computation["persons across shards"] and e.computation["shards"] == 3
+
+
+def test_persons_across_shards_on_ray(tmp_path):
+    pytest.importorskip("ray")
+    from mmdsynth.engines import get_engine
+
+    df, _ = visits(200)
+    shards = visit_shards(tmp_path, df)
+    kw = dict(epsilon=1.0, noise_seed=0, iterations=3, n_features=100)
+    mem = DPMERF(**kw).fit(df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient")).release_
+    got = DPMERF(**kw).fit(shards(200, engine=get_engine("ray", workers=2)), label="y").release_
+    assert got.ledger.entries[0].computation["engine"] == "ray"
+    for k in mem.tensors:
+        np.testing.assert_allclose(got.tensors[k].double().numpy(), mem.tensors[k].double().numpy(), atol=1e-9)
+
+
+@pytest.mark.parametrize("cls,kw", SHARD_METHODS)
+def test_a_wrong_person_count_is_refused_before_the_charge(cls, kw, tmp_path):
+    """With a privacy unit, n_records counts persons: the counting pass checks it and nothing is charged."""
+    df, _ = visits(100)
+    shards = visit_shards(tmp_path, df)
     budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
-    for cls, kw in [(MST, {}), (DPMERF, dict(iterations=2))]:
-        with pytest.raises(InvalidParameterError, match="all of a person's rows together.*in-memory"):
-            cls(epsilon=1.0, **kw).fit(shards, label="y", budget=budget)
+    for n in (len(df), 99):                             # the row count, or one person too few
+        with pytest.raises(DataValidationError, match=r"the shards hold 100 persons \(distinct values of 'patient'\)"
+                                                      r" but n_records=\d+ was declared; with a privacy unit "
+                                                      r"n_records counts persons"):
+            cls(epsilon=1.0, **kw).fit(shards(n), label="y", budget=budget)
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
-    with pytest.raises(InvalidParameterError):
-        person_source(shards, schema)
+    with pytest.raises(InvalidParameterError, match="applies to tables"):
+        person_source(np.zeros((3, 2)), Schema.from_dict(SCHEMA).with_privacy_unit("patient"))
 
 
 @pytest.mark.parametrize("cls,kw", [(DPMERF, dict(iterations=20, n_features=100, batch_size=200)),
@@ -108,6 +155,14 @@ def test_cli_fit_with_a_privacy_unit(tmp_path):
     text = " ".join(inspect.stdout.split())
     assert "(300 persons, 2 classes)" in text and "one record = one person (all rows with the same patient)" in text
     assert "rows per person" in text
+    shards = visit_shards(tmp_path, df)(300)             # the same rows in 3 shards: persons counted across them
+    fit = subprocess.run(run + ["fit", "--method", "mst", "--shards", str(tmp_path / "part*.csv"), "--n-records", "300",
+                                "--schema", str(tmp_path / "s.json"), "--label", "y", "--privacy-unit", "patient",
+                                "--epsilon", "1", "--iters", "20", "--out", str(tmp_path / "run2"), "--quiet"],
+                         capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0 and shards.n_shards == 3, fit.stderr[-1500:]
+    inspect = subprocess.run(run + ["inspect", str(tmp_path / "run2")], capture_output=True, text=True, timeout=600)
+    assert "(300 persons, 2 classes)" in " ".join(inspect.stdout.split()), inspect.stdout
     refused = subprocess.run(run + ["fit", "--method", "dp-merf", "--dataset", "adult", "--privacy-unit", "x",
                                     "--out", str(tmp_path / "r2")], capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "--privacy-unit names a column of your table" in refused.stderr
