@@ -63,7 +63,7 @@ class PersonTable(InMemory):
             raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
                                         f"{[str(c) for c in frame.columns]}.")
         codes, m = person_codes(frame[column] if ids is None else ids)
-        self.column = column
+        self.column, self.codes = column, codes          # codes: each row's person 0..m-1 (DP-SGD samples persons)
         super().__init__(Weighted(frame, person_weights(codes, m)), m)
 
     @property
@@ -75,7 +75,7 @@ class PersonTable(InMemory):
         if len(frame) != len(self.data.frame):
             raise InvalidParameterError("with_frame needs the same rows in the same order.")
         out = PersonTable.__new__(PersonTable)
-        out.column = self.column
+        out.column, out.codes = self.column, self.codes
         InMemory.__init__(out, Weighted(frame, self.data.weights), self.n_records)
         return out
 

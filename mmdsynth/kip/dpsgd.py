@@ -40,23 +40,30 @@ def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.T
 
 
 def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor, *,
-                     reg: float, clip: float, engine, expected_batch: float) -> torch.Tensor:
+                     reg: float, clip: float, engine, expected_batch: float,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
     """The noisy mean gradient of one DP-SGD step: (sum of clipped per-record gradients +
     N(0, (sigma C)^2 I), the noise added by ``engine``, a
     :class:`~mmdsynth.privacy.engine.PrivacyEngine` of a DP-SGD plan) / (q N). ``x_b``/``y_b`` may be
-    empty (a Poisson batch can be)."""
-    total = clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip)
+    empty (a Poisson batch can be). With a person as the privacy unit the batch holds every row of each
+    sampled person and ``weights`` is 1 / that person's row count: a person adds the mean of their rows'
+    clipped gradients, norm <= C, so the step is the same mechanism over persons (q and N count persons)."""
+    total = clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip, weights=weights)
     noisy = engine.noisy_step(total, clip)
     return (noisy / expected_batch).to(device=x_s.device, dtype=x_s.dtype)
 
 
-def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float, *, factored: bool = True) -> torch.Tensor:
-    """Sum of the clipped per-record gradients (zeros for an empty batch). Without noise this is
-    NOT private: :func:`private_gradient` is the only caller on private data in a DP run; the
-    non-private KIP baseline (epsilon = inf, benchmark only) divides it by the batch size.
+def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float, *, factored: bool = True,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum of the clipped per-record gradients, each times its ``weights`` entry when given (zeros for an
+    empty batch). Without noise this is NOT private: :func:`private_gradient` is the only caller on private
+    data in a DP run; the non-private KIP baseline (epsilon = inf, benchmark only) divides it by the batch size.
     ``factored=False`` (or a kernel other than the FC ReLU NTK) uses the torch.func reference."""
     if not x_b.shape[0]:
         return torch.zeros_like(x_s)
     if factored and isinstance(kernel, FCReLUKernel):
-        return factored_clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip)     # float64
-    return clipped_gradients(kernel, x_s.detach(), y_s, x_b.to(x_s.dtype), y_b.to(x_s.dtype), reg, clip).sum(0)
+        return factored_clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip, weights)     # float64
+    g = clipped_gradients(kernel, x_s.detach(), y_s, x_b.to(x_s.dtype), y_b.to(x_s.dtype), reg, clip)
+    if weights is not None:
+        g = g * torch.as_tensor(weights, dtype=g.dtype, device=g.device).reshape(-1, *([1] * (g.dim() - 1)))
+    return g.sum(0)

@@ -100,12 +100,16 @@ def squared_norms(s: dict, R, v, x_t) -> torch.Tensor:
     return quad + (v * v).sum(1) * (x_t * x_t).sum(1) + 2 * (v * (R @ h[:, :, None])[..., 0]).sum(1)
 
 
-def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, clip: float) -> torch.Tensor:
+def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, clip: float,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over the batch of the per-record KIP gradients w.r.t. ``x_s``, each made finite and
-    clipped to norm <= ``clip``: equal (to float64 rounding) to summing
-    :func:`mmdsynth.kip.dpsgd.clipped_gradients`, without forming them. Returns float64 (m, d)."""
+    clipped to norm <= ``clip`` (then times its ``weights`` entry, in [0, 1], when given: a person's rows
+    at 1 / their count): equal (to float64 rounding) to summing :func:`mmdsynth.kip.dpsgd.clipped_gradients`,
+    without forming them. Returns float64 (m, d)."""
     x_s, y_s = x_s.detach().double(), y_s.double()
     x_b, y_b = x_b.reshape(x_b.shape[0], -1).double(), y_b.double()
+    rows = torch.ones(x_b.shape[0], dtype=torch.float64, device=x_b.device) if weights is None else \
+        torch.as_tensor(weights, dtype=torch.float64, device=x_b.device)
     s = _support_terms(kernel, x_s, y_s, reg)
     m = s["m"]
     bc_sum = torch.zeros_like(s["G"])                 # sum_i w_i b_i c_i^T
@@ -113,7 +117,7 @@ def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, c
     total = torch.zeros_like(x_s)
     chunk = max(1, CHUNK_BYTES // (8 * m * m))
     for start in range(0, x_b.shape[0], chunk):
-        x_t, y_t = x_b[start:start + chunk], y_b[start:start + chunk]
+        x_t, y_t, r_t = x_b[start:start + chunk], y_b[start:start + chunk], rows[start:start + chunk]
         ok = torch.isfinite(x_t).all(1) & torch.isfinite(y_t).all(1)
         b, c, u, v = per_record_factors(kernel, s, x_t, y_t)
         for f in (b, c, u, v):
@@ -126,18 +130,18 @@ def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, c
         ok &= torch.isfinite(norm2) & torch.isfinite(scale2)
         exact = ok & (norm2 < TRUST * scale2)          # the closed-form norm may have cancelled
         fast = ok & ~exact
-        w = torch.where(fast, torch.clamp(clip / norm2.clamp_min(0).sqrt(), max=1.0), 0.0)[:, None]
+        w = (torch.where(fast, torch.clamp(clip / norm2.clamp_min(0).sqrt(), max=1.0), 0.0) * r_t)[:, None]
         bc_sum += (w * b).T @ c
         u_sum += (w * u).sum(0)
         total += (w * v).T @ x_t
         if bool(exact.any()):
-            total += explicit_clipped_sum(s, R[exact], v[exact], x_t[exact], clip)
+            total += explicit_clipped_sum(s, R[exact], v[exact], x_t[exact], clip, r_t[exact])
     n = -s["a"] * bc_sum * s["P"]
     return (n + n.T + torch.diag(u_sum)) @ x_s + total
 
 
-def explicit_clipped_sum(s: dict, R, v, x_t, clip: float) -> torch.Tensor:
-    """Sum of the records' gradients R X + v x_t^T formed explicitly, each clipped as it is
+def explicit_clipped_sum(s: dict, R, v, x_t, clip: float, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted sum of the records' gradients R X + v x_t^T formed explicitly, each clipped as it is
     (norm <= ``clip`` by construction; a non-finite one contributes 0)."""
     g = R @ s["X"] + v[:, :, None] * x_t[:, None, :]
-    return bounded_rows(g.reshape(g.shape[0], -1), clip).sum(0).reshape(s["X"].shape)
+    return (weights[:, None] * bounded_rows(g.reshape(g.shape[0], -1), clip)).sum(0).reshape(s["X"].shape)

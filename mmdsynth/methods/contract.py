@@ -117,9 +117,8 @@ class Method:
     #: the method reads the records only in sums the engine computes where the data lives, so it takes a table in
     #: shards (`fit --shards`, a ShardedTable); DP-SGD reads records at every step and does not
     takes_shards: bool = False
-    #: the method reads a table only through sums of bounded per-record vectors, so a declared privacy unit (a
-    #: person column, :mod:`mmdsynth.engines.persons`) is honoured by weighting each person's rows; DP-SGD samples
-    #: rows at every step and does not
+    #: the method honours a declared privacy unit (a person column, :mod:`mmdsynth.engines.persons`): its sums
+    #: weight each person's rows by 1 / their count, and its DP-SGD (dp-kip) samples persons, not rows
     person_level: bool = False
 
     def _unit(self, schema, privacy_unit: str) -> str:
@@ -132,8 +131,8 @@ class Method:
             from ..errors import InvalidParameterError
             able = sorted(m for m, c in METHODS.items() if getattr(c, "person_level", False) and "table" in c.data_kinds)
             raise InvalidParameterError(
-                f"{self.method} cannot protect a person (privacy_unit={column!r}): it reads rows one by one at "
-                f"every step. Methods that can: {', '.join(able)}. Or leave the privacy unit out to protect one row.")
+                f"{self.method} cannot protect a person (privacy_unit={column!r}). Methods that can: "
+                f"{', '.join(able)}. Or leave the privacy unit out to protect one row.")
         from ..engines.persons import unit_text
         return unit_text(column)
 

@@ -39,7 +39,7 @@ from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_ch
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..embedding import release_mean_embedding
-from ..engines import as_source
+from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
 from ..kip.dpsgd import clipped_sum, private_gradient
@@ -103,6 +103,7 @@ class DPKIP(Method):
     """
 
     method = "dp-kip"
+    person_level = True            # DP-SGD over persons: a step samples persons and averages each one's rows
     summary = "a small support set learned by DP-SGD under the NTK (DP-KIP distillation)"
     param_help = {
         "optimizer": '"adam" or "sgd" for the support set',
@@ -233,6 +234,8 @@ class DPKIP(Method):
         class (:func:`~mmdsynth.methods.distill.distill_release`: post-processing)."""
         small = distill_release(release, int(self._s.images_per_class), iterations=iterations, seed=self._s.seed or 0,
                                 blocks_per_step=2 if self._s.start == "random-conv" else None, device=self._s.device)
+        if encoder is not None:                # distilled rows: their generated IDs are not checked as real ones
+            encoder = TableEncoder(encoder.schema, encoder.columns, encoder.numeric_maps, check_ids=False)
         x = encoder.encode(small.x)[0] if encoder is not None else small.x
         return to_kernel_space(torch.as_tensor(np.asarray(x, dtype=np.float32))).to(getattr(torch, self._s.dtype))
 
@@ -310,14 +313,15 @@ class DPKIP(Method):
                     setattr(s, k, v)
         if s.epsilon is None:
             raise epsilon_required(kind)
-        shares = {}
+        shares, source = {}, None
         if table:
             schema = _as_schema(schema, label)
-            privacy_unit = self._unit(schema, privacy_unit)     # refused: DP-SGD samples rows, not persons
+            privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
             s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
                                   numeric_share=self._s.numeric_share)
-            n_records = len(X)
+            source = person_source(X, schema)                   # a person table: DP-SGD then samples persons
+            n_records = source.n_records                        # public: the rows, or the persons
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         self._validate(n_records)
@@ -347,7 +351,7 @@ class DPKIP(Method):
                                    budget=budget, noise_seed=self._s.noise_seed, sampler_seed=self._s.sampler_seed,
                                    dataset=dataset, privacy_unit=privacy_unit, private=self.private,
                                    reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
-            table_state = prepare_table(engine, X, as_source(X), schema) if table else None   # private releases
+            table_state = prepare_table(engine, X, source, schema) if table else None   # private releases
             if table:
                 shape = [table_state[0].dim]
             description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
@@ -360,7 +364,7 @@ class DPKIP(Method):
                 parts = self._start_parts(shape, table_state)
                 self._rehearse_start(parts, engine, n_records, dataset)
                 engine.charge(description)          # the whole plan, before the start's release reads a record
-                start_x = self._private_start(engine, X, y, parts, dataset)
+                start_x = self._private_start(engine, source if table else X, y, parts, dataset)
             entry = engine.declare_dpsgd(
                 clip=self._s.clip, n_records=n_records, description=description,
                 assumed={"N": int(n_records), "n_classes": int(self._s.n_classes), "clip": float(self._s.clip),
@@ -371,7 +375,10 @@ class DPKIP(Method):
                                         "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
                                         "so the add/remove accounting holds for zero-out neighbours only, not for "
                                         "adding or removing a record",
-                         "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N"},
+                         "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N",
+                         **({"persons": "N counts persons; a step samples persons and reads all their rows, each "
+                                        "row's clipped gradient weighted by 1 / its person's rows, so one person "
+                                        "adds at most C"} if isinstance(source, PersonTable) else {})},
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
@@ -389,7 +396,7 @@ class DPKIP(Method):
         Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
         x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self._s.device)
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
-        self._train(state, x_all, y_all, plan, out)
+        self._train(state, x_all, y_all, plan, out, source if isinstance(source, PersonTable) else None)
         # ---- end of private data -----------------------------------------------------------------
         self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
                                 self.kernel.spec(), facts, state.engine.ledger,
@@ -399,8 +406,12 @@ class DPKIP(Method):
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
         return self
 
-    def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None) -> None:
-        kernel, n = self.kernel, x_all.shape[0]
+    def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None,
+               persons: PersonTable | None = None) -> None:
+        """The DP-SGD steps. ``persons``: the rows' person table when a person is the privacy unit: each step
+        samples persons (N = their number) and reads every row of each one, weighted by 1 / their rows."""
+        kernel = self.kernel
+        n = x_all.shape[0] if persons is None else persons.n_records
         y_s = centred_one_hot(state.labels, int(self._s.n_classes), state.x.dtype).to(state.x.device)
         bar = tqdm(total=plan.steps, initial=state.step, disable=not self._s.progress, desc="DP-KIP", unit="step",
                    **progress_rate())
@@ -408,13 +419,14 @@ class DPKIP(Method):
         if observe is not None:
             observe(state.x.detach().clone())
         while state.step < plan.steps:
-            idx = state.engine.sample(n).to(x_all.device)
+            idx, w = person_rows(persons, state.engine.sample(n))
+            idx = idx.to(x_all.device)
             if self.private:
                 g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self._s.reg, clip=self._s.clip,
-                                     engine=state.engine, expected_batch=plan.sample_rate * n)
+                                     engine=state.engine, expected_batch=plan.sample_rate * n, weights=w)
             else:
-                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self._s.reg, self._s.clip)
-                     / max(len(idx), 1)).to(state.x.dtype)
+                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self._s.reg, self._s.clip, weights=w)
+                     / max(len(idx) if w is None else float(w.sum()), 1)).to(state.x.dtype)
             state.optimizer.zero_grad(set_to_none=True)
             state.x.grad = g
             state.optimizer.step()
@@ -471,6 +483,15 @@ class DPKIP(Method):
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
         return read_model_folder(cls, directory, meta)
+
+
+def person_rows(persons: PersonTable | None, chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the rows one DP-SGD step reads, their weights): the sampled records themselves (weights None), or with a
+    person as the unit every row of each sampled person, weighted by 1 / that person's rows."""
+    if persons is None:
+        return chosen, None
+    rows = np.flatnonzero(np.isin(persons.codes, chosen.numpy()))
+    return torch.from_numpy(rows), torch.from_numpy(persons.data.weights[rows])
 
 
 class _KIPState:

@@ -4,6 +4,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -138,6 +139,50 @@ def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversa
     more = clipped_sum(k, xs, ys, torch.cat([xb, x_new]), torch.cat([yb, y_new]), 1e-3, clip, factored=factored)
     assert torch.isfinite(more).all()
     assert float((more - base).norm()) <= clip * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("factored", [True, False])
+def test_weighted_clipped_sum_is_each_clipped_gradient_times_its_weight(factored):
+    """A person's rows enter the step at 1 / their count: the weighted sum equals the reference's clipped
+    per-record gradients times the weights, both paths; all-ones weights change nothing."""
+    k, xs, ys, xb, yb = _problem(B=9, m=7, d=11, seed=3)
+    xs, ys, xb, yb = xs.double(), ys.double(), xb.double(), yb.double()
+    w = torch.tensor([1.0, 0.5, 0.5, 1 / 3, 1 / 3, 1 / 3, 0.25, 0.25, 1.0], dtype=torch.float64)
+    clip = 0.5 * float(clipped_gradients(k, xs, ys, xb, yb, 1e-2, 1e9).reshape(9, -1).norm(dim=1).median())
+    want = (clipped_gradients(k, xs, ys, xb, yb, 1e-2, clip) * w[:, None, None]).sum(0)
+    got = clipped_sum(k, xs, ys, xb, yb, 1e-2, clip, factored=factored, weights=w)
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-14)
+    assert torch.allclose(clipped_sum(k, xs, ys, xb, yb, 1e-2, clip, factored=factored, weights=torch.ones(9)),
+                          clipped_sum(k, xs, ys, xb, yb, 1e-2, clip, factored=factored), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("factored", [True, False])
+def test_one_person_with_many_worst_case_rows_moves_the_step_by_at_most_C(factored):
+    """With a person as the unit a step reads every row of each sampled person at 1 / their rows: adding a
+    person with 500 extreme rows (or one) moves the clipped sum by at most C, where unweighted rows move it by
+    far more."""
+    from mmdsynth.engines.persons import PersonTable
+    from mmdsynth.methods.kip import person_rows
+
+    k, xs, ys, xb, yb = _problem()
+    clip = 1e-3
+    frame = pd.DataFrame({"p": ["a", "b", "b", "c", "c", "c"] * 2})
+    base_rows, w = person_rows(PersonTable(frame, "p"), torch.arange(3))
+    assert torch.equal(base_rows, torch.arange(12)) and float(w.sum()) == pytest.approx(3.0)
+    base = clipped_sum(k, xs, ys, xb, yb, 1e-3, clip, factored=factored, weights=w)
+    for rows in (1, 500):
+        x_new, y_new = 1e6 * torch.ones(rows, 10) * torch.linspace(1, 2, rows)[:, None], \
+            centred_one_hot(torch.zeros(rows, dtype=torch.long), 3)
+        bigger = PersonTable(pd.concat([frame, pd.DataFrame({"p": ["q"] * rows})], ignore_index=True), "p")
+        idx, w2 = person_rows(bigger, torch.arange(4))
+        assert np.array_equal(w2[:12].numpy(), w.numpy())        # the others' weights: bit-identical
+        more = clipped_sum(k, xs, ys, torch.cat([xb, x_new])[idx], torch.cat([yb, y_new])[idx], 1e-3, clip,
+                           factored=factored, weights=w2)
+        assert float((more - base).norm()) <= clip * (1 + 1e-5)
+        if rows == 500:
+            unweighted = clipped_sum(k, xs, ys, torch.cat([xb, x_new]), torch.cat([yb, y_new]), 1e-3, clip,
+                                     factored=factored) - clipped_sum(k, xs, ys, xb, yb, 1e-3, clip, factored=factored)
+            assert float(unweighted.norm()) > 100 * clip
 
 
 def test_noise_std_is_sigma_C_over_the_expected_batch():

@@ -49,13 +49,32 @@ def test_a_person_table_counts_persons_and_weighs_each_one_as_one_row():
         PersonTable(df.assign(patient=df.patient.where(df.index != 3, None)), "patient")
 
 
-def test_methods_that_read_rows_one_by_one_refuse_a_person(tmp_path):
+def test_dp_kip_samples_persons(tmp_path):
+    """DP-SGD with a person as the unit: N and the sampling rate count persons, the schedule's steps too, every
+    entry names the person, and the support set decodes to rows of synthetic persons."""
+    df, _ = visits(300)
+    schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
+    m = DPKIP(epsilon=1.0, epochs=2, batch_size=50, images_per_class=3).fit(df, label="y", schema=schema)
+    entries = m.release_.ledger.entries
+    assert all(e.n_records == 300 and e.privacy_unit == "one person (all rows with the same patient)"
+               for e in entries)
+    sgd = entries[-1]
+    assert sgd.plan["sample_rate"] == pytest.approx(50 / 300) and sgd.plan["steps"] == 12   # 2 epochs of persons
+    assert "samples persons" in sgd.assumed["persons"]
+    rows = m.sample()
+    assert len(rows) == 6 and rows["patient"].str.startswith("syn-").all()
+
+
+def test_a_method_that_cannot_protect_a_person_refuses_before_the_charge(tmp_path):
+    class RowsOnly(DPMERF):                     # not registered: a method without person_level
+        person_level = False
+
     df, _ = visits(100)
     schema = Schema.from_dict(SCHEMA).with_privacy_unit("patient")
     budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
-    with pytest.raises(InvalidParameterError, match=r"dp-kip cannot protect a person.*Methods that can: aim, dp-hp, "
-                                                    r"dp-merf, dp-ntk, hybrid, mst"):
-        DPKIP(epsilon=1.0).fit(df, label="y", schema=schema, budget=budget)
+    with pytest.raises(InvalidParameterError, match=r"dp-merf cannot protect a person \(privacy_unit='patient'\)\. "
+                                                    r"Methods that can: aim, dp-hp, dp-kip, dp-merf, dp-ntk, hybrid"):
+        RowsOnly(epsilon=1.0, iterations=2).fit(df, label="y", schema=schema, budget=budget)
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
