@@ -119,6 +119,8 @@ class FeatureMap(ABC):
 
     #: independent column blocks of phi whose loss terms :meth:`block_loss` can compute alone (1: none)
     n_blocks: int = 1
+    #: how many blocks a distillation step matches when the caller does not say (None: all of them)
+    default_blocks_per_step: int | None = None
 
     def block_loss(self, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor, blocks) -> torch.Tensor:
         """The part of :meth:`mmd_loss` that falls on the column ``blocks`` (indices below :attr:`n_blocks`), computed

@@ -64,6 +64,9 @@ def auto_depth(shape) -> int:
 class RandomConvFeatures(FeatureMap):
     name = "random-conv"
     norm_bound = 1.0
+    #: distillation matches 2 random networks a step (DM's stochastic steps): measured best with 32 networks
+    #: (MNIST eps 1, dc protocol 93.6 over 3 seeds; benchmarks/RESULTS.md "Distillation")
+    default_blocks_per_step = 2
 
     def __init__(self, image_shape, n_networks: int = 8, width: int = 64, depth: int | None = None, seed: int = 0,
                  augment: bool = False, pool: int | None = None):

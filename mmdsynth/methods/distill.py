@@ -145,7 +145,7 @@ def smooth_images(u: torch.Tensor) -> torch.Tensor:
 
 
 def distill_release(release: Release, per_class: int, *, iterations: int = ITERATIONS, lr: float = LR,
-                    seed: int = 0, blocks_per_step: int | None = None, device: str | None = None,
+                    seed: int = 0, blocks_per_step: int | str | None = "auto", device: str | None = None,
                     progress: bool = False, smooth: bool = False) -> DistilledSet:
     """Learn ``per_class`` records per class matching ``release``'s class-conditional mean embedding
     (post-processing: no private data, no budget; see the module docstring). Adam at ``lr`` on the records'
@@ -153,7 +153,8 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     draws the starting points (public). ``blocks_per_step``: each step matches only that many of the feature
     map's independent blocks (its ``n_blocks``: dp-randconv's networks), drawn afresh from ``seed`` (public) and
     scaled to an unbiased estimate of the whole loss: DM's stochastic steps, ``n_blocks / blocks_per_step`` times
-    cheaper. None (or at least ``n_blocks``) matches all blocks every step. ``smooth`` (images only): each image
+    cheaper. ``"auto"`` (the default): the map's ``default_blocks_per_step`` (2 of dp-randconv's networks, the
+    measured recipe; every block for other maps). None (or at least ``n_blocks``) matches all blocks every step. ``smooth`` (images only): each image
     is its parameters blurred by the fixed [1, 2, 1] / 4 kernel along each axis before the sigmoid
     (:func:`smooth_images`), so Adam's steps, which move every pixel by about the learning rate whatever its
     gradient, cannot leave pixel-level noise (CIFAR-10 at eps 1: dc protocol 39.6 over 3 seeds, against 36.0
@@ -162,7 +163,8 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     per_class = int(check_positive(per_class, "per_class (images per class)", integer=True))
     iterations = int(check_positive(iterations, "iterations", integer=True))
     check_positive(lr, "lr")
-    if blocks_per_step is not None:
+    auto = isinstance(blocks_per_step, str) and blocks_per_step == "auto"
+    if blocks_per_step is not None and not auto:
         blocks_per_step = int(check_positive(blocks_per_step, "blocks_per_step", integer=True))
     encoder = encoder_of(release)
     shape = tuple(int(s) for s in release.dataset["record_shape"])
@@ -172,6 +174,8 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     dev = default_device(device)
     fmap = build_feature_map(release.feature_spec).to(dev)
     n_blocks = int(fmap.n_blocks)
+    if auto:
+        blocks_per_step = fmap.default_blocks_per_step
     stochastic = blocks_per_step is not None and blocks_per_step < n_blocks
     target = release.tensors["embedding"].to(device=dev, dtype=torch.float32)
     proportions = release.tensors.get("class_proportions")

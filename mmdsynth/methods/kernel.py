@@ -213,8 +213,8 @@ class DPRandConv(KernelGeneratorMethod):
     holds for zero-out neighbours, a record replaced by a null record, not for adding or removing one: the ledger
     entry says so and prints the replace-one epsilon of the same sigma beside it).
     The release serves a generator like the others, and `mmdsynth distill` (a small set per class, NDPDC's use of
-    it: for that, ``n_networks=32`` and ``distill(..., blocks_per_step=2)``, measured in ``benchmarks/RESULTS.md``;
-    the views added nothing on MNIST there)."""
+    it: the defaults, 32 networks and ``distill`` matching 2 of them a step, are the recipe measured best in
+    ``benchmarks/RESULTS.md``; the views added nothing on MNIST there)."""
 
     method = "dp-randconv"
     summary = "random ConvNets' features (NDPDC's distribution matching)"
@@ -230,7 +230,7 @@ class DPRandConv(KernelGeneratorMethod):
     }
     data_kinds = ("image",)
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 8, conv_width: int = 64,
+    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
                  conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
                  **kwargs):

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmdsynth import DPRandConv
+from mmdsynth import DPMERF, DPRandConv
+from mmdsynth.cli import main
 from mmdsynth.errors import InvalidParameterError
 from mmdsynth.features import RandomFourierFeatures, build_feature_map
 from mmdsynth.features.randconv import RandomConvFeatures
@@ -96,11 +97,31 @@ def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv
 
 
 def test_blocks_per_step_covering_every_network_is_the_full_loss(conv_release):
-    full = distill_release(conv_release, 2, iterations=5, seed=1)
+    full = distill_release(conv_release, 2, iterations=5, seed=1, blocks_per_step=None)
     same = distill_release(conv_release, 2, iterations=5, seed=1, blocks_per_step=4)
     assert same.info["blocks_per_step"] is None and np.allclose(same.x, full.x, atol=1e-6)
     with pytest.raises(Exception, match="blocks_per_step"):
         distill_release(conv_release, 2, iterations=5, blocks_per_step=0)
+
+
+def test_the_measured_recipe_is_the_default(conv_release, digits, tmp_path, capsys):
+    """Issue 49 item 2: dp-randconv releases 32 networks and distillation matches 2 of them a step unless told
+    otherwise; other releases keep every block every step; the command line's 'all' matches every block."""
+    assert DPRandConv(1.0).get_params()["n_networks"] == 32
+    auto = distill_release(conv_release, 2, iterations=5, seed=1)
+    assert auto.info["blocks_per_step"] == 2
+    assert np.array_equal(auto.x, distill_release(conv_release, 2, iterations=5, seed=1, blocks_per_step=2).x)
+    merf = DPMERF(epsilon=10, n_classes=10, n_features=200, noise_seed=0).release(digits.x_train, digits.y_train)
+    assert distill_release(merf, 2, iterations=3).info["blocks_per_step"] is None
+    conv_release.save(tmp_path / "rc")
+    for flag, said in ([], "(2 of the map's blocks per step)"), (["--blocks-per-step", "all"], None):
+        assert main(["distill", str(tmp_path / "rc"), "--images-per-class", "2", "--iterations", "3", "--out",
+                     str(tmp_path / f"d{len(flag)}.npz")] + flag) == 0
+        out = capsys.readouterr().out
+        assert (said in out) if said else "blocks per step" not in out
+    with pytest.raises(SystemExit):
+        main(["distill", str(tmp_path / "rc"), "--images-per-class", "2", "--blocks-per-step", "two", "--out",
+              str(tmp_path / "x.npz")])
 
 
 def test_default_depth_leaves_the_last_convolution_at_least_four_by_four():
