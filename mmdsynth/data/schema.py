@@ -48,6 +48,10 @@ def _date_text(seconds: float) -> str:
     return (pd.Timestamp(0) + pd.Timedelta(seconds=float(seconds))).isoformat()
 
 
+#: integer IDs are read as float64: beyond 2^52 (with room for generated IDs above) two IDs could read as one
+MAX_INTEGER_ID = 2.0 ** 52
+
+
 @dataclass
 class Column:
     """One declared column. ``kind`` is "numeric", "categorical" or "id"; a boolean column is a
@@ -92,6 +96,10 @@ class Column:
             if self.integer and self.bounds is None:
                 raise SchemaError(f"integer id column {self.name!r} needs 'bounds': the public range of the real "
                                   f"IDs (e.g. [1, 99999]); generated IDs are drawn above it, so none equals a real one.")
+            if self.integer and max(abs(float(b)) for b in self.bounds) > MAX_INTEGER_ID:
+                raise SchemaError(f"integer id column {self.name!r}: bounds beyond +-2^52 cannot be read exactly "
+                                  f"(IDs are read as float64, so two IDs there could read as one); declare the column "
+                                  f"as a text id (leave out \"integer\" and \"bounds\").")
             if not self.integer:
                 if self.bounds is not None:
                     raise SchemaError(f"text id column {self.name!r} takes no bounds (only integer IDs do).")

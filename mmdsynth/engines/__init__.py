@@ -27,7 +27,7 @@ ENGINES = ("stream", "ray")
 
 def add_partials(a, b):
     """The sum of two partial results: tensors and arrays add, dicts add key by key (a key missing on
-    one side counts as zero: value counts of categorical columns), numbers add."""
+    one side counts as zero: value counts of categorical columns), numbers add. The inputs are left as they were."""
     if isinstance(a, dict):
         out = dict(a)
         for k, v in b.items():
@@ -81,7 +81,7 @@ class Source:
         """The statistic summed over every record (see the module docstring). Raises
         :class:`~mmdsynth.errors.DataValidationError` if the rows do not add up to ``n_records``."""
         total, records = summed(self.engine.partials(self, statistic), self.n_shards, self.engine.name)
-        if abs(records - self.n_records) > RECORDS_TOLERANCE:   # (persons: weights 1 / rows add up to each person)
+        if not abs(records - self.n_records) <= RECORDS_TOLERANCE * max(1, self.n_records):   # NaN fails too
             raise DataValidationError(
                 f"the data holds {records:.0f} records but n_records={self.n_records} was declared; the sensitivity "
                 f"2/m rests on m, so they must agree. Declare the true count (nothing was released).")
@@ -89,8 +89,8 @@ class Source:
 
 
 #: records of a batch may be fractions (a person's rows in several shards each count 1 / their rows): their sum
-#: must equal the declared m up to float rounding, far below one record
-RECORDS_TOLERANCE = 1e-6
+#: must equal the declared m up to float rounding (relative), far below one record
+RECORDS_TOLERANCE = 1e-9
 
 
 def summed(parts: dict, n_shards: int, engine: str) -> tuple[dict, float]:

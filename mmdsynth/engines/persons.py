@@ -120,7 +120,16 @@ class PersonRowCounts:
         ids = self.ids(unweighted(batch)[0])
         if ids.isna().any():
             raise InvalidParameterError("the person column has missing values: every row must name its person.")
-        return {"persons": ids.value_counts(sort=False).to_dict()}
+        return {"persons": ids.value_counts(sort=False).to_dict(), **ids_digest(ids)}
+
+
+def ids_digest(ids: pd.Series) -> dict:
+    """A multiset digest of a batch's person IDs (sums of each ID's 64-bit hash, split in two exact halves): a
+    shard's digests add up over its batches, and equal digests mean (up to a hash collision) the same IDs with
+    the same row counts. :class:`PersonShards` compares every pass's digest of a shard with the counting pass's."""
+    h = pd.util.hash_pandas_object(ids.reset_index(drop=True), index=False).to_numpy(np.uint64)
+    return {"ids_hi": int((h >> np.uint64(32)).sum(dtype=np.uint64)),
+            "ids_lo": int((h & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))}
 
 
 class PersonShards(Source):
@@ -130,12 +139,16 @@ class PersonShards(Source):
     and adds the per-shard counts into each person's total; every pass then weights each row by 1 / (its person's
     total rows), so each person's rows weigh 1 in all, wherever they are, and every release sees what
     :class:`PersonTable` gives for the same rows in memory. ``n_records`` (declared, public) counts persons; the
-    counting pass checks it. The driver holds one count per person (memory O(persons))."""
+    counting pass checks it. Every later pass checks that each shard still holds the same IDs with the same row
+    counts (:func:`ids_digest`), so a shard that changes during a fit is refused, never read with stale weights.
+    The driver holds each shard's counts per person until they are added (at most one entry per row), and the
+    counting pass copies a shard's counts once per batch read (time about batches x persons of the shard)."""
 
     def __init__(self, shards: Source, column: str, ids):
         self.shards, self.column, self.ids = shards, column, ids
         self.n_records, self.engine = shards.n_records, shards.engine
         self._rows = None                           # each person's total row count (private; never released)
+        self._digests = {}                          # each shard's (ID digest, rows) in the counting pass
 
     @property
     def n_shards(self) -> int:
@@ -153,9 +166,10 @@ class PersonShards(Source):
         return super().total(statistic)
 
     def _count(self) -> pd.Series:
-        parts, _ = summed(self.engine.partials(self.shards, PersonRowCounts(self.ids)), self.n_shards,
-                          self.engine.name)
-        rows = pd.Series(parts["persons"], dtype=np.float64)
+        parts = self.engine.partials(self.shards, PersonRowCounts(self.ids))
+        self._digests = {i: (part["ids_hi"], part["ids_lo"], rows) for i, (part, rows) in parts.items()}
+        total, _ = summed(parts, self.n_shards, self.engine.name)
+        rows = pd.Series(total["persons"], dtype=np.float64)
         if len(rows) != self.n_records:
             raise DataValidationError(
                 f"the shards hold {len(rows)} persons (distinct values of {self.column!r}) but n_records="
@@ -166,9 +180,24 @@ class PersonShards(Source):
     def batches(self, i: int):
         if self._rows is None:
             raise RuntimeError("PersonShards.batches before the counting pass: call total().")
+        hi = lo = rows = 0
         for frame, _ in self.shards.batches(i):
-            w = 1.0 / self.ids(frame).map(self._rows).to_numpy(np.float64)
+            ids = self.ids(frame)
+            counts = ids.map(self._rows).to_numpy(np.float64)
+            digest = ids_digest(ids)
+            hi, lo, rows = hi + digest["ids_hi"], lo + digest["ids_lo"], rows + len(ids)
+            if np.isnan(counts).any():
+                raise self._changed(i)
+            w = 1.0 / counts
             yield Weighted(frame, w), float(w.sum())
+        if (hi, lo, rows) != self._digests[i]:        # rows added, removed or moved since the counting pass
+            raise self._changed(i)
+
+    def _changed(self, i: int) -> DataValidationError:
+        return DataValidationError(
+            f"shard {self.shard_name(i)} changed since its persons' rows were counted (every pass must read the "
+            f"rows the counting pass read, or a person's weight would be stale); nothing was released. Fit on "
+            f"shards that do not change during the fit (e.g. a snapshot of an append-only log).")
 
     def describe(self) -> dict:
         return {**self.shards.describe(), "m": int(self.n_records), "privacy_unit": unit_text(self.column),

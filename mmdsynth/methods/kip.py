@@ -344,6 +344,9 @@ class DPKIP(Method):
                 raise ArtifactError(f"the checkpoint in {out} was calibrated for {entry.n_records} records and plan "
                                     f"{entry.plan}; the data given now has {n_records} records. Resume with the "
                                     f"same data.")
+            if table and entry.privacy_unit != privacy_unit:
+                raise ArtifactError(f"the checkpoint in {out} protects {entry.privacy_unit}; this fit protects "
+                                    f"{privacy_unit}. Resume with the same schema's privacy unit.")
         else:
             # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
             # the engine before any row is read; epsilon = inf: the non-private baseline, no noise

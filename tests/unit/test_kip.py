@@ -141,10 +141,13 @@ def test_adding_one_worst_case_record_moves_the_clipped_sum_by_at_most_C(adversa
     assert float((more - base).norm()) <= clip * (1 + 1e-5)
 
 
-@pytest.mark.parametrize("factored", [True, False])
-def test_weighted_clipped_sum_is_each_clipped_gradient_times_its_weight(factored):
+@pytest.mark.parametrize("factored", [True, False, "explicit"])
+def test_weighted_clipped_sum_is_each_clipped_gradient_times_its_weight(factored, monkeypatch):
     """A person's rows enter the step at 1 / their count: the weighted sum equals the reference's clipped
     per-record gradients times the weights, both paths; all-ones weights change nothing."""
+    if factored == "explicit":                  # every record through the closed form's explicit fallback
+        monkeypatch.setattr("mmdsynth.kip.per_record.TRUST", float("inf"))
+        factored = True
     k, xs, ys, xb, yb = _problem(B=9, m=7, d=11, seed=3)
     xs, ys, xb, yb = xs.double(), ys.double(), xb.double(), yb.double()
     w = torch.tensor([1.0, 0.5, 0.5, 1 / 3, 1 / 3, 1 / 3, 0.25, 0.25, 1.0], dtype=torch.float64)

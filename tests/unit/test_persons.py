@@ -65,6 +65,62 @@ def test_dp_kip_samples_persons(tmp_path):
     assert len(rows) == 6 and rows["patient"].str.startswith("syn-").all()
 
 
+def test_each_step_reads_whole_persons_at_one_in_all(monkeypatch):
+    """The wiring of DP-KIP's steps: every step's rows carry weights 1 / (their person's rows), whole persons
+    only (a weight 1 / c on a multiple of c rows), adding up to the number of persons sampled."""
+    from mmdsynth.methods import kip as kip_module
+
+    df, _ = visits(200)
+    seen, original = [], kip_module.private_gradient
+
+    def spy(*args, weights=None, **kw):
+        seen.append(weights)
+        return original(*args, weights=weights, **kw)
+
+    monkeypatch.setattr(kip_module, "private_gradient", spy)
+    DPKIP(epsilon=1.0, epochs=1, batch_size=40, images_per_class=2).fit(
+        df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient"))
+    assert len(seen) == 5 and all(w is not None for w in seen)
+    for w in seen:
+        w = w.numpy()
+        assert float(w.sum()) == pytest.approx(round(float(w.sum())), abs=1e-9) and 10 <= round(w.sum()) <= 80
+        for c, n in zip(*np.unique(np.rint(1 / w).astype(int), return_counts=True)):
+            assert n % c == 0                          # whole persons
+        assert np.allclose(1 / w, np.rint(1 / w))
+
+
+def test_a_shard_that_changes_during_the_fit_is_refused(tmp_path):
+    """The counting pass fixes each person's weight; a later pass that finds other rows (a new person, or a
+    person's rows added while another's are removed, the same row count) refuses instead of using stale weights."""
+    from mmdsynth.engines.persons import PersonShards
+
+    df, _ = visits(60)
+    shards = visit_shards(tmp_path, df)
+    stat = lambda batch: {"w": float(batch.weights.sum())}         # noqa: E731
+    for change in ("new person", "same row count"):
+        visit_shards(tmp_path, df)                      # the shards as they were
+        src = PersonShards(shards(60), "patient", Schema.from_dict(SCHEMA).with_privacy_unit("patient").person_ids)
+        assert src.total(stat)["w"] == pytest.approx(60)
+        part = pd.read_csv(tmp_path / "part1.csv")
+        if change == "new person":
+            part = pd.concat([part, part.iloc[:1].assign(patient="P99999")], ignore_index=True)
+        else:
+            gone = part.patient.iloc[0]
+            k = int((part.patient == gone).sum())
+            part = pd.concat([part[part.patient != gone], part[part.patient == part.patient.iloc[-1]].iloc[:1]
+                              .loc[lambda d: d.index.repeat(k)]], ignore_index=True)
+            assert len(part) == len(pd.read_csv(tmp_path / "part1.csv"))
+        part.to_csv(tmp_path / "part1.csv", index=False)
+        with pytest.raises(DataValidationError, match=r"part1.csv changed since its persons' rows were counted"):
+            src.total(stat)
+
+
+def test_integer_person_ids_must_be_read_exactly():
+    with pytest.raises(SchemaError, match=r"beyond \+-2\^52 cannot be read exactly"):
+        Schema.from_dict({**SCHEMA, "columns": SCHEMA["columns"] + [
+            {"name": "patient", "type": "id", "integer": True, "bounds": [0, 2 ** 62]}]})
+
+
 def test_a_method_that_cannot_protect_a_person_refuses_before_the_charge(tmp_path):
     class RowsOnly(DPMERF):                     # not registered: a method without person_level
         person_level = False
