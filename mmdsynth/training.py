@@ -53,6 +53,7 @@ class TrainConfig:
     loss: str = "direct"        # "direct": ||mu_P - mu_Q||^2; "mavg": DP-MEPF's moving-average variant
     mavg_lr: float = 1e-3       # learning rate of the moving average (Adam, beta1 0.5)
     beta1: float = 0.9          # the generator's Adam beta1 (the DP-MEPF authors: 0.5)
+    blocks_per_step: int | None = None   # match this many of the map's blocks a step (DM's stochastic steps); None: all
 
     def validate(self) -> "TrainConfig":
         check_positive(self.iterations, "iterations", integer=True)
@@ -66,6 +67,11 @@ class TrainConfig:
             raise InvalidParameterError(f"beta1 (the generator's Adam beta1) must lie in [0, 1); got {self.beta1!r}.")
         if self.loss not in LOSSES:
             raise unknown_name("generator loss", str(self.loss), LOSSES)
+        if self.blocks_per_step is not None:
+            check_positive(self.blocks_per_step, "blocks_per_step", integer=True)
+            if self.loss != "direct":
+                raise InvalidParameterError("blocks_per_step matches a subset of the blocks with the direct loss; "
+                                            "the moving average (loss='mavg') needs every block: leave it out.")
         return self
 
 
@@ -255,6 +261,8 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     if label_proportions is not None and conditional:
         props = label_proportions.to(torch.float64)
         props = (props / props.sum()).to(device=dev, dtype=torch.float32)
+    n_blocks = int(feature_map.n_blocks)
+    stochastic = config.blocks_per_step is not None and config.blocks_per_step < n_blocks
     state = _State(generator, config, tgt, selection)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
@@ -269,7 +277,12 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
             x = generator.generate(labels, state.rng)
             feature_map.at_iteration(state.iteration, config.iterations)
-            if state.mavg is None:
+            if stochastic:                 # a public random subset of the blocks, scaled to the whole loss
+                blocks = torch.randperm(n_blocks, generator=state.rng)[:config.blocks_per_step].tolist()
+                weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
+                loss = feature_map.block_loss(tgt, x, weights, blocks)
+                value = loss.detach()
+            elif state.mavg is None:
                 loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
                 value = loss.detach()
             else:

@@ -87,8 +87,9 @@ class KernelGeneratorMethod(Method):
     #: mavg_lr), the generator's Adam beta1, DP early stopping (a proxy released with proxy_multiplier times the
     #: noise, checkpoints scored against it), and the table options (TableOptions). A method that takes one
     #: declares it in its own signature; read as attributes either way (``model.loss``)
-    _shared_defaults = {"loss": "direct", "mavg_lr": 1e-3, "beta1": 0.9, "early_stopping": False,
-                        "proxy_encoder": None, "proxy_multiplier": 10.0, "select_every": None, "select_samples": 2000,
+    _shared_defaults = {"loss": "direct", "mavg_lr": 1e-3, "beta1": 0.9, "blocks_per_step": None,
+                        "early_stopping": False, "proxy_encoder": None, "proxy_multiplier": 10.0, "select_every": None,
+                        "select_samples": 2000,
                         "proportions_share": 0.1, "schema_share": None, "numeric_encoding": "quantile",
                         "numeric_share": DEFAULT_SKETCH_SHARE}
     param_help = {

@@ -227,14 +227,17 @@ class DPRandConv(KernelGeneratorMethod):
         "conv_pool": "average each network's last map to this many cells a side (none: the whole map)",
         "sample_rate": "each network reads its own secret Poisson sample of this share of the records",
         "neighbouring": '"replace_one" or "add_remove" (with sample_rate; zero-out neighbours)',
+        "blocks_per_step": "the generator matches this many random networks a step (DM's stochastic steps, "
+                           "n_networks / B times cheaper; not measured against every network yet); none: all",
     }
     data_kinds = ("image",)
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
                  conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
-                 **kwargs):
+                 blocks_per_step: int | None = None, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
+        self.blocks_per_step = blocks_per_step
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
         self.conv_augment, self.conv_pool, self.sample_rate = conv_augment, conv_pool, sample_rate
         self.neighbouring = neighbouring

@@ -319,3 +319,25 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
     flat = DPMERF(epsilon=10, n_classes=3, n_features=20, noise_seed=0).release(iris.data / 8, iris.target)
     with pytest.raises(InvalidParameterError, match="smooth blurs images"):
         distill_release(flat, 1, iterations=1, smooth=True)
+
+
+def test_a_generator_can_match_a_few_networks_a_step(digits, monkeypatch):
+    """Issue 49's lever: blocks_per_step for the generator (an option, not yet the default): each step matches
+    that many networks drawn from the training seed (public), every network gets its turn, the loss falls."""
+    calls = []
+    original = RandomConvFeatures.block_loss
+
+    def spy(self, target, x, weights, blocks):
+        calls.append(list(blocks))
+        return original(self, target, x, weights, blocks)
+
+    monkeypatch.setattr(RandomConvFeatures, "block_loss", spy)
+    model = DPRandConv(epsilon=10, n_classes=10, n_networks=4, conv_width=8, noise_seed=0, iterations=30,
+                       batch_size=100, blocks_per_step=1).fit(digits.x_train, digits.y_train)
+    assert len(calls) == 30 and all(len(c) == 1 for c in calls) and len({c[0] for c in calls}) == 4
+    assert model.losses_[-1] < model.losses_[0]
+    x, y = model.sample(50, seed=0)
+    assert x.shape[0] == 50 and 0 <= x.min() and x.max() <= 1
+    with pytest.raises(InvalidParameterError, match="blocks_per_step"):
+        DPRandConv(epsilon=10, n_classes=10, n_networks=4, blocks_per_step=0, iterations=2).fit(
+            digits.x_train, digits.y_train)
