@@ -75,6 +75,12 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
     1-way measurement (counted on :meth:`Domain.fine`) enters as its sums over each cell of ``domain``, whitened:
     a cell that sums k fine cells has noise variance k std^2."""
     lib = mbi()
+    import jax
+
+    # each estimate compiles programs for the model's cliques, and JAX keeps every one: AIM's rounds on a wide table
+    # (census, 41 columns) reached the kernel's 65,530 memory-mapping limit and died in LLVM (signal 11) after about
+    # 23 minutes. Dropping the compiled programs before each estimate changes no result, only recompiles
+    jax.clear_caches()
     ms = []
     for clique, y, std, fine in measurements:
         y = np.asarray(y, dtype=np.float64)
