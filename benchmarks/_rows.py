@@ -4,7 +4,10 @@ from pathlib import Path
 
 
 def emit(row: dict, path) -> None:
+    """Print ``row``; append it to ``path`` too unless that is None."""
     print(json.dumps(row), flush=True)
+    if path is None:
+        return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(json.dumps(row) + "\n")

@@ -21,7 +21,6 @@ Scores on the test panel: mean ROC AUC of the 12-classifier protocol (synthetic 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -36,6 +35,8 @@ from mmdsynth.data.schema import Column, Schema
 from mmdsynth.evaluation.tabular import table_classifier_scores
 from mmdsynth.data.encoding import TableEncoder
 from mmdsynth.methods.contract import METHODS
+
+from _rows import emit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 from marginal_tvd import marginal_tvd  # noqa: E402
@@ -96,10 +97,7 @@ def main():
                    "tvd_1way": tvd["tvd_1way"], "tvd_2way": tvd["tvd_2way"],
                    "synthetic_rows_per_person": float(per.mean()), "real_rows_per_person": float(len(train) / train.person.nunique()),
                    "failures": scores.get("failures"), "host_cpus": os.cpu_count()}
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+            emit(row, args.out)
 
 
 if __name__ == "__main__":

@@ -277,17 +277,17 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
             x = generator.generate(labels, state.rng)
             feature_map.at_iteration(state.iteration, config.iterations)
-            if stochastic:                 # a public random subset of the blocks, scaled to the whole loss
-                blocks = torch.randperm(n_blocks, generator=state.rng)[:config.blocks_per_step].tolist()
-                weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
-                loss = feature_map.block_loss(tgt, x, weights, blocks)
-                value = loss.detach()
-            elif state.mavg is None:
+            if state.mavg is None and not stochastic:
                 loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
                 value = loss.detach()
             else:
                 weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
-                loss, value = state.mavg.loss(feature_map, tgt, x, weights)
+                if stochastic:             # a public random subset of the blocks, scaled to the whole loss
+                    blocks = torch.randperm(n_blocks, generator=state.rng)[:config.blocks_per_step].tolist()
+                    loss = feature_map.block_loss(tgt, x, weights, blocks)
+                    value = loss.detach()
+                else:
+                    loss, value = state.mavg.loss(feature_map, tgt, x, weights)
             state.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             state.optimizer.step()

@@ -163,7 +163,7 @@ def distill_release(release: Release, per_class: int, *, iterations: int = ITERA
     per_class = int(check_positive(per_class, "per_class (images per class)", integer=True))
     iterations = int(check_positive(iterations, "iterations", integer=True))
     check_positive(lr, "lr")
-    auto = isinstance(blocks_per_step, str) and blocks_per_step == "auto"
+    auto = blocks_per_step == "auto"
     if blocks_per_step is not None and not auto:
         blocks_per_step = int(check_positive(blocks_per_step, "blocks_per_step", integer=True))
     encoder = encoder_of(release)

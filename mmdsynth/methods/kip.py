@@ -324,6 +324,7 @@ class DPKIP(Method):
             n_records = source.n_records                        # public: the rows, or the persons
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
+        persons = source if isinstance(source, PersonTable) else None    # DP-SGD samples persons, not rows
         self._validate(n_records)
         if s.start is None:          # the default: the private pixels start, or the public set when one is given
             s.start = "noise" if public_init is not None else DEFAULT_START
@@ -381,7 +382,7 @@ class DPKIP(Method):
                          "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N",
                          **({"persons": "N counts persons; a step samples persons and reads all their rows, each "
                                         "row's clipped gradient weighted by 1 / its person's rows, so one person "
-                                        "adds at most C"} if isinstance(source, PersonTable) else {})},
+                                        "adds at most C"} if persons is not None else {})},
                 notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                        "after private steps) until it is resumed and finishes; delete it or resume it, never "
                        "publish it",))
@@ -399,7 +400,7 @@ class DPKIP(Method):
         Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
         x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self._s.device)
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
-        self._train(state, x_all, y_all, plan, out, source if isinstance(source, PersonTable) else None)
+        self._train(state, x_all, y_all, plan, out, persons)
         # ---- end of private data -----------------------------------------------------------------
         self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
                                 self.kernel.spec(), facts, state.engine.ledger,

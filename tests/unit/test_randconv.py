@@ -69,7 +69,9 @@ def conv_release(digits):
     return model.release(digits.x_train, digits.y_train, dataset="digits")
 
 
-def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv_release, monkeypatch):
+@pytest.fixture
+def block_calls(monkeypatch):
+    """The blocks of every RandomConvFeatures.block_loss call, in order (the call itself goes through)."""
     calls = []
     original = RandomConvFeatures.block_loss
 
@@ -78,6 +80,11 @@ def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv
         return original(self, target, x, weights, blocks)
 
     monkeypatch.setattr(RandomConvFeatures, "block_loss", spy)
+    return calls
+
+
+def test_stochastic_distillation_matches_subsets_and_reports_the_whole_loss(conv_release, block_calls):
+    calls = block_calls
     dset = distill_release(conv_release, 3, iterations=40, seed=5, blocks_per_step=1)
     assert len(calls) == 40 and all(len(c) == 1 for c in calls)
     assert len({c[0] for c in calls}) == 4                         # every network gets its turn
@@ -321,17 +328,10 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
         distill_release(flat, 1, iterations=1, smooth=True)
 
 
-def test_a_generator_can_match_a_few_networks_a_step(digits, monkeypatch):
+def test_a_generator_can_match_a_few_networks_a_step(digits, block_calls):
     """Issue 49's lever: blocks_per_step for the generator (an option, not yet the default): each step matches
     that many networks drawn from the training seed (public), every network gets its turn, the loss falls."""
-    calls = []
-    original = RandomConvFeatures.block_loss
-
-    def spy(self, target, x, weights, blocks):
-        calls.append(list(blocks))
-        return original(self, target, x, weights, blocks)
-
-    monkeypatch.setattr(RandomConvFeatures, "block_loss", spy)
+    calls = block_calls
     model = DPRandConv(epsilon=10, n_classes=10, n_networks=4, conv_width=8, noise_seed=0, iterations=30,
                        batch_size=100, blocks_per_step=1).fit(digits.x_train, digits.y_train)
     assert len(calls) == 30 and all(len(c) == 1 for c in calls) and len({c[0] for c in calls}) == 4
