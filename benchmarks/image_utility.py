@@ -16,6 +16,16 @@ length scale and gamma per dataset from ``mmdsynth.methods.presets.DPHP_IMAGE``)
     python benchmarks/image_utility.py --dataset mnist --method dp-hp --epsilon 1 --seeds 0 1 2 \
         --iterations 3000 --batch-size 200 --lr 0.01 --lr-step 300 --out benchmarks/out/dphp.jsonl
 
+dp-randconv's release (32 random ConvNets; about 10 minutes on MNIST here) can be made once
+(``mmdsynth fit --method dp-randconv --dataset mnist --epsilon 1 --release-only --out DIR``) and given as
+``--release DIR``: each run then trains a generator from a copy of it (no data read, no privacy spent; ``fit_s``
+is the training time only, ``release_dir`` names the release). ``--cnn-width/--cnn-epochs/--cnn-seeds/--cnn-samples``
+shrink the ConvNet protocol to a CPU-sized proxy (the row's ``cnn_protocol`` says which); only the defaults are
+the fixed protocol of ``benchmarks/RESULTS.md``.
+
+    python benchmarks/image_utility.py --dataset mnist --method dp-randconv --release DIR --epsilon 1 \
+        --iterations 1000 --batch-size 500 --set blocks_per_step=2 --out benchmarks/out/randconv_generator.jsonl
+
 DP-MEPF needs ``--encoder`` (a PUBLIC encoder from ``mmdsynth pretrain-encoder``); with DP early
 stopping (default) the row also scores the final checkpoint (``final_*``) beside the selected one.
 
@@ -28,6 +38,8 @@ import argparse
 import json
 import math
 import resource
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +48,7 @@ import torch
 from _rows import add_set_option, check_taken, emit, set_overrides
 
 from mmdsynth import DPHP, DPMEPF, DPMERF, DPNTK
+from mmdsynth.methods.kernel import DPRandConv
 from mmdsynth.methods import KernelGeneratorMethod
 from mmdsynth.data import load_dataset
 from mmdsynth.embedding import mean_embedding
@@ -47,7 +60,16 @@ from mmdsynth.privacy.ledger import Ledger
 from mmdsynth.release import Release
 from mmdsynth.training import Selection
 
-METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-mepf": DPMEPF}
+METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-mepf": DPMEPF, "dp-randconv": DPRandConv}
+
+
+def fit_from_release(model, release_dir: str):
+    """Train ``model``'s generator from a saved release (a copy of it: the folder is left as it was): no data
+    read, no privacy spent. The release must be of the model's method and dataset."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(Path(release_dir) / "release", Path(tmp) / "release")
+        model.fit(None, out=tmp, resume=True)
+    return model
 
 
 def fit_nonprivate(model, data):
@@ -107,7 +129,13 @@ def run(args, data, method, eps, seed):
         make = model._selection
         model._selection = lambda: traced.append(TracedSelection(make(), data)) or traced[-1]
     t = time.perf_counter()
-    if math.isfinite(eps):
+    if args.release:
+        fit_from_release(model, args.release)
+        got = model.release_.ledger.total()[0]
+        if model.release_.dataset.get("name") != data.name or not math.isclose(got, eps):
+            raise SystemExit(f"--release {args.release} holds {model.release_.dataset.get('name')} at eps {got:g}, "
+                             f"not {data.name} at eps {eps:g}")
+    elif math.isfinite(eps):
         model.fit(data.x_train, data.y_train, dataset=data.name)
     else:
         fit_nonprivate(model, data)
@@ -132,7 +160,11 @@ def run(args, data, method, eps, seed):
     if args.cnn:       # the ConvNet protocol on 60,000 samples (DPImageBench's count), 3 training seeds
         xc, yc = model.sample(args.cnn_samples, seed=seed + 1000)
         t_cnn = time.perf_counter()
-        scores.update(cnn_scores(xc, yc, data.x_test, data.y_test, n_classes=data.n_classes))
+        proxy = {k: v for k, v in {"width": args.cnn_width, "epochs": args.cnn_epochs}.items() if v is not None}
+        scores.update(cnn_scores(xc, yc, data.x_test, data.y_test, n_classes=data.n_classes,
+                                 seeds=tuple(args.cnn_seeds), **proxy))
+        scores["cnn_setting"] = {"samples": args.cnn_samples, "seeds": args.cnn_seeds, **proxy,
+                                 "fixed_protocol": not proxy and args.cnn_samples == 60_000}
         scores["cnn_s"] = round(time.perf_counter() - t_cnn, 1)
     if args.grids:
         Path(args.grids).mkdir(parents=True, exist_ok=True)
@@ -143,7 +175,7 @@ def run(args, data, method, eps, seed):
     return {"dataset": data.name, "method": method, "conditional": not args.unconditional, "epsilon": eps,
             "delta": 1e-5, "seed": seed, "iterations": args.iterations, "batch_size": args.batch_size,
             "features": {k: v for k, v in model.get_params().items() if k not in KernelGeneratorMethod.param_names()}, "lr_step": args.lr_step, "lr": model.lr, "loss": model.loss,
-            "generator": model.generator_.spec(), **({"set": args.overrides} if args.overrides else {}), "fit_s": round(fit_s, 1),
+            "generator": model.generator_.spec(), **({"release_dir": args.release, "release_features": model.release_.feature_spec} if args.release else {}), **({"set": args.overrides} if args.overrides else {}), "fit_s": round(fit_s, 1),
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
@@ -183,6 +215,10 @@ def main():
     p.add_argument("--progress", action="store_true")
     p.add_argument("--cnn", action="store_true", help="also the ConvNet protocol on --cnn-samples samples")
     p.add_argument("--cnn-samples", type=int, default=60_000)
+    p.add_argument("--cnn-width", type=int, default=None, help="a smaller ConvNet (proxy; default: the protocol's 128)")
+    p.add_argument("--cnn-epochs", type=int, default=None, help="fewer epochs (proxy; default: the protocol's)")
+    p.add_argument("--cnn-seeds", nargs="+", type=int, default=[0, 1, 2], help="ConvNet training seeds")
+    p.add_argument("--release", default=None, help="a saved release folder (fit --release-only): train from it")
     add_set_option(p)
     p.add_argument("--out", default="benchmarks/out/image.jsonl")
     args = p.parse_args()

@@ -69,7 +69,8 @@ def main():
                 row = {"folder": folder.name, "method": method, "epsilon": None if method == "real" else args.epsilon,
                        "tag": args.tag, "synth_csv": path.name, "marginal_tvd": tvd}
                 print(json.dumps({k: row[k] for k in ("folder", "method", "epsilon")} |
-                                 {s: {k: round(v, 4) for k, v in tvd[s].items() if k.startswith("tvd")} for s in tvd}),
+                                 {s: {k: round(v, 4) for k, v in tvd[s].items() if k.startswith("tvd") and v is not None}
+                                  for s in tvd}),
                       flush=True)
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
