@@ -9,5 +9,6 @@ for spec in "$@"; do            # e.g. "dp-merf adult 1"
   echo "$(date -u +%FT%TZ) start $spec" >> $LOG
   .venv/bin/python benchmarks/peers/run_mmdsynth.py benchmarks/out/splits/$2_s0 --method $1 --epsilon $3 \
       --delta 1e-5 --out $OUT >> $LOG 2>&1
-  echo "$(date -u +%FT%TZ) end $spec rc=$?" >> $LOG
+  rc=$?                         # before the date below, whose command substitution would reset $?
+  echo "$(date -u +%FT%TZ) end $spec rc=$rc" >> $LOG
 done
