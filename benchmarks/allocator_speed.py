@@ -27,6 +27,8 @@ import time
 
 from _rows import emit
 
+from mmdsynth.runtime import ALLOCATOR_ENV
+
 
 def child(args) -> dict:
     import torch
@@ -72,7 +74,7 @@ def main():
     runs = {"default": [], "tuned": []}
     for r in range(args.rounds):
         for mode in ("default", "tuned"):
-            env = {**os.environ, "MMDSYNTH_MALLOC": "default" if mode == "default" else ""}
+            env = {**os.environ, ALLOCATOR_ENV: "default" if mode == "default" else ""}
             out = subprocess.run([sys.executable, __file__, "--child", *sys.argv[1:]], env=env, check=True,
                                  capture_output=True, text=True).stdout
             runs[mode].append(json.loads(out.strip().splitlines()[-1]))

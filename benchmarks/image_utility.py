@@ -63,9 +63,13 @@ from mmdsynth.training import Selection
 METHODS = {"dp-ntk": DPNTK, "dp-merf": DPMERF, "dp-hp": DPHP, "dp-mepf": DPMEPF, "dp-randconv": DPRandConv}
 
 
-def fit_from_release(model, release_dir: str):
+def fit_from_release(model, release_dir: str, dataset: str, eps: float):
     """Train ``model``'s generator from a saved release (a copy of it: the folder is left as it was): no data
-    read, no privacy spent. The release must be of the model's method and dataset."""
+    read, no privacy spent. The release must hold ``dataset`` at ``eps``: checked before any training."""
+    release = Release.load(Path(release_dir) / "release")
+    name, got = release.dataset.get("name"), release.ledger.total()[0]
+    if name != dataset or not math.isclose(got, eps):
+        raise SystemExit(f"--release {release_dir} holds {name} at eps {got:g}, not {dataset} at eps {eps:g}")
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(Path(release_dir) / "release", Path(tmp) / "release")
         model.fit(None, out=tmp, resume=True)
@@ -130,11 +134,7 @@ def run(args, data, method, eps, seed):
         model._selection = lambda: traced.append(TracedSelection(make(), data)) or traced[-1]
     t = time.perf_counter()
     if args.release:
-        fit_from_release(model, args.release)
-        got = model.release_.ledger.total()[0]
-        if model.release_.dataset.get("name") != data.name or not math.isclose(got, eps):
-            raise SystemExit(f"--release {args.release} holds {model.release_.dataset.get('name')} at eps {got:g}, "
-                             f"not {data.name} at eps {eps:g}")
+        fit_from_release(model, args.release, data.name, eps)
     elif math.isfinite(eps):
         model.fit(data.x_train, data.y_train, dataset=data.name)
     else:

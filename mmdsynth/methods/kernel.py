@@ -241,7 +241,8 @@ class DPRandConv(KernelGeneratorMethod):
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
                  conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
-                 blocks_per_step: int | None = 2, iterations: int = 1500, **kwargs):
+                 blocks_per_step: int | None = RandomConvFeatures.default_blocks_per_step, iterations: int = 1500,
+                 **kwargs):
         super().__init__(epsilon, delta, iterations=iterations, **kwargs)
         self.blocks_per_step = blocks_per_step
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
