@@ -78,10 +78,10 @@ class Hybrid(MST):
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 150_000, steps: int = 300, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 3000, marginals: str = "mst", seed: int = 0, noise_seed: int | None = None,
-                 progress: bool | None = None):
-        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, seed=seed, noise_seed=noise_seed,
-                         progress=progress)
+                 iters: int = 3000, marginals: str = "mst", label_pairs: bool = False, seed: int = 0,
+                 noise_seed: int | None = None, progress: bool | None = None):
+        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, seed=seed,
+                         noise_seed=noise_seed, progress=progress)
         self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed
@@ -110,6 +110,9 @@ class Hybrid(MST):
         s = self._s
         if s.marginals not in ("mst", "aim"):
             raise InvalidParameterError(f"marginals must be 'mst' or 'aim'; got {s.marginals!r}.")
+        if s.label_pairs and s.marginals != "mst":
+            raise InvalidParameterError("label_pairs adds the label's pairs to MST's tree: it needs marginals='mst' "
+                                        "(AIM chooses its own pairs).")
         if not (isinstance(s.marginal_share, (int, float)) and 0 < s.marginal_share < 1):
             raise InvalidParameterError(f"marginal_share must be in (0, 1) (the kernel embedding gets the rest); "
                                         f"got {s.marginal_share!r}.")

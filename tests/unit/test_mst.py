@@ -219,3 +219,32 @@ def test_estimates_do_not_pile_up_compiled_programs():
     for k in range(1, 13):
         one(k % 7, first=k % 5)
     assert mappings() - start < 150, mappings() - start
+
+
+def test_label_pairs_measure_every_column_with_the_label_in_four_equal_shares():
+    """``label_pairs``: after the tree, the label's pairs the tree left out are measured (a public choice), and
+    the three Gaussian releases and the tree's selection each get a quarter of the plan's rho."""
+    df = toy_table(600)
+    m = MST(epsilon=1.0, iters=200, label_pairs=True, noise_seed=0).fit(df, label="y", schema=SCHEMA)
+    entries = m.release_.ledger.entries
+    d = 5                                                   # four columns and the label
+    assert [e.mechanism for e in entries] == ["gaussian"] + ["exponential"] * (d - 1) + ["gaussian", "gaussian"]
+    rho = entries[0].plan["rho"]
+    assert sum(e.rho for e in entries) == pytest.approx(rho)
+    gaussians = [e for e in entries if e.mechanism == "gaussian"]
+    assert [e.rho for e in gaussians] == pytest.approx([rho / 4] * 3)
+    pairs = [tuple(x["clique"]) for x in m.release_.feature_spec["measurements"] if len(x["clique"]) == 2]
+    columns = [c for c in df.columns if c != "y"]
+    assert {(c, "y") for c in columns} <= set(pairs)          # every column measured with the label
+    assert len(pairs) == len(set(pairs)) == (d - 1) + sum((c, "y") not in pairs[:d - 1] for c in columns)
+    assert len(m.sample(300, seed=0)) == 300
+    plain = MST(epsilon=1.0, iters=200, noise_seed=0).fit(df, label="y", schema=SCHEMA)
+    assert [e.mechanism for e in plain.release_.ledger.entries][-2:] == ["exponential", "gaussian"]
+
+
+def test_label_pairs_is_refused_where_it_cannot_apply():
+    from mmdsynth.methods import Hybrid
+    with pytest.raises(InvalidParameterError, match="label_pairs"):
+        MST(epsilon=1.0, label_pairs="yes").fit(toy_table(100), label="y", schema=SCHEMA)
+    with pytest.raises(InvalidParameterError, match="marginals='mst'"):
+        Hybrid(epsilon=1.0, marginals="aim", label_pairs=True).fit(toy_table(100), label="y", schema=SCHEMA)
