@@ -452,6 +452,8 @@ class AIM(MST):
 
     method = "aim"
     summary = "rounds of private selection and measured marginals with a graphical model (AIM, mbi 2.x)"
+    #: MST's option that AIM does not take (its rounds choose their own pairs), as MST's shared checks read it
+    _shared_defaults = {"label_pairs": False}
     param_help = {
         "max_model_size": "the graphical model's largest size in MB (AIM's default 80), scaled by the budget used",
         "rounds": "the first rounds' share of the budget is 1/rounds (default 16 x the table's attributes)",
