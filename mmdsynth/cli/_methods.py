@@ -444,7 +444,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                               'max_cells_workload': '2-way marginals with more cells are left out of the workload',
                               'max_cells': "numeric columns' cells on their public grid (from the declared bounds)",
                               'iters': 'mirror-descent iterations of the graphical model (post-processing)'},
-                     'shared_defaults': {}},
+                     'shared_defaults': {'label_pairs': False}},
              'hybrid': {'method': 'hybrid',
                         'summary': "MST's marginals and DP-MERF's kernel embedding in one plan; model rows "
                                    'reweighted to match both',
