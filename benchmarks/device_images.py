@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _rows import emit
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER = {"iterations": 100_000, "batch_size": 100, "lr": 1e-5, "mavg_lr": 1e-4, "beta1": 0.5, "lr_decay": 1.0,
          "select_every": 5_000}
 
@@ -43,9 +43,12 @@ def to_uint8(x) -> np.ndarray:
 
 
 def log_row(out: Path, row: dict) -> None:
-    print(json.dumps(row), flush=True)
-    with open(out / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(row) + "\n")
+    emit(row, out / "results.jsonl")
+
+
+def mepf_name(epsilon: float) -> str:
+    """The DP-MEPF worker's name at ``epsilon``: its work folder, log and samples file."""
+    return f"mepf_e{epsilon:g}"
 
 
 def env_row() -> dict:
@@ -84,12 +87,11 @@ def phase_mepf_worker(out: Path, work: Path, encoder: str, epsilon: float, deadl
     """One DP-MEPF run at the paper's schedule, capped by ``deadline`` (a time.time()): the step time is measured
     over the second half of the first ``calibrate`` iterations (the first half warms up). ``calibrate`` and
     ``every`` are the paper's run's 1,000 and 5,000; smaller values only smoke-test the script on a CPU."""
-    import torch
     from mmdsynth import DPMEPF
     from mmdsynth.data import load_dataset
 
     data = load_dataset("mnist")
-    folder = work / f"mepf_e{epsilon:g}"
+    folder = work / mepf_name(epsilon)
     model = DPMEPF(epsilon=epsilon, n_classes=10, encoder=encoder, seed=seed, checkpoint_every=every,
                    **{**PAPER, "iterations": calibrate, "select_every": every})
     t = time.perf_counter()
@@ -99,8 +101,8 @@ def phase_mepf_worker(out: Path, work: Path, encoder: str, epsilon: float, deadl
     model.fit(None, out=folder, resume=True)                     # warm-up (kernel choice, caches)
     model.iterations = calibrate
     t = time.perf_counter()
-    model.fit(None, out=folder, resume=True)                     # the step time, over the second half
-    torch.cuda.synchronize() if torch.cuda.is_available() else None
+    model.fit(None, out=folder, resume=True)                     # the step time (fit ends by copying the generator
+                                                                  # to the CPU: the GPU's queue is drained)
     step_s = (time.perf_counter() - t) / (calibrate - calibrate // 2)
     sample_s = 30.0                                               # sampling and saving, with room to spare
     left = deadline - time.time() - sample_s
@@ -112,10 +114,9 @@ def phase_mepf_worker(out: Path, work: Path, encoder: str, epsilon: float, deadl
         train_s = time.perf_counter() - t + step_s * calibrate
     else:
         reach, train_s = calibrate, step_s * calibrate
-    tag = f"mepf_e{epsilon:g}"
     x, y = model.sample(6000, seed=seed)
     xf, yf = model.sample(6000, seed=seed, checkpoint="final")
-    np.savez_compressed(out / f"{tag}.npz", x=to_uint8(x), y=y, xf=to_uint8(xf), yf=yf)
+    np.savez_compressed(out / f"{mepf_name(epsilon)}.npz", x=to_uint8(x), y=y, xf=to_uint8(xf), yf=yf)
     log_row(out, {"phase": "mepf", "epsilon": epsilon, "seed": seed, **PAPER, "select_every": every,
                   "iterations_reached": reach,
                   "paper_fraction": reach / PAPER["iterations"], "release_s": round(release_s, 1),
@@ -138,7 +139,7 @@ def run(args) -> None:
             cmd = [sys.executable, __file__, "mepf-worker", "--out", str(out), "--work", str(work), "--encoder",
                    args.encoder, "--epsilon", str(eps), "--until", str(deadline), "--seed", str(args.seed),
                    "--calibrate", str(args.calibrate), "--every", str(args.every)]
-            procs.append(subprocess.Popen(cmd, stdout=open(out / f"mepf_e{eps:g}.log", "w"),
+            procs.append(subprocess.Popen(cmd, stdout=open(out / f"{mepf_name(eps)}.log", "w"),
                                           stderr=subprocess.STDOUT))
         for p in procs:
             try:
@@ -150,8 +151,6 @@ def run(args) -> None:
 
 
 def score(args) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from _rows import emit
     from mmdsynth.data import load_dataset
     from mmdsynth.evaluation import image_classifier_scores
 
@@ -164,7 +163,7 @@ def score(args) -> None:
             z = np.load(folder / "ntk_samples.npz")
             row.update(image_classifier_scores(z["x"] / 255.0, z["y"], test.x_test, test.y_test, seed=0))
         elif row["phase"] == "mepf" and "epsilon" in row:
-            z = np.load(folder / f"mepf_e{row['epsilon']:g}.npz")
+            z = np.load(folder / f"{mepf_name(row['epsilon'])}.npz")
             row.update(image_classifier_scores(z["x"] / 255.0, z["y"], test.x_test, test.y_test, seed=row["seed"]))
             row.update({f"final_{k}": v for k, v in image_classifier_scores(
                 z["xf"] / 255.0, z["yf"], test.x_test, test.y_test, seed=row["seed"]).items()})
