@@ -464,7 +464,8 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'max_cells': 32,
                                      'iters': 3000,
                                      'marginals': 'mst',
-                                     'label_pairs': False,
+                                     'label_pairs': None,
+                                     'cover': 1,
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -486,8 +487,13 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'iters': 'mirror-descent iterations of the graphical model (post-processing)',
                                  'marginals': '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s '
                                               "rounds, at AIM's defaults)",
-                                 'label_pairs': "also measure the label's 2-way marginal with every column (a public "
-                                                'choice; the budget splits in four parts instead of three)'},
+                                 'label_pairs': "also measure the label's 2-way marginal with every column (default: "
+                                                'with marginals "mst"; the marginal part\'s budget then splits in '
+                                                'four parts instead of three)',
+                                 'cover': 'rows added for every category the reweighted rows hold in a class at less '
+                                          "than one record's weight (a row of the class with that category set), "
+                                          "each at one record's weight (together at most 0.05 of the rows): no "
+                                          'category goes missing from a class (0: none)'},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

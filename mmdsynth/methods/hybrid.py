@@ -51,6 +51,8 @@ KERNEL_SPEC = "kernel"
 CHUNK = 4096
 #: a column of the kernel features non-zero in more than this fraction of rows is kept dense
 DENSE_FRACTION = 0.2
+#: the covering rows (``cover``) weigh one record each, together at most this share of the synthetic rows
+MAX_COVER_SHARE = 0.05
 
 
 @register
@@ -73,19 +75,25 @@ class Hybrid(MST):
         "proportions_share": "the class proportions' share of the kernel part",
         "numeric_share": "the numeric columns' released CDFs' share of the kernel part",
         "marginals": '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s rounds, at AIM\'s defaults)',
+        "label_pairs": "also measure the label's 2-way marginal with every column (default: with marginals \"mst\"; "
+                       "the marginal part's budget then splits in four parts instead of three)",
+        "cover": "rows added for every category the reweighted rows hold in a class at less than one record's "
+                 "weight (a row of the class with that category set), each at one record's weight (together at most "
+                 "0.05 of the rows): no category goes missing from a class (0: none)",
     }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 150_000, steps: int = 300, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 3000, marginals: str = "mst", label_pairs: bool = False, seed: int = 0,
-                 noise_seed: int | None = None, progress: bool | None = None):
+                 iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
+                 seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
         super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, seed=seed,
                          noise_seed=noise_seed, progress=progress)
         self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed
         self.proportions_share, self.numeric_share = proportions_share, numeric_share
+        self.cover = cover
 
     # -- the plan -----------------------------------------------------------------------------------------
     def _kernel(self, schema) -> DPMERF:
@@ -106,11 +114,17 @@ class Hybrid(MST):
         aim.settings_ = aim.settings_for("table")
         return aim._planner(domain, rho, n)
 
+    def _label_pairs(self):
+        """``label_pairs`` resolved: None (the default) measures the label's pairs with MST's tree (issue 47: the
+        classifiers read each column given the label), not with AIM's rounds (AIM chooses its own pairs)."""
+        s = self._s
+        return s.marginals == "mst" if s.label_pairs is None else s.label_pairs
+
     def _check_plan(self, domain) -> None:
         s = self._s
         if s.marginals not in ("mst", "aim"):
             raise InvalidParameterError(f"marginals must be 'mst' or 'aim'; got {s.marginals!r}.")
-        if s.label_pairs and s.marginals != "mst":
+        if s.label_pairs is True and s.marginals != "mst":
             raise InvalidParameterError("label_pairs adds the label's pairs to MST's tree: it needs marginals='mst' "
                                         "(AIM chooses its own pairs).")
         if not (isinstance(s.marginal_share, (int, float)) and 0 < s.marginal_share < 1):
@@ -118,6 +132,9 @@ class Hybrid(MST):
                                         f"got {s.marginal_share!r}.")
         for name in ("pool", "max_pool", "steps", "n_features"):
             check_positive(getattr(s, name), name, integer=True)
+        if not (isinstance(s.cover, int) and not isinstance(s.cover, bool) and s.cover >= 0):
+            raise InvalidParameterError(f"cover must be a whole number >= 0 (rows per class and category); "
+                                        f"got {s.cover!r}.")
         super()._check_plan(domain)
 
     def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
@@ -165,16 +182,22 @@ class Hybrid(MST):
         s, release = self._s, self.release_
         m = int(release.dataset["n_records"])
         size = int(min(s.pool * m, s.max_pool))
-        pool = MST.sample(self, size, seed=s.seed)
-        targets = self.targets(pool)
-        fit = reweight(targets, steps=int(s.steps))
-        logger.info("hybrid: %d pool rows reweighted in %d steps (%s), residual %.4g of %d released entries, "
-                    "effective size %.2f of the pool", size, fit.steps, fit.stopped, fit.objective[-1], fit.entries,
-                    fit.effective_fraction)
+        codes = self._model_codes(size, s.seed)
+        pool = self._decode(codes, s.seed)
+        fit = reweight(self.targets(pool), steps=int(s.steps))
+        weights = fit.weights
+        if s.cover:
+            extra = covering_rows(codes, weights, self.domain_(), int(s.cover), m, np.random.default_rng(s.seed))
+            if len(extra):
+                pool = pd.concat([pool, self._decode(extra, s.seed + 1)], ignore_index=True)
+                weights = cover_floor(np.r_[weights, np.zeros(len(extra))], size, m)
+        logger.info("hybrid: %d pool rows (%d covering) reweighted in %d steps (%s), residual %.4g of %d released "
+                    "entries, effective size %.2f of the pool", len(pool), len(pool) - size, fit.steps, fit.stopped,
+                    fit.objective[-1], fit.entries, fit.effective_fraction)
         X, y = encoder_of(release).minmax().encode(pool)               # the minmax encoder checks no IDs
-        self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64),
-                      "w": fit.weights.astype(np.float64)}
-        self.reweighting_ = {"pool": size, "steps": fit.steps, "stopped": fit.stopped,
+        self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64), "w": weights}
+        self.reweighting_ = {"pool": len(pool), "covering_rows": len(pool) - size,
+                             "covering_share": float(weights[size:].sum()), "steps": fit.steps, "stopped": fit.stopped,
                              "objective_first": fit.objective[0], "objective_last": fit.objective[-1],
                              "released_entries": fit.entries, "effective_fraction": fit.effective_fraction}
 
@@ -286,6 +309,53 @@ class Hybrid(MST):
         model.pool_ = load_file(str(directory / POOL_FILE))
         model.reweighting_ = meta.get("reweighting")
         return model
+
+
+def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """Codes of ``k`` rows for every (class, categorical column, category) that the weighted pool (``codes``,
+    weights ``w``) holds at less than one record's weight 1 / ``m``: each a pool row of that class drawn by weight
+    (any row, relabelled, when the class has no weight) with that one column set to that category. Post-processing
+    of public rows with a public seed. The graphical model of noisy marginals gives a rare category within a class
+    almost no mass, and the reweighting cannot weigh a row the pool lacks: drawn rows then never hold the pair,
+    and a classifier trained on them treats it as impossible (Gaussian naive Bayes: every such real test row is
+    pushed out of its class)."""
+    attributes, label = domain.attributes, domain.schema.label
+    y = attributes.index(label) if label else None
+    w = np.asarray(w, dtype=np.float64)
+    classes = range(domain.size(label)) if label else [None]
+    categorical = [j for j, a in enumerate(attributes) if a not in domain.grids and a != label]
+    out = []
+    for c in classes:
+        members = np.arange(len(codes)) if c is None else np.nonzero(codes[:, y] == c)[0]
+        base = members if w[members].sum() > 0 else np.arange(len(codes))
+        p = w[base] / w[base].sum()
+        for j in categorical:
+            size = domain.size(attributes[j])
+            mass = np.bincount(codes[members, j], weights=w[members], minlength=size)
+            short = np.nonzero(mass < 1.0 / m)[0]
+            if len(short) == 0 or k == 0:
+                continue
+            rows = codes[rng.choice(base, size=len(short) * k, p=p)]
+            rows[:, j] = np.repeat(short, k)
+            if c is not None:
+                rows[:, y] = c
+            out.append(rows)
+    return np.concatenate(out) if out else codes[:0]
+
+
+def cover_floor(w: np.ndarray, start: int, m: int, cap: float = MAX_COVER_SHARE) -> np.ndarray:
+    """Weights (summing to 1) where every row from ``start`` on (the covering rows) weighs at least one record's
+    share 1 / ``m`` (all of them together at most ``cap`` of the mass at the floor), the rows before scaled to the
+    rest: additive smoothing of the reweighted pool, k pseudo-records per class and category, so that n = m drawn
+    rows hold each covering row about once whatever weight the reweighting left it."""
+    w = np.asarray(w, dtype=np.float64) / float(np.sum(w))
+    n_cover = len(w) - start
+    if n_cover <= 0:
+        return w
+    cover = np.maximum(w[start:], min(1.0 / m, cap / n_cover))
+    rest = w[:start]
+    out = np.concatenate([rest * max(1.0 - cover.sum(), 0.0) / max(rest.sum(), 1e-300), cover])
+    return out / out.sum()
 
 
 def _embedding_entry(engine):

@@ -346,7 +346,7 @@ class MST(Method):
         ``label_pairs``, then the label's pairs the tree left out); returns the measurements [(clique, noisy counts,
         noise std, one-way)]."""
         attrs = tuple(domain.attributes)
-        star = label_star(domain) if self._s.label_pairs else ()
+        star = label_star(domain) if self._label_pairs() else ()
         parts = 4 if star else 3
         one, std1 = yield Measure(tuple((a,) for a in attrs), rho / parts, "1-way marginals of every column, numeric "
                                   "ones on their full public grid", domain=domain.fine())
@@ -363,9 +363,13 @@ class MST(Method):
             out += [(c, y, std3, False) for c, y in extra.items()]
         return out
 
+    def _label_pairs(self):
+        """Whether the plan measures the label's pairs (``label_pairs``, resolved)."""
+        return self._s.label_pairs
+
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
-        if not isinstance(self._s.label_pairs, bool):
+        if not isinstance(self._label_pairs(), bool):
             raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
         if len(domain.attributes) < 2:
             raise InvalidParameterError(f"{self.method} models the columns' joint distribution: the schema needs at "
@@ -404,17 +408,24 @@ class MST(Method):
         """``n`` synthetic rows (post-processing): drawn from the graphical model, each numeric cell's value
         uniform inside it, typed by the schema."""
         check_positive(n, "n", integer=True)
-        model, domain = self.model_(), self.domain_()
         seed = self._s.seed if seed is None else seed
+        return self._decode(self._model_codes(n, seed), seed)
+
+    def _model_codes(self, n: int, seed: int) -> np.ndarray:
+        """(n, attributes) codes drawn from the graphical model (mbi's randomized rounding, public seed)."""
+        model = self.model_()
         state = np.random.get_state()                    # mbi draws from numpy's global generator: public, seeded
         try:
             np.random.seed(seed)
             rows = model.synthetic_data(rows=int(n)).to_dict()
         finally:
             np.random.set_state(state)
-        codes = np.stack([np.asarray(rows[a], dtype=np.int64) for a in domain.attributes], 1)
+        return np.stack([np.asarray(rows[a], dtype=np.int64) for a in self.domain_().attributes], 1)
+
+    def _decode(self, codes: np.ndarray, seed: int) -> pd.DataFrame:
+        """Rows typed by the schema from codes: a numeric cell's value drawn inside it (public seed)."""
         rng = np.random.default_rng(seed)
-        X, labels = domain.encoded(codes, rng, within=self._within())
+        X, labels = self.domain_().encoded(codes, rng, within=self._within())
         return self.encoder_.minmax().decode(X, labels, categorical="argmax", rng=rng)
 
     def _within(self) -> dict:

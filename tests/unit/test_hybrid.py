@@ -242,3 +242,94 @@ def test_aim_rounds_as_the_marginal_part():
     assert len(m.sample(100, seed=0)) == 100
     with pytest.raises(InvalidParameterError, match="marginals must be 'mst' or 'aim'"):
         Hybrid(epsilon=1.0, marginals="tree").fit(df, label="y", schema=SCHEMA)
+
+
+def test_covering_rows_fill_every_short_category_of_every_class():
+    """covering_rows: k rows for every (class, categorical column, category) the weighted pool holds at less than
+    one record's weight 1 / m, each a pool row of that class with that one column changed (a class with no weight
+    borrows any row, relabelled); numeric cells are copied, never invented; a category already weighted is left
+    alone."""
+    from mmdsynth.data.discrete import Domain
+    from mmdsynth.methods.hybrid import covering_rows
+
+    domain = Domain.of(mmdsynth.Schema.from_dict(SCHEMA))
+    attrs = domain.attributes
+    a, colour, smoker, y = (attrs.index(n) for n in ("age", "colour", "smoker", "y"))
+    rng = np.random.default_rng(0)
+    codes = np.stack([rng.integers(0, domain.size(n), 200) for n in attrs], 1)
+    codes[:, y] = 0                                           # the model drew class 0 only
+    codes[:, colour] = 0                                      # and one colour only
+    codes[:, a] = 7
+    w = np.full(200, 1 / 200)
+    rows = covering_rows(codes, w, domain, 3, 1000, np.random.default_rng(1))
+    # class 0: colours 1 and 2 (smoker's both values hold about half the weight); class 1: every category
+    assert rows.shape == ((2 + 3 + 2) * 3, len(attrs))
+    zero, one = rows[rows[:, y] == 0], rows[rows[:, y] == 1]
+    assert sorted(zero[:, colour]) == [1, 1, 1, 2, 2, 2] and len(zero) == 6
+    assert np.bincount(one[:, colour], minlength=3).min() >= 3 and np.bincount(one[:, smoker]).min() >= 3
+    assert (rows[:, a] == 7).all()                            # the numeric cell comes from a pool row
+    w[codes[:, smoker] == 1] = 0                              # smoker "yes" now weightless in class 0
+    again = covering_rows(codes, w / w.sum(), domain, 1, 1000, np.random.default_rng(1))
+    assert ((again[:, y] == 0) & (again[:, smoker] == 1)).sum() == 1
+    assert covering_rows(codes, w, domain, 0, 1000, rng).shape == (0, len(attrs))
+
+
+def test_cover_gives_every_category_of_every_class_a_record(monkeypatch):
+    """Whatever weights the reweighting leaves (here: none on blue rows of class neg, as when the model's pool lacks
+    them), with cover=4 every (class, category) weighs at least one record (1 / m) in the final pool, the covering
+    rows count 4 per short cell, and m drawn rows hold blue in class neg; with cover=0 the cell stays empty.
+    Refused before the charge when not a whole number >= 0."""
+    import mmdsynth.methods.hybrid as hybrid_module
+
+    seen, real = {}, hybrid_module.reweight
+
+    def targets(self, rows):
+        seen["rows"] = rows
+        return Hybrid.__dict__["targets"](self, rows)
+
+    def starved(t, steps):
+        fit = real(t, steps=steps)
+        rows = seen["rows"]
+        fit.weights[((rows["colour"] == "blue") & (rows["y"] == "neg")).to_numpy()] = 0.0
+        fit.weights /= fit.weights.sum()
+        return fit
+
+    class Probe(Hybrid):
+        pass
+    Probe.targets = targets
+    monkeypatch.setattr(hybrid_module, "reweight", starved)
+    df, m = toy_table(2000, seed=5), 2000
+    masses = {}
+    for k in (0, 4):
+        h = Probe(epsilon=1.0, noise_seed=0, cover=k, **FAST).fit(df, label="y", schema=SCHEMA)
+        X, yy, w = h.pool_["X"], h.pool_["y"], h.pool_["w"]
+        onehots = X[:, 2:]                                     # age, score, then colour's 3 and smoker's 2
+        masses[k] = np.stack([(onehots * (w * (yy == c))[:, None]).sum(0) for c in (0, 1)])
+        syn = h.sample(m, seed=0)
+        holds = ((syn["colour"] == "blue") & (syn["y"] == "neg")).any()
+        if k:
+            short = int((masses[0] < 1 / m).sum())
+            assert short >= 1 and h.reweighting_["covering_rows"] == 4 * short
+            assert h.reweighting_["pool"] == 3 * 2000 + 4 * short
+            assert holds
+        else:
+            assert masses[0][0, 2] == 0 and not holds and h.reweighting_["covering_rows"] == 0
+    assert (masses[4] >= (1 - 1e-9) / m).all(), masses[4]
+    with pytest.raises(InvalidParameterError, match="cover"):
+        Hybrid(epsilon=1.0, cover=-1).fit(toy_table(100), label="y", schema=SCHEMA)
+
+
+def test_cover_floor_keeps_each_covering_row_at_one_record():
+    """cover_floor: the covering rows (from ``start``) weigh at least 1 / m each, together at most the cap when the
+    reweighting gave them nothing; a covering row the reweighting weighted more keeps its weight; the model rows keep
+    their proportions; without covering rows the weights are only normalised."""
+    from mmdsynth.methods.hybrid import cover_floor
+
+    w = np.r_[np.full(90, 1.0), np.zeros(9), [30.0]]
+    out = cover_floor(w, 90, m=1000)
+    assert out.sum() == pytest.approx(1.0)
+    assert out[90:99] == pytest.approx(np.full(9, 0.001)) and out[99] == pytest.approx(30 / 120)
+    assert np.allclose(out[:90], out[0]) and out[:90].sum() == pytest.approx(1 - 0.009 - 30 / 120)
+    capped = cover_floor(np.r_[np.ones(100), np.zeros(50)], 100, m=100, cap=0.05)
+    assert capped[100:] == pytest.approx(np.full(50, 0.001)) and capped[:100].sum() == pytest.approx(0.95)
+    assert cover_floor(np.array([1.0, 3.0]), 2, m=10) == pytest.approx([0.25, 0.75])
