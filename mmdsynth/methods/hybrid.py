@@ -4,7 +4,8 @@ One zCDP plan (:class:`~mmdsynth.privacy.engine.ZCDPEngine`, its total calibrate
 before any read) holds two parts:
 
 * MST's releases (:class:`~mmdsynth.methods.marginal.MST`) with ``marginal_share`` of rho: the 1-way marginals of
-  every column, a private spanning tree of pairs, their 2-way marginals;
+  every column, a private spanning tree of pairs, their 2-way marginals, and (``label_pairs``, the default) the
+  label's 2-way marginals with every column;
 * DP-MERF's table release (:class:`~mmdsynth.methods.kernel.DPMERF`, no generator trained) with the rest: the
   class-conditional random-feature embedding (numeric columns' random Fourier features, per-class category
   frequencies, pairwise marginals and numeric x categorical histograms), the class proportions and the numeric
@@ -13,7 +14,9 @@ before any read) holds two parts:
 Post-processing only from there: the graphical model of the marginals (mbi 2.x) draws a pool of ``pool`` rows per
 training row (public seed); the pool is reweighted (:mod:`mmdsynth.generators.reweight`) so that its statistics
 match the kernel embedding and every measured marginal at once, each weighted by its noise,
-stopping where the fit reaches the releases' noise level; synthetic rows are drawn from the weighted pool. The
+stopping where the fit reaches the releases' noise level; every (class, category) the weighted pool holds at less
+than one record's weight then gets ``cover`` rows of its own at one record's weight (:func:`covering_rows`); synthetic
+rows are drawn from the weighted pool. The
 marginals carry fidelity (1-, 2-way structure), the kernel embedding carries what a tree of pairs misses (the
 label's dependence on every column jointly, numeric joint structure).
 """
@@ -61,7 +64,8 @@ class Hybrid(MST):
     zCDP plan; synthetic rows drawn from the marginals' graphical model, reweighted to match both releases within
     their noise. Tables only. ``pool``: model rows drawn per training row (at most ``max_pool``); ``steps``: the
     reweighting's most iterations; ``n_features``, ``rff_seed``, ``proportions_share``, ``numeric_share``: the
-    kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``: the marginal part's."""
+    kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``, ``label_pairs``: the marginal part's;
+    ``cover``: rows per (class, category) the reweighted rows would otherwise miss."""
 
     method = "hybrid"
     summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
@@ -346,8 +350,8 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
 def cover_floor(w: np.ndarray, start: int, m: int, cap: float = MAX_COVER_SHARE) -> np.ndarray:
     """Weights (summing to 1) where every row from ``start`` on (the covering rows) weighs at least one record's
     share 1 / ``m`` (all of them together at most ``cap`` of the mass at the floor), the rows before scaled to the
-    rest: additive smoothing of the reweighted pool, k pseudo-records per class and category, so that n = m drawn
-    rows hold each covering row about once whatever weight the reweighting left it."""
+    rest: additive smoothing of the reweighted pool (k pseudo-records for every short class and category), so that
+    n = m drawn rows hold each covering row about once whatever weight the reweighting left it."""
     w = np.asarray(w, dtype=np.float64) / float(np.sum(w))
     n_cover = len(w) - start
     if n_cover <= 0:
