@@ -333,3 +333,21 @@ def test_cover_floor_keeps_each_covering_row_at_one_record():
     capped = cover_floor(np.r_[np.ones(100), np.zeros(50)], 100, m=100, cap=0.05)
     assert capped[100:] == pytest.approx(np.full(50, 0.001)) and capped[:100].sum() == pytest.approx(0.95)
     assert cover_floor(np.array([1.0, 3.0]), 2, m=10) == pytest.approx([0.25, 0.75])
+
+
+def test_the_default_measures_the_labels_pairs_with_msts_tree_only():
+    """label_pairs=None (the default) resolves to True with MST's tree (every column measured with the label, the
+    marginal part in four shares) and to False with AIM's rounds (not refused); an explicit False turns it off."""
+    df = toy_table(600)
+    columns = [c for c in df.columns if c != "y"]
+
+    def label_pairs(model):
+        return {tuple(x["clique"]) for x in model.release_.feature_spec["measurements"]} & {(c, "y") for c in columns}
+
+    on = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA)
+    assert on._label_pairs() is True and label_pairs(on) == {(c, "y") for c in columns}
+    marginal = [e for e in on.release_.ledger.entries if "marginals" in e.description and e.mechanism == "gaussian"]
+    assert len(marginal) == 3 and len({round(e.rho, 12) for e in marginal}) == 1      # 1-way, tree, label pairs
+    off = Hybrid(epsilon=1.0, noise_seed=0, label_pairs=False, **FAST).fit(df, label="y", schema=SCHEMA)
+    assert off._label_pairs() is False and len(label_pairs(off)) < len(columns)
+    assert Hybrid(marginals="aim")._s.label_pairs is None and Hybrid(marginals="aim")._label_pairs() is False
