@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +27,9 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, roc_auc_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _rows import emit  # noqa: E402
 
 
 def frame(path: Path, schema: dict) -> tuple[pd.DataFrame, np.ndarray]:
@@ -87,9 +91,7 @@ def main():
                "logreg": scores(LogisticRegression(max_iter=2000), one_hot(Zs, schema), ys, one_hot(Zt, schema), yt,
                                 n_classes),
                "seconds": round(time.perf_counter() - t, 1)}
-        print(json.dumps(row), flush=True)
-        with open(args.out, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        emit(row, args.out)
 
 
 if __name__ == "__main__":

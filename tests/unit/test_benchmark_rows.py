@@ -48,3 +48,28 @@ def test_benchmark_scripts_refuse_before_reading_data(argv, named):
     res = subprocess.run([sys.executable, str(BENCHMARKS / argv[0]), *argv[1:], "--out", "/dev/null"],
                          capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent)
     assert res.returncode == 2 and named in res.stderr, res.stderr[-2000:]
+
+
+def test_second_evaluator_scores_signal_above_shuffled_labels(tmp_path):
+    """peers/second_evaluator.py: rows that carry the label's signal score above the same rows with shuffled labels
+    under both of its models, and a category the schema does not declare is read as unknown, not a crash."""
+    import json
+
+    import numpy as np
+
+    from support import SCHEMA, toy_table
+
+    toy_table(1500, seed=1).to_csv(tmp_path / "test.csv", index=False)
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    good = toy_table(1500, seed=2)
+    good.loc[good.index[:3], "colour"] = "purple"
+    good.to_csv(tmp_path / "good.csv", index=False)
+    shuffled = good.assign(y=np.random.default_rng(0).permutation(good["y"].to_numpy()))
+    shuffled.to_csv(tmp_path / "shuffled.csv", index=False)
+    out = tmp_path / "rows.jsonl"
+    run = subprocess.run([sys.executable, str(BENCHMARKS / "peers" / "second_evaluator.py"), str(tmp_path), "--csv",
+                          "good.csv", "shuffled.csv", "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    rows = {r["csv"]: r for r in map(json.loads, out.read_text().splitlines())}
+    for model in ("hgb", "logreg"):
+        assert rows["good.csv"][model]["roc_auc"] > rows["shuffled.csv"][model]["roc_auc"] + 0.1, rows
