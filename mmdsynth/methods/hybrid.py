@@ -205,6 +205,16 @@ class Hybrid(MST):
                              "objective_first": fit.objective[0], "objective_last": fit.objective[-1],
                              "released_entries": fit.entries, "effective_fraction": fit.effective_fraction}
 
+    def fit_summary(self, dataset: str, out) -> list[str]:
+        r = getattr(self, "reweighting_", None)
+        if not r:
+            return super().fit_summary(dataset, out)
+        rows = f"{r['pool'] - r.get('covering_rows', 0):,} model rows reweighted in {r['steps']} steps ({r['stopped']})"
+        if r.get("covering_rows"):
+            rows += (f"; {r['covering_rows']:,} covering rows for categories a class would miss "
+                     f"({100 * r['covering_share']:.2g} % of the weight)")
+        return super().fit_summary(dataset, out) + [rows]
+
     def targets(self, rows: pd.DataFrame) -> Targets:
         """The whitened statistics of ``rows`` and the release's targets (:class:`Targets`): the kernel embedding
         (each entry over its noise std) and every measured marginal (cell shares over the count noise std / m).

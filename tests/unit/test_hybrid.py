@@ -311,6 +311,7 @@ def test_cover_gives_every_category_of_every_class_a_record(monkeypatch):
             short = int((masses[0] < 1 / m).sum())
             assert short >= 1 and h.reweighting_["covering_rows"] == 4 * short
             assert h.reweighting_["pool"] == 3 * 2000 + 4 * short
+            assert f"{4 * short} covering rows for categories a class would miss" in h.fit_summary("toy", "out")[-1]
             assert holds
         else:
             assert masses[0][0, 2] == 0 and not holds and h.reweighting_["covering_rows"] == 0
