@@ -195,9 +195,9 @@ class Hybrid(MST):
             if len(extra):
                 pool = pd.concat([pool, self._decode(extra, s.seed + 1)], ignore_index=True)
                 weights = cover_floor(np.r_[weights, np.zeros(len(extra))], size, m)
-        logger.info("hybrid: %d pool rows (%d covering) reweighted in %d steps (%s), residual %.4g of %d released "
-                    "entries, effective size %.2f of the pool", len(pool), len(pool) - size, fit.steps, fit.stopped,
-                    fit.objective[-1], fit.entries, fit.effective_fraction)
+        logger.info("hybrid: %d model rows reweighted in %d steps (%s), residual %.4g of %d released entries, "
+                    "effective size %.2f of the pool; %d covering rows added", size, fit.steps, fit.stopped,
+                    fit.objective[-1], fit.entries, fit.effective_fraction, len(pool) - size)
         X, y = encoder_of(release).minmax().encode(pool)               # the minmax encoder checks no IDs
         self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64), "w": weights}
         self.reweighting_ = {"pool": len(pool), "covering_rows": len(pool) - size,
@@ -339,6 +339,8 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
     classes = range(domain.size(label)) if label else [None]
     categorical = [j for j, a in enumerate(attributes) if a not in domain.grids and a != label]
     out = []
+    if k == 0:
+        return codes[:0]
     for c in classes:
         members = np.arange(len(codes)) if c is None else np.nonzero(codes[:, y] == c)[0]
         base = members if w[members].sum() > 0 else np.arange(len(codes))
@@ -347,7 +349,7 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
             size = domain.size(attributes[j])
             mass = np.bincount(codes[members, j], weights=w[members], minlength=size)
             short = np.nonzero(mass < 1.0 / m)[0]
-            if len(short) == 0 or k == 0:
+            if len(short) == 0:
                 continue
             rows = codes[rng.choice(base, size=len(short) * k, p=p)]
             rows[:, j] = np.repeat(short, k)
@@ -361,7 +363,7 @@ def cover_floor(w: np.ndarray, start: int, m: int, cap: float = MAX_COVER_SHARE)
     """Weights (summing to 1) where every row from ``start`` on (the covering rows) weighs at least one record's
     share 1 / ``m`` (all of them together at most ``cap`` of the mass at the floor), the rows before scaled to the
     rest: additive smoothing of the reweighted pool (k pseudo-records for every short class and category), so that
-    n = m drawn rows hold each covering row about once whatever weight the reweighting left it."""
+    n = m drawn rows hold each covering row about once. A covering row already weighing more keeps its weight."""
     w = np.asarray(w, dtype=np.float64) / float(np.sum(w))
     n_cover = len(w) - start
     if n_cover <= 0:
