@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ..errors import InvalidParameterError
@@ -157,6 +159,70 @@ class MixedRFF(FeatureMap):
                 parts.append(math.sqrt(share) * self._cross(x[:, :self.n_numeric], cat))
         return torch.cat(parts, 1)
 
+    def sparse_split(self, x: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
+        """``bounded(self(x))`` in two parts, without the dense (n, out_dim) array: the Gaussian kernel's features
+        dense ((n, R) float64) and the one-hot parts (category frequencies, pairs, numeric x categorical
+        histograms: a few non-zeros a row) as a CSR matrix (n, out_dim - R), built from each row's categories.
+        For rows whose one-hot blocks hold at most one non-zero each (encoded records; anything else is refused).
+        Used on public rows (the hybrid's pool), where the dense array cost most of the fit."""
+        x = np.asarray(x, dtype=np.float64)
+        n = len(x)
+        dense = np.zeros((n, 0))
+        if self.rff is not None:
+            inputs = x if self.rff_inputs == "all" else x[:, :self.n_numeric]
+            dense = math.sqrt(self.a) * self.rff(torch.from_numpy(np.ascontiguousarray(inputs))).numpy()
+        width = self.out_dim - dense.shape[1]
+        entries, sq = [], np.zeros(n)                  # (rows, columns, values) of each part; squared row norms
+        if self.n_cat:
+            cat = x[:, self.n_numeric:]
+            rows, cols = np.nonzero(cat)
+            vals = cat[rows, cols]
+            share = (1.0 - self.a) / (1 + bool(self.n_pairs) + bool(self.n_cross))
+            entries.append(_scaled(rows, cols, vals, n, math.sqrt(self.n_cat), share, sq))
+            offset = self.onehot_dim
+            sizes = self.category_sizes or self.cross_sizes
+            if sizes:
+                idx, val = _one_per_block(rows, cols, vals, n, sizes)
+                if self.n_pairs:
+                    entries.append(self._sparse_pairs(idx, val, offset, share, sq))
+                    offset += self.pair_dim
+                if self.n_cross:
+                    starts = np.cumsum([0] + sizes[:-1])
+                    entries.append(self._sparse_cross(x[:, :self.n_numeric], idx, val, starts, offset, share, sq))
+        rows, cols, vals = (np.concatenate(p) for p in zip(*entries)) if entries else (np.zeros(0, int),) * 3
+        norm = np.sqrt((dense ** 2).sum(1) + sq)       # bounded_rows' rule: a non-finite row is 0, a long one scaled
+        ok = np.isfinite(norm)
+        factor = np.where(ok, np.minimum(self.norm_bound / np.where(ok & (norm > 0), norm, 1.0), 1.0), 0.0)
+        rest = sp.csr_matrix((np.where(ok[rows], vals * factor[rows], 0.0), (rows, cols)), shape=(n, width))
+        rest.eliminate_zeros()
+        return np.where(ok[:, None], dense * factor[:, None], 0.0), rest
+
+    def _sparse_pairs(self, idx, val, offset: int, share: float, sq: np.ndarray):
+        """The pairs part's entries: block i's category a and block j's b at a * size_j + b of pair (i, j)."""
+        n, sizes, parts = len(idx), self.category_sizes, []
+        for i in range(self.n_cat):
+            for j in range(i + 1, self.n_cat):
+                rows = np.nonzero((idx[:, i] >= 0) & (idx[:, j] >= 0))[0]
+                parts.append((rows, offset + idx[rows, i] * sizes[j] + idx[rows, j], val[rows, i] * val[rows, j]))
+                offset += sizes[i] * sizes[j]
+        rows, cols, vals = (np.concatenate(p) for p in zip(*parts))
+        return _scaled(rows, cols, vals, n, math.sqrt(self.n_pairs), share, sq)
+
+    def _sparse_cross(self, num, idx, val, starts, offset: int, share: float, sq: np.ndarray):
+        """The numeric x categorical part's entries: hat (j, b) of numeric column j times one-hot column k at
+        (j B + b) onehot_dim + k (:meth:`_cross`'s layout); at most two hats a column are non-zero."""
+        B, n = self.cross_bins, len(num)
+        pos = num * (B - 1)
+        low = np.floor(pos)
+        bins = np.stack([low, low + 1], -1)                                   # (n, J, 2)
+        hat = np.where((bins >= 0) & (bins < B), np.maximum(1.0 - np.abs(pos[..., None] - bins), 0.0), 0.0)
+        hcol = (np.arange(self.n_numeric)[None, :, None] * B + np.clip(bins, 0, B - 1).astype(np.int64))
+        kcol = np.where(idx >= 0, starts[None, :] + idx, -1)                 # (n, K)
+        keep = (hat[..., None] > 0) & (kcol[:, None, None, :] >= 0)           # (n, J, 2, K)
+        r, j, t, c = np.nonzero(keep)
+        cols = offset + hcol[r, j, t] * self.onehot_dim + kcol[r, c]
+        return _scaled(r, cols, hat[r, j, t] * val[r, c], n, math.sqrt(self.n_cross), share, sq)
+
     def _cross(self, num: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         """Every numeric column's hat-function histogram times every one-hot block, scaled to norm <= 1
         (each product has norm <= 1; divided by max(norm, sqrt(numeric x categorical columns)))."""
@@ -172,3 +238,26 @@ class MixedRFF(FeatureMap):
                 "seed": self.rff.seed if self.rff else 0, "rff_inputs": self.rff_inputs,
                 "category_sizes": self.category_sizes, "captures": self.captures, "cross_sizes": self.cross_sizes,
                 "cross_bins": self.cross_bins}
+
+
+def _scaled(rows, cols, vals, n: int, floor: float, share: float, sq: np.ndarray):
+    """One part's entries scaled as :meth:`MixedRFF.__call__` scales it (sqrt(share) / max(row norm, floor));
+    adds the scaled rows' squared norms to ``sq``."""
+    norm = np.sqrt(np.bincount(rows, vals ** 2, minlength=n))
+    scale = math.sqrt(share) / np.maximum(norm, floor)
+    out = vals * scale[rows]
+    sq += np.bincount(rows, out ** 2, minlength=n)
+    return rows, cols, out
+
+
+def _one_per_block(rows, cols, vals, n: int, sizes) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's category (index within its block, -1 for none) and value in every one-hot block, (n, K) each;
+    refuses a row holding two non-zeros in one block (not an encoded record)."""
+    block = np.repeat(np.arange(len(sizes)), sizes)[cols]
+    starts = np.cumsum([0] + list(sizes[:-1]))
+    if len(rows) and np.bincount(rows * len(sizes) + block, minlength=n * len(sizes)).max() > 1:
+        raise InvalidParameterError("sparse_split needs rows with at most one non-zero in each one-hot block "
+                                    "(encoded records).")
+    idx, val = np.full((n, len(sizes)), -1, dtype=np.int64), np.zeros((n, len(sizes)))
+    idx[rows, block], val[rows, block] = cols - starts[block], vals
+    return idx, val

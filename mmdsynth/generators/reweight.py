@@ -40,11 +40,26 @@ class Targets:
     #: where the dense and the sparse kernel columns sit in the release's embedding (rows of its (D, C) layout)
     dense_cols: np.ndarray | None = None
     sparse_cols: np.ndarray | None = None
+    #: (class, start, stop) of each class's rows when every class's rows are one run (the hybrid orders its pool by
+    #: class): the dense block is then read once per pass, class by class (matrix-vector products), not as an (N, C)
+    #: product; None otherwise
+    runs: list | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self):
+        if self.dense is not None and len(self.labels):
+            starts = np.r_[0, np.nonzero(np.diff(self.labels))[0] + 1]
+            if len(np.unique(self.labels[starts])) == len(starts):
+                stops = np.r_[starts[1:], len(self.labels)]
+                self.runs = [(int(self.labels[a]), int(a), int(b)) for a, b in zip(starts, stops)]
 
     def statistics(self, w: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(sum_i w_i dense_i e_{y_i}^T, sum_i w_i sparse_i)."""
         d = s = None
-        if self.dense is not None:
+        if self.runs is not None:
+            w32, d = w.astype(np.float32), np.zeros((self.dense.shape[1], self.n_classes))
+            for c, a, b in self.runs:
+                d[:, c] = self.dense[a:b].T @ w32[a:b]
+        elif self.dense is not None:
             W = np.zeros((len(w), self.n_classes), dtype=np.float32)
             W[np.arange(len(w)), self.labels] = w
             d = (W.T @ self.dense).T.astype(np.float64)
@@ -76,7 +91,11 @@ class Targets:
     def inner(self, rd, rs) -> np.ndarray:
         """<a(x_i), r> for every row, (N,) float64."""
         out = np.zeros(len(self.labels) if self.labels is not None else self.sparse.shape[0])
-        if rd is not None:
+        if rd is not None and self.runs is not None:
+            r32 = rd.astype(np.float32)
+            for c, a, b in self.runs:
+                out[a:b] += self.dense[a:b] @ r32[:, c]
+        elif rd is not None:
             prod = self.dense @ rd.astype(np.float32)
             out += prod[np.arange(len(out)), self.labels]
         if rs is not None:

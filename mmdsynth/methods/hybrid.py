@@ -29,7 +29,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-import torch
 from safetensors.numpy import load_file, save_file
 
 from ..data.discrete import DEFAULT_CELLS
@@ -186,7 +185,7 @@ class Hybrid(MST):
         s, release = self._s, self.release_
         m = int(release.dataset["n_records"])
         size = int(min(s.pool * m, s.max_pool))
-        codes = self._model_codes(size, s.seed)
+        codes = by_class(self._model_codes(size, s.seed), self.domain_())
         pool = self._decode(codes, s.seed)
         fit = reweight(self.targets(pool), steps=int(s.steps))
         weights = fit.weights
@@ -237,32 +236,34 @@ class Hybrid(MST):
                                ("marginals", k, k + n_marg, n_marg, False)))
 
     def _kernel_rows(self, rows: pd.DataFrame, encoder: TableEncoder):
-        """Each row's class-conditional kernel features over the embedding's noise std, split by columns: those
-        non-zero in more than ``DENSE_FRACTION`` of the first chunk's rows dense (float32, N x dense), the rest sparse
-        in the (D, C) layout's row-major order (column j of class c at j C + c). Returns (dense, dense columns,
-        sparse columns, sparse matrix, labels)."""
+        """Each row's class-conditional kernel features over the embedding's noise std, split by columns: the
+        Gaussian kernel's features and the one-hot parts' columns non-zero in more than ``DENSE_FRACTION`` of the
+        first chunk's rows dense (float32, N x dense), the rest sparse in the (D, C) layout's row-major order (column
+        j of class c at j C + c). Built from :meth:`~mmdsynth.features.rff.MixedRFF.sparse_split`, never as the dense
+        (N, D) array. Returns (dense, dense columns, sparse columns, sparse matrix, labels)."""
         spec = self.release_.feature_spec
         C = int(self.release_.dataset["n_classes"])
         fmap = build_feature_map(spec[KERNEL_SPEC])
         sigma = float(spec["kernel_noise_std"])
         X, y = encoder.encode(rows)
-        X, y = torch.as_tensor(X), np.asarray(y, dtype=np.int64)
+        X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.int64)
         n = len(y)
-        dense_cols = sparse_cols = dense = None
+        dense_rest = sparse_rest = dense = None
         blocks = []
-        with torch.no_grad():
-            for s in range(0, n, CHUNK):
-                phi = fmap.bounded(fmap(X[s:s + CHUNK]).double()).numpy()
-                if dense_cols is None:
-                    frac = (phi != 0).mean(0)
-                    dense_cols, sparse_cols = np.nonzero(frac > DENSE_FRACTION)[0], np.nonzero(frac <= DENSE_FRACTION)[0]
-                    dense = np.empty((n, len(dense_cols)), dtype=np.float32)     # one copy: N x dense columns
-                dense[s:s + len(phi)] = phi[:, dense_cols] / sigma
-                part = sp.csr_matrix(phi[:, sparse_cols] / sigma).tocoo()
-                yy = y[s:s + CHUNK][part.row]
-                blocks.append(sp.csr_matrix((part.data, (part.row, part.col * C + yy)),
-                                            shape=(len(phi), len(sparse_cols) * C)))
-        return dense, dense_cols, sparse_cols, sp.vstack(blocks).tocsr(), y
+        for s in range(0, n, CHUNK):
+            gauss, rest = fmap.sparse_split(X[s:s + CHUNK])
+            if dense_rest is None:
+                frac = np.bincount(rest.indices, minlength=rest.shape[1]) / rest.shape[0]
+                dense_rest, sparse_rest = np.nonzero(frac > DENSE_FRACTION)[0], np.nonzero(frac <= DENSE_FRACTION)[0]
+                dense = np.empty((n, gauss.shape[1] + len(dense_rest)), dtype=np.float32)   # one copy: N x dense
+            dense[s:s + len(gauss), :gauss.shape[1]] = gauss / sigma
+            dense[s:s + len(gauss), gauss.shape[1]:] = rest[:, dense_rest].toarray() / sigma
+            part = (rest[:, sparse_rest] / sigma).tocoo()
+            yy = y[s:s + CHUNK][part.row]
+            blocks.append(sp.csr_matrix((part.data, (part.row, part.col * C + yy)),
+                                        shape=(len(gauss), len(sparse_rest) * C)))
+        R = dense.shape[1] - len(dense_rest)
+        return dense, np.r_[np.arange(R), R + dense_rest], R + sparse_rest, sp.vstack(blocks).tocsr(), y
 
     def _marginal_rows(self, clean: pd.DataFrame):
         """Each row's cell in every measured clique as a one-hot at m / std (a share of rows over the count noise
@@ -357,6 +358,15 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
                 rows[:, y] = c
             out.append(rows)
     return np.concatenate(out) if out else codes[:0]
+
+
+def by_class(codes: np.ndarray, domain) -> np.ndarray:
+    """The model's rows (codes) in the order of their class, stable (public rows: the reweighting then reads each
+    class's rows as one run, :class:`~mmdsynth.generators.reweight.Targets`)."""
+    label = domain.schema.label
+    if not label:
+        return codes
+    return codes[np.argsort(codes[:, domain.attributes.index(label)], kind="stable")]
 
 
 def cover_floor(w: np.ndarray, start: int, m: int, cap: float = MAX_COVER_SHARE) -> np.ndarray:

@@ -15,6 +15,7 @@ from mmdsynth.errors import InvalidParameterError
 from mmdsynth.features import build_feature_map
 from mmdsynth.generators.reweight import Targets, reweight, systematic
 from mmdsynth.methods import MST, Hybrid
+from mmdsynth.methods.hybrid import by_class
 from mmdsynth.methods.tables import encoder_of
 from mmdsynth.privacy import zcdp
 from mmdsynth.privacy.budget import BudgetFile
@@ -75,7 +76,10 @@ def test_the_pool_statistics_are_the_releases_layout():
     uniform weights they must be the exact (noise-free) statistics the releases noised, each over its noise std."""
     df = toy_table(500, seed=2)
     h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA)
+    assert h.targets(df).runs is None                 # classes interleaved: the (N, C) product
+    df = df.sort_values("y", kind="stable").reset_index(drop=True)
     t = h.targets(df)
+    assert [c for c, _, _ in t.runs] == [0, 1]        # one run a class (the pool's order): class by class
     w = np.full(len(df), 1.0 / len(df))
     dense, sparse = t.statistics(w)
     spec = h.release_.feature_spec
@@ -151,6 +155,38 @@ def test_reweighting_finds_a_planted_reweighting_and_stops_at_the_noise():
     assert fit.weights.sum() == pytest.approx(1.0) and (fit.weights > 0).all()
     idx = systematic(fit.weights, 20000, np.random.default_rng(1))
     assert np.abs(np.bincount(cells[idx], minlength=k) / 20000 - shares).max() < 2e-3
+
+
+def test_class_runs_read_the_same_statistics_as_the_class_product():
+    """Rows ordered by class (:func:`by_class`, as the hybrid orders its pool) are read class by class; the
+    statistics and inner products must equal those of the same rows interleaved (the (N, C) product)."""
+    g = np.random.default_rng(3)
+    n, d, C = 3000, 40, 3
+    dense = g.standard_normal((n, d)).astype(np.float32)
+    import scipy.sparse as sp
+    sparse = sp.random(n, 25, density=0.1, random_state=4, format="csr")
+    labels = np.sort(g.integers(0, C, n))[::-1].copy()          # runs, in descending class order
+    perm = g.permutation(n)
+    make = lambda idx: Targets(dense=dense[idx], labels=labels[idx], n_classes=C, dense_target=g.standard_normal((d, C)),
+                               sparse=sparse[idx], sparse_target=np.zeros(25), entries=d * C + 25)
+    grouped, mixed = make(np.arange(n)), make(perm)
+    assert grouped.runs is not None and mixed.runs is None
+    mixed.dense_target = grouped.dense_target
+    w = g.dirichlet(np.ones(n))
+    (d1, s1), (d2, s2) = grouped.statistics(w), mixed.statistics(w[perm])
+    assert np.allclose(d1, d2, atol=1e-5) and np.allclose(s1, s2)
+    f1, rd1, rs1 = grouped.residual(w)
+    f2, rd2, rs2 = mixed.residual(w[perm])
+    assert f1 == pytest.approx(f2, rel=1e-6)
+    assert np.allclose(grouped.inner(rd1, rs1)[perm], mixed.inner(rd2, rs2), rtol=1e-5, atol=1e-4)
+    domain = Hybrid(epsilon=1.0, **FAST).fit(toy_table(300), label="y", schema=SCHEMA).domain_()
+    y = domain.attributes.index("y")
+    codes = np.zeros((50, len(domain.attributes)), dtype=np.int64)
+    codes[:, y] = g.integers(0, 2, 50)
+    codes[:, 0] = np.arange(50)
+    ordered = by_class(codes, domain)
+    assert (np.diff(ordered[:, y]) >= 0).all() and sorted(ordered[:, 0]) == list(range(50))
+    assert all((np.diff(ordered[ordered[:, y] == c, 0]) > 0).all() for c in (0, 1))     # stable
 
 
 def test_refusals_before_the_charge(tmp_path):

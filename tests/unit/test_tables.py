@@ -54,6 +54,40 @@ def test_mixed_rff_norm_bound_and_neighbouring_sensitivity():
     assert 1 / 60 < (mu - mean_embedding(fm, X2, y2, 2)).norm() <= 2 / 60 + 1e-12
 
 
+@pytest.mark.parametrize("sizes, n_numeric, pairs, cross, inputs", [
+    ([3, 66, 11, 2, 2, 1, 2], 34, True, True, "numeric"), ([4, 5], 3, False, True, "all"), ([4, 5, 2], 0, True, False, "numeric"),
+    ([3], 5, False, False, "numeric"), ([], 4, False, False, "numeric")])
+def test_mixed_rff_sparse_split_is_the_bounded_dense_map(sizes, n_numeric, pairs, cross, inputs):
+    """The hybrid builds its pool's features with ``sparse_split``: the same entries as ``bounded(phi(x))`` (numbers on
+    and between the histogram's grid points, missing categories, a non-finite row zeroed), and a row with two
+    non-zeros in one block (not an encoded record) is refused."""
+    g = np.random.default_rng(0)
+    n = 400
+    num = g.random((n, n_numeric))
+    num[:40], num[40:50], num[50:60] = 0.0, 1.0, 0.2                  # on the 6-bin grid: one hat, value 1
+    cat = np.zeros((n, sum(sizes)))
+    for start, k in zip(np.cumsum([0] + sizes[:-1]), sizes):
+        present = g.random(n) > 0.1
+        cat[np.nonzero(present)[0], start + g.integers(0, k, n)[present]] = 1.0
+    x = np.hstack([num, cat])
+    if n_numeric:
+        x[7, 0] = np.nan
+    fm = MixedRFF(n_numeric, len(sizes), sum(sizes), 200, seed=1, rff_inputs=inputs,
+                  category_sizes=sizes if pairs else None, cross_sizes=sizes if cross else None,
+                  cross_bins=6 if cross else 0)
+    want = fm.bounded(fm(torch.from_numpy(x))).numpy()
+    gauss, rest = fm.sparse_split(x)
+    got = np.hstack([gauss, rest.toarray()])
+    assert got.shape == want.shape and np.abs(got - want).max() < 1e-12
+    assert ((got != 0) == (want != 0)).all() and rest.nnz == (want[:, gauss.shape[1]:] != 0).sum()
+    if n_numeric:
+        assert not got[7].any()
+    if len(sizes) > 1 and (pairs or cross):
+        x[3, n_numeric:n_numeric + 2] = 1.0
+        with pytest.raises(InvalidParameterError, match="one non-zero"):
+            fm.sparse_split(x)
+
+
 def test_class_proportions_release_shares_one_calibrated_plan():
     df = toy_table(400)
     m = DPMERF(epsilon=1.0, proportions_share=0.2, **TINY).fit(df, label="y", schema=SCHEMA)
