@@ -49,9 +49,11 @@ logger = logging.getLogger(__name__)
 POOL_FILE = "pool.safetensors"
 #: the kernel part's tensors and ledger entries are kept under their own names in the release
 KERNEL_SPEC = "kernel"
-#: rows whose features are computed at once (memory: chunk x the feature dimension, float64)
+#: rows whose features are computed at once (memory: chunk x the Gaussian kernel's features, float64, and the one-hot
+#: parts' non-zeros)
 CHUNK = 4096
-#: a column of the kernel features non-zero in more than this fraction of rows is kept dense
+#: a column of the one-hot parts of the kernel features non-zero in more than this fraction of rows is kept dense (the
+#: Gaussian kernel's features always are)
 DENSE_FRACTION = 0.2
 #: the covering rows (``cover``) weigh one record each, together at most this share of the synthetic rows
 MAX_COVER_SHARE = 0.05
