@@ -88,6 +88,36 @@ def test_mixed_rff_sparse_split_is_the_bounded_dense_map(sizes, n_numeric, pairs
             fm.sparse_split(x)
 
 
+def test_mixed_rff_class_sums_sparse_route_sums_what_the_generic_route_sums():
+    """The release's sums (what DP-MERF's and the hybrid's embeddings noise) through the sparse route equal the
+    generic route's: by class, unconditional, weighted (a person's rows), with a non-finite record (zero) and an
+    extreme one; rows that are not encoded records take the generic route."""
+    from mmdsynth.features.base import FeatureMap
+    g = np.random.default_rng(1)
+    sizes, n_numeric, n = [3, 4, 2], 3, 9000                     # more than one batch of the sparse route
+    fm = MixedRFF(n_numeric, 3, 9, 64, seed=2, category_sizes=sizes, cross_sizes=sizes, cross_bins=4)
+    num = g.random((n, n_numeric))
+    num[5] = [1e30, -1e30, 0.0]
+    cat = np.zeros((n, 9))
+    for start, k in zip((0, 3, 7), sizes):
+        cat[np.arange(n), start + g.integers(0, k, n)] = 1.0
+    X = torch.tensor(np.hstack([num, cat]), dtype=torch.float32)
+    X[11, 0] = float("nan")
+    y, w = torch.tensor(g.integers(0, 3, n)), torch.tensor(g.random(n))
+    for args in ((y, 3), (None, None)):
+        for weights in (None, w):
+            want = FeatureMap.class_sums(fm, X, *args, weights=weights)
+            got = fm.class_sums(X, *args, weights=weights)
+            assert got.dtype == torch.float64 and torch.allclose(got, want, rtol=1e-5, atol=1e-4)
+    for i, j in ((5, 0), (11, 1), (0, 1)):                     # worst-case neighbours: one record replaced
+        other, labels = X.clone(), y.clone()
+        other[i], labels[i] = X[j], 2 - y[j]
+        assert float((fm.class_sums(other, labels, 3) - fm.class_sums(X, y, 3)).norm()) <= 2 * fm.norm_bound + 1e-9
+    soft = X.clone()
+    soft[20, n_numeric:n_numeric + 3] = 0.5                      # not a one-hot: the generic route, exactly
+    assert torch.equal(fm.class_sums(soft, y, 3), FeatureMap.class_sums(fm, soft, y, 3))
+
+
 def test_class_proportions_release_shares_one_calibrated_plan():
     df = toy_table(400)
     m = DPMERF(epsilon=1.0, proportions_share=0.2, **TINY).fit(df, label="y", schema=SCHEMA)
