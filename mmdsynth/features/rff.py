@@ -164,7 +164,8 @@ class MixedRFF(FeatureMap):
         dense ((n, R) float64) and the one-hot parts (category frequencies, pairs, numeric x categorical
         histograms: a few non-zeros a row) as a CSR matrix (n, out_dim - R), built from each row's categories.
         For rows whose one-hot blocks hold at most one non-zero each (encoded records; anything else is refused).
-        Used on public rows (the hybrid's pool), where the dense array cost most of the fit."""
+        The hybrid's pool features and :meth:`class_sums` (the release's sums over the private rows) go through it:
+        each row is bounded by :func:`~mmdsynth.privacy.mechanisms.bounded_rows`' rule from that row alone."""
         x = np.asarray(x)
         x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
         n = len(x)
@@ -184,12 +185,12 @@ class MixedRFF(FeatureMap):
             offset = self.onehot_dim
             sizes = self.category_sizes or self.cross_sizes
             if sizes:
-                idx, val = _one_per_block(rows, cols, vals, n, sizes)
+                starts = np.cumsum([0] + list(sizes[:-1]))
+                idx, val = _one_per_block(rows, cols, vals, n, sizes, starts)
                 if self.n_pairs:
                     entries.append(self._sparse_pairs(idx, val, offset, share, sq))
                     offset += self.pair_dim
                 if self.n_cross:
-                    starts = np.cumsum([0] + sizes[:-1])
                     entries.append(self._sparse_cross(x[:, :self.n_numeric], idx, val, starts, offset, share, sq))
         rows, cols, vals = (np.concatenate(p) for p in zip(*entries)) if entries else (np.zeros(0, int),) * 3
         norm = np.sqrt((dense ** 2).sum(1) + sq)       # bounded_rows' rule: a non-finite row is 0, a long one scaled
@@ -207,7 +208,8 @@ class MixedRFF(FeatureMap):
         """:meth:`FeatureMap.class_sums` (every record's row bounded first; float64 sums) through
         :meth:`sparse_split`: the one-hot parts are added from their non-zeros, never materialised dense (on
         intrusion's 21,370 features about 4x faster). Tensors on another device, and rows that are not encoded
-        records (two non-zeros in a one-hot block), take the generic route; both give the same sums."""
+        records (two non-zeros in a one-hot block), take the generic route; both give the same sums. ``batch_size``
+        is the generic route's; the sparse route reads :attr:`SPARSE_ROWS` records at a time."""
         if X.device.type != "cpu" or self.n_cat == 0:
             return super().class_sums(X, y, n_classes, batch_size, weights)
         K = n_classes if y is not None else 1
@@ -279,11 +281,10 @@ def _scaled(rows, cols, vals, n: int, floor: float, share: float, sq: np.ndarray
     return rows, cols, out
 
 
-def _one_per_block(rows, cols, vals, n: int, sizes) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's category (index within its block, -1 for none) and value in every one-hot block, (n, K) each;
-    refuses a row holding two non-zeros in one block (not an encoded record)."""
+def _one_per_block(rows, cols, vals, n: int, sizes, starts) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's category (index within its block, -1 for none) and value in every one-hot block (of ``sizes``,
+    starting at ``starts``), (n, K) each; refuses a row holding two non-zeros in one block (not an encoded record)."""
     block = np.repeat(np.arange(len(sizes)), sizes)[cols]
-    starts = np.cumsum([0] + list(sizes[:-1]))
     if len(rows) and np.bincount(rows * len(sizes) + block, minlength=n * len(sizes)).max() > 1:
         raise InvalidParameterError("sparse_split needs rows with at most one non-zero in each one-hot block "
                                     "(encoded records).")

@@ -336,14 +336,14 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
     almost no mass, and the reweighting cannot weigh a row the pool lacks: drawn rows then never hold the pair,
     and a classifier trained on them treats it as impossible (Gaussian naive Bayes: every such real test row is
     pushed out of its class)."""
+    if k == 0:
+        return codes[:0]
     attributes, label = domain.attributes, domain.schema.label
     y = attributes.index(label) if label else None
     w = np.asarray(w, dtype=np.float64)
     classes = range(domain.size(label)) if label else [None]
     categorical = [j for j, a in enumerate(attributes) if a not in domain.grids and a != label]
     out = []
-    if k == 0:
-        return codes[:0]
     for c in classes:
         members = np.arange(len(codes)) if c is None else np.nonzero(codes[:, y] == c)[0]
         base = members if w[members].sum() > 0 else np.arange(len(codes))
