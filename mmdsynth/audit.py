@@ -190,11 +190,21 @@ def default_audit_map() -> FeatureMap:
     return RandomFourierFeatures(2, 2, seed=0)
 
 
-def _candidates(dim: int, rng: np.random.Generator) -> np.ndarray:
-    """Candidate canaries: random records on a wide box, zeros, huge values and the box corners."""
-    box = rng.uniform(-10, 10, (4000, dim))
-    extremes = np.array([np.zeros(dim), np.full(dim, 1e6), np.full(dim, -1e6), np.full(dim, 1e39)])
-    return np.concatenate([box, extremes])
+class _Vectors:
+    """Plain vectors of ``input_dim`` values (the DP-SGD targets' records): :meth:`FeatureMap.records`' default."""
+
+    records = FeatureMap.records
+
+    def __init__(self, input_dim: int):
+        self.input_dim = input_dim
+
+
+def _candidates(fmap: FeatureMap, rng: np.random.Generator) -> np.ndarray:
+    """Candidate canaries, inputs of the map's kind (:meth:`~mmdsynth.features.base.FeatureMap.records`): values on
+    a wide box, zeros and huge values."""
+    box = fmap.records(4000, rng, -10.0, 10.0)
+    extremes = [fmap.records(1, rng, v, v) for v in (0.0, 1e6, -1e6, 1e39)]
+    return np.concatenate([box, *extremes])
 
 
 class _ProjectionTarget:
@@ -235,8 +245,7 @@ class _ReleaseTarget(_ProjectionTarget):
         self.fmap, self.n_classes = feature_map, n_classes
         self.epsilon, self.delta = epsilon, delta
         rng = np.random.default_rng(seed)
-        dim = int(getattr(feature_map, "input_dim", 2))
-        self.X = rng.random((n_records, dim))
+        self.X = feature_map.records(n_records, rng)        # inputs of the map's kind (a table map: encoded records)
         self.y = np.arange(n_records) % n_classes
         self.plan, self.multipliers = release_plan(feature_map)
         if len(self.multipliers) != 1:
@@ -249,7 +258,7 @@ class _ReleaseTarget(_ProjectionTarget):
                               torch.as_tensor(self.y), n_classes)
         # the canary replaces record 0 (label y0) by (x', label): the class-conditional embedding
         # moves by (phi(x') e_label - phi(x0) e_y0) / m; pick the candidate and label moving it most
-        cands = _candidates(dim, rng)
+        cands = _candidates(feature_map, rng)
         with torch.no_grad():
             phis = feature_map.bounded(feature_map(torch.as_tensor(cands, dtype=torch.float32)).double())
             phi0 = feature_map.bounded(feature_map(torch.as_tensor(self.X[:1], dtype=torch.float32)).double())
@@ -369,7 +378,7 @@ class _DPSGDTarget(_ProjectionTarget):
         self.sigma = self.engine.sigma
         self.sensitivity = clip
         base = clipped_sum(self.kernel, self.x_s, self.y_s, self.X, self.y, 1e-6, clip)
-        cands = torch.as_tensor(_candidates(3, rng)[:1000])
+        cands = torch.as_tensor(_candidates(_Vectors(3), rng)[:1000])
         best = (-1.0, None)
         for label in range(2):
             yc = torch.nn.functional.one_hot(torch.tensor([label]), 2).double()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 import torch
 
 from ..errors import unknown_name
@@ -35,6 +37,12 @@ class FeatureMap(ABC):
 
     @abstractmethod
     def spec(self) -> dict: ...
+
+    def records(self, n: int, rng: np.random.Generator, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+        """``n`` inputs of the kind this map reads, their values uniform on [low, high] (``low == high``: that value
+        everywhere), drawn from ``rng``: public test records (the audit's dataset and canaries). Default: vectors of
+        ``input_dim`` (2 for a map without one)."""
+        return rng.uniform(low, high, (int(n), int(getattr(self, "input_dim", 2))))
 
     def parts(self) -> list[tuple[str, int, float]]:
         """The blocks of phi(x) released as separate Gaussian releases: (name, width, norm bound).

@@ -159,6 +159,26 @@ class MixedRFF(FeatureMap):
                 parts.append(math.sqrt(share) * self._cross(x[:, :self.n_numeric], cat))
         return torch.cat(parts, 1)
 
+    @property
+    def input_dim(self) -> int:
+        """Encoded values a record has: the numeric columns, then the one-hot blocks."""
+        return self.n_numeric + self.onehot_dim
+
+    def records(self, n: int, rng: np.random.Generator, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+        """Encoded records (:meth:`FeatureMap.records`): numeric values uniform on [low, high], one category of
+        every one-hot block at 1 (blocks of ``category_sizes`` or ``cross_sizes``; without them, ``onehot_dim``
+        cut into ``n_categorical_columns`` near-equal blocks)."""
+        n = int(n)
+        out = np.zeros((n, self.input_dim))
+        out[:, :self.n_numeric] = rng.uniform(low, high, (n, self.n_numeric))
+        sizes = self.category_sizes or self.cross_sizes or \
+            [len(b) for b in np.array_split(np.arange(self.onehot_dim), self.n_cat)] if self.n_cat else []
+        start = self.n_numeric
+        for size in sizes:
+            out[np.arange(n), start + rng.integers(0, size, n)] = 1.0
+            start += size
+        return out
+
     def sparse_split(self, x: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
         """``bounded(self(x))`` in two parts, without the dense (n, out_dim) array: the Gaussian kernel's features
         dense ((n, R) float64) and the one-hot parts (category frequencies, pairs, numeric x categorical
