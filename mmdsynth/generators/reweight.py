@@ -10,8 +10,10 @@ proportions). The weights w on the simplex minimise the whitened residual
 log-likelihood of the given releases (in the hybrid: the kernel embedding and the measured marginals) under the
 reweighted pool. At the truth F is about the number of released entries
 (each whitened noise entry has variance 1), so fitting below that fits noise: the iterations stop there (the
-discrepancy principle), or after ``steps``. Exponentiated gradient (mirror descent with the entropy) from uniform
-weights, the step grown after a decrease and halved (the step retried) otherwise.
+discrepancy principle), or after ``steps``. The weights are a softmax of free logits, minimised by L-BFGS from
+uniform weights (:func:`reweight`); exponentiated gradient (mirror descent with the entropy, :func:`reweight_eg`) is
+the slower first-order alternative (adult at eps 10: L-BFGS reaches the kernel embedding's noise level in 71
+iterations, 20 s, where 1,000 exponentiated-gradient steps, 322 s, leave it 1.2x above).
 
 The rows' vectors are one sparse matrix (one-hots, a few non-zeros a row; scipy CSR) and one dense float32 block
 (columns that most rows touch: random Fourier features), class-conditional blocks as ``phi(x_i) e_{y_i}^T``."""
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import minimize
 
 
 @dataclass
@@ -125,10 +128,54 @@ class Fit:
         return float(1.0 / (self.weights ** 2).sum()) / len(self.weights)
 
 
+def _softmax(z: np.ndarray) -> np.ndarray:
+    w = np.exp(z - z.max())
+    return w / w.sum()
+
+
 def reweight(t: Targets, *, steps: int) -> Fit:
-    """Weights on the simplex minimising F (module doc) by exponentiated gradient from uniform, until every group
-    of releases is fitted to its noise level (:meth:`Targets.within_noise`, the discrepancy principle) or after
-    ``steps`` gradient steps."""
+    """Weights on the simplex minimising F (module doc): w = softmax(z), L-BFGS on the logits z from uniform
+    weights (the gradient in z: w * (g - <w, g>), g = dF/dw), until every group of releases is fitted to its noise
+    level (:meth:`Targets.within_noise`, the discrepancy principle, checked after each iteration) or after ``steps``
+    iterations; a line search that finds no decrease ends it as converged."""
+    n = t.dense.shape[0] if t.dense is not None else t.sparse.shape[0]
+    z0 = np.zeros(n)
+    f0, rd, rs = t.residual(_softmax(z0))
+    if t.within_noise(rd, rs) or steps < 1:
+        return Fit(_softmax(z0), [f0], int(t.entries), 0, "discrepancy" if t.within_noise(rd, rs) else "steps")
+    last: dict = {}
+
+    def objective(z):
+        w = _softmax(z)
+        f, rd, rs = t.residual(w)
+        g = 2.0 * t.inner(rd, rs)
+        last.update(z=z.copy(), f=f, r=(rd, rs))
+        return f, w * (g - w @ g)
+
+    trace, stop = [f0], []
+
+    def each_iteration(intermediate_result):
+        z = intermediate_result.x
+        if np.array_equal(z, last["z"]):
+            f, r = last["f"], last["r"]
+        else:
+            f, *r = t.residual(_softmax(z))
+        trace.append(float(f))
+        if t.within_noise(*r):
+            stop.append(True)
+            raise StopIteration
+
+    res = minimize(objective, z0, jac=True, method="L-BFGS-B", callback=each_iteration,
+                   options={"maxiter": int(steps), "maxfun": 3 * int(steps) + 20, "maxcor": 10, "ftol": 0.0,
+                            "gtol": 0.0})
+    stopped = "discrepancy" if stop else ("steps" if len(trace) - 1 >= steps else "converged")
+    return Fit(_softmax(res.x), trace, int(t.entries), len(trace) - 1, stopped)
+
+
+def reweight_eg(t: Targets, *, steps: int) -> Fit:
+    """F's minimiser by exponentiated gradient from uniform weights (the step grown after a decrease and halved, the
+    step retried, otherwise), until every group of releases is fitted to its noise level or after ``steps`` gradient
+    steps: the first-order alternative to :func:`reweight`, kept for comparisons."""
     n = t.dense.shape[0] if t.dense is not None else t.sparse.shape[0]
     logw = np.full(n, -math.log(n))
     f, rd, rs = t.residual(np.exp(logw))

@@ -13,7 +13,7 @@ from mmdsynth.embedding import mean_embedding
 from mmdsynth.engines import as_source
 from mmdsynth.errors import InvalidParameterError
 from mmdsynth.features import build_feature_map
-from mmdsynth.generators.reweight import Targets, reweight, systematic
+from mmdsynth.generators.reweight import Targets, reweight, reweight_eg, systematic
 from mmdsynth.methods import MST, Hybrid
 from mmdsynth.methods.hybrid import by_class
 from mmdsynth.methods.tables import encoder_of
@@ -155,6 +155,28 @@ def test_reweighting_finds_a_planted_reweighting_and_stops_at_the_noise():
     assert fit.weights.sum() == pytest.approx(1.0) and (fit.weights > 0).all()
     idx = systematic(fit.weights, 20000, np.random.default_rng(1))
     assert np.abs(np.bincount(cells[idx], minlength=k) / 20000 - shares).max() < 2e-3
+
+
+def test_lbfgs_reaches_the_noise_level_where_exponentiated_gradient_does_not():
+    """An ill-conditioned class-conditional dense block (columns on scales 0.1 to 3, targets from a tilted truth plus
+    unit noise): L-BFGS on the logits stops at the discrepancy principle within 200 iterations; 200 exponentiated-
+    gradient steps leave the residual above the released entries. Both start from uniform and keep the simplex."""
+    g = np.random.default_rng(0)
+    n, d, C = 4000, 40, 2
+    base = g.normal(size=(n, d)) * np.linspace(0.1, 3, d)
+    labels = np.sort(g.integers(0, C, n))
+    tilt = np.exp(base[:, :5].sum(1) * 0.3)
+    truth = tilt / tilt.sum()
+    dense = (base * 5000.0).astype(np.float32)
+    stat = np.stack([dense[labels == c].T.astype(np.float64) @ truth[labels == c] for c in range(C)], 1)
+    t = Targets(dense=dense, labels=labels, n_classes=C, dense_target=stat + g.normal(size=(d, C)), entries=d * C)
+    fast, slow = reweight(t, steps=200), reweight_eg(t, steps=200)
+    assert fast.stopped == "discrepancy" and fast.steps < 100 and fast.objective[-1] <= d * C
+    assert slow.stopped == "steps" and slow.objective[-1] > d * C
+    assert fast.objective[0] == slow.objective[0] > 100 * d * C
+    for fit in (fast, slow):
+        assert fit.weights.sum() == pytest.approx(1.0) and (fit.weights > 0).all()
+    assert reweight(t, steps=0).steps == 0 and reweight(t, steps=0).stopped == "steps"
 
 
 def test_class_runs_read_the_same_statistics_as_the_class_product():
