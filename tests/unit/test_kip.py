@@ -102,7 +102,9 @@ def test_per_record_gradients_match_autograd_and_are_clipped():
     for i in (0, 5):
         x = xs.clone().requires_grad_(True)
         krr_loss(k, x, ys, xb[i:i + 1], yb[i:i + 1], 1e-3).backward()
-        assert torch.allclose(g[i], x.grad, rtol=1e-4, atol=1e-9)
+        # float32 through two routes: an entry far below the gradient's scale carries that scale's rounding
+        # (on one CPU an entry of 1.2e-6 differed by 3e-10 where the largest was 4e-3)
+        assert torch.allclose(g[i], x.grad, rtol=1e-4, atol=1e-5 * float(x.grad.abs().max()))
     clip = 0.3 * float(g.reshape(12, -1).norm(dim=1).median())
     norms = clipped_gradients(k, xs, ys, xb, yb, 1e-3, clip).reshape(12, -1).norm(dim=1)
     assert float(norms.max()) <= clip * (1 + 1e-6) and (norms > 0.99 * clip).sum() >= 6
