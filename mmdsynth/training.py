@@ -272,6 +272,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             logger.info("resumed from iteration %d (%s)", state.iteration, ckpt)
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
                desc="training generator", unit="it", **progress_rate())
+    flush = FLUSH_DENORMALS and torch.set_flush_denormal(True)
     try:
         while state.iteration < config.iterations:
             labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
@@ -306,10 +307,23 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
         if ckpt is not None:
             state.save(ckpt, config)
         raise TrainingInterrupted(state.iteration, ckpt) from None
+    finally:
+        if flush:
+            torch.set_flush_denormal(False)
     bar.close()
     generator.eval()
     return state.losses
 
+
+#: Training reads only a release (post-processing), and :func:`train_generator` runs with subnormal floats flushed to
+#: zero (``torch.set_flush_denormal``; the previous mode, off, comes back after). As a generator trains, some of its
+#: activations and their e-NTK gradients fall below float32's normal range, and on some x86 CPUs each operation on a
+#: subnormal takes a slow path: full MNIST DP-NTK went from 0.5 to 1.2 s an iteration after its first few dozen
+#: (2 threads; benchmarks/log/2026-11-27.md#subnormals). The mode is per thread: the calling thread flushes, while
+#: the intra-op worker threads keep the mode they were created in, so inside ``mmdsynth fit`` (whose release starts
+#: them) the gain is 1.18 -> 0.98 s, and 0.49 s only where the workers also flush. Values below 1.2e-38 become 0:
+#: nothing the loss can see. The release's sums are never computed in this mode.
+FLUSH_DENORMALS = True
 
 #: the loss has converged when its mean moved by less than this over the last tenth of training
 CONVERGED_CHANGE = 0.05
