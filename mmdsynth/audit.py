@@ -190,20 +190,16 @@ def default_audit_map() -> FeatureMap:
     return RandomFourierFeatures(2, 2, seed=0)
 
 
-class _Vectors:
-    """Plain vectors of ``input_dim`` values (the DP-SGD targets' records): :meth:`FeatureMap.records`' default."""
-
-    records = FeatureMap.records
-
-    def __init__(self, input_dim: int):
-        self.input_dim = input_dim
+def _uniform_vectors(dim: int):
+    """Plain vectors of ``dim`` values uniform on [low, high] (the DP-SGD targets' records)."""
+    return lambda n, rng, low=0.0, high=1.0: rng.uniform(low, high, (int(n), dim))
 
 
-def _candidates(fmap: FeatureMap, rng: np.random.Generator) -> np.ndarray:
-    """Candidate canaries, inputs of the map's kind (:meth:`~mmdsynth.features.base.FeatureMap.records`): values on
-    a wide box, zeros and huge values."""
-    box = fmap.records(4000, rng, -10.0, 10.0)
-    extremes = [fmap.records(1, rng, v, v) for v in (0.0, 1e6, -1e6, 1e39)]
+def _candidates(records, rng: np.random.Generator) -> np.ndarray:
+    """Candidate canaries from ``records(n, rng, low, high)`` (a map's :meth:`~mmdsynth.features.base.FeatureMap.records`,
+    inputs of its kind): values on a wide box, zeros and huge values."""
+    box = records(4000, rng, -10.0, 10.0)
+    extremes = [records(1, rng, v, v) for v in (0.0, 1e6, -1e6, 1e39)]
     return np.concatenate([box, *extremes])
 
 
@@ -258,7 +254,7 @@ class _ReleaseTarget(_ProjectionTarget):
                               torch.as_tensor(self.y), n_classes)
         # the canary replaces record 0 (label y0) by (x', label): the class-conditional embedding
         # moves by (phi(x') e_label - phi(x0) e_y0) / m; pick the candidate and label moving it most
-        cands = _candidates(feature_map, rng)
+        cands = _candidates(feature_map.records, rng)
         with torch.no_grad():
             phis = feature_map.bounded(feature_map(torch.as_tensor(cands, dtype=torch.float32)).double())
             phi0 = feature_map.bounded(feature_map(torch.as_tensor(self.X[:1], dtype=torch.float32)).double())
@@ -378,7 +374,7 @@ class _DPSGDTarget(_ProjectionTarget):
         self.sigma = self.engine.sigma
         self.sensitivity = clip
         base = clipped_sum(self.kernel, self.x_s, self.y_s, self.X, self.y, 1e-6, clip)
-        cands = torch.as_tensor(_candidates(_Vectors(3), rng)[:1000])
+        cands = torch.as_tensor(_candidates(_uniform_vectors(3), rng)[:1000])
         best = (-1.0, None)
         for label in range(2):
             yc = torch.nn.functional.one_hot(torch.tensor([label]), 2).double()

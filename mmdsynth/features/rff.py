@@ -171,8 +171,10 @@ class MixedRFF(FeatureMap):
         n = int(n)
         out = np.zeros((n, self.input_dim))
         out[:, :self.n_numeric] = rng.uniform(low, high, (n, self.n_numeric))
-        sizes = self.category_sizes or self.cross_sizes or \
-            [len(b) for b in np.array_split(np.arange(self.onehot_dim), self.n_cat)] if self.n_cat else []
+        sizes = []
+        if self.n_cat:
+            sizes = self.category_sizes or self.cross_sizes or \
+                [len(b) for b in np.array_split(np.arange(self.onehot_dim), self.n_cat)]
         start = self.n_numeric
         for size in sizes:
             out[np.arange(n), start + rng.integers(0, size, n)] = 1.0

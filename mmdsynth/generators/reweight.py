@@ -91,9 +91,14 @@ class Targets:
                 return False
         return True
 
+    @property
+    def n_rows(self) -> int:
+        """N, the pooled rows."""
+        return len(self.labels) if self.labels is not None else self.sparse.shape[0]
+
     def inner(self, rd, rs) -> np.ndarray:
         """<a(x_i), r> for every row, (N,) float64."""
-        out = np.zeros(len(self.labels) if self.labels is not None else self.sparse.shape[0])
+        out = np.zeros(self.n_rows)
         if rd is not None and self.runs is not None:
             r32 = rd.astype(np.float32)
             for c, a, b in self.runs:
@@ -138,11 +143,11 @@ def reweight(t: Targets, *, steps: int) -> Fit:
     weights (the gradient in z: w * (g - <w, g>), g = dF/dw), until every group of releases is fitted to its noise
     level (:meth:`Targets.within_noise`, the discrepancy principle, checked after each iteration) or after ``steps``
     iterations; a line search that finds no decrease ends it as converged."""
-    n = t.dense.shape[0] if t.dense is not None else t.sparse.shape[0]
-    z0 = np.zeros(n)
+    z0 = np.zeros(t.n_rows)
     f0, rd, rs = t.residual(_softmax(z0))
-    if t.within_noise(rd, rs) or steps < 1:
-        return Fit(_softmax(z0), [f0], int(t.entries), 0, "discrepancy" if t.within_noise(rd, rs) else "steps")
+    fitted = t.within_noise(rd, rs)
+    if fitted or steps < 1:
+        return Fit(_softmax(z0), [f0], int(t.entries), 0, "discrepancy" if fitted else "steps")
     last: dict = {}
 
     def objective(z):
@@ -176,7 +181,7 @@ def reweight_eg(t: Targets, *, steps: int) -> Fit:
     """F's minimiser by exponentiated gradient from uniform weights (the step grown after a decrease and halved, the
     step retried, otherwise), until every group of releases is fitted to its noise level or after ``steps`` gradient
     steps: the first-order alternative to :func:`reweight`, kept for comparisons."""
-    n = t.dense.shape[0] if t.dense is not None else t.sparse.shape[0]
+    n = t.n_rows
     logw = np.full(n, -math.log(n))
     f, rd, rs = t.residual(np.exp(logw))
     trace, eta = [f], 1.0 / (2.0 * max(t.max_row_norm2(), 1e-12))
