@@ -147,6 +147,13 @@ def _each(s: pd.Series, read) -> list:
         values = list(s.to_numpy())
     else:
         values = s.astype(object).tolist() if isinstance(s.dtype, pd.CategoricalDtype) else s.tolist()
+    if values and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        # every value a str: each distinct text read once (pd.factorize groups equal texts only), spread back
+        codes, texts = pd.factorize(np.asarray(values, dtype=object))
+        read_texts = np.empty(len(texts), dtype=object)
+        for k, t in enumerate(texts):
+            read_texts[k] = read(t)
+        return read_texts[codes].tolist()
     cache: dict = {}
     out = []
     for v in values:

@@ -49,7 +49,13 @@ class RandomFourierFeatures(FeatureMap):
         x = x.reshape(x.shape[0], -1)
         w = self.weights.to(dtype=x.dtype, device=x.device)
         proj = x @ w.T
-        return math.sqrt(2.0 / self.n_features) * torch.cat([torch.cos(proj), torch.sin(proj)], dim=1)
+        if proj.requires_grad:                      # a generator's rows: differentiable
+            return math.sqrt(2.0 / self.n_features) * torch.cat([torch.cos(proj), torch.sin(proj)], dim=1)
+        half = proj.shape[1]
+        out = torch.empty((x.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
+        torch.cos(proj, out=out[:, :half])          # written in place: no concatenated copy
+        torch.sin(proj, out=out[:, half:])
+        return out.mul_(math.sqrt(2.0 / self.n_features))
 
     def spec(self) -> dict:
         return {"name": self.name, "input_dim": self.input_dim, "n_features": self.n_features,
@@ -191,10 +197,10 @@ class MixedRFF(FeatureMap):
         x = np.asarray(x)
         x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
         n = len(x)
-        dense = np.zeros((n, 0))
+        dense = np.zeros((n, 0), dtype=x.dtype)
         if self.rff is not None:                        # in the input's precision, as ``self(x)`` computes it
             inputs = x if self.rff_inputs == "all" else x[:, :self.n_numeric]
-            dense = (math.sqrt(self.a) * self.rff(torch.from_numpy(np.ascontiguousarray(inputs)))).double().numpy()
+            dense = self.rff(torch.from_numpy(np.ascontiguousarray(inputs))).mul_(math.sqrt(self.a)).numpy()
         x = x.astype(np.float64, copy=False)
         width = self.out_dim - dense.shape[1]
         entries, sq = [], np.zeros(n)                  # (rows, columns, values) of each part; squared row norms
@@ -215,12 +221,16 @@ class MixedRFF(FeatureMap):
                 if self.n_cross:
                     entries.append(self._sparse_cross(x[:, :self.n_numeric], idx, val, starts, offset, share, sq))
         rows, cols, vals = (np.concatenate(p) for p in zip(*entries)) if entries else (np.zeros(0, int),) * 3
-        norm = np.sqrt((dense ** 2).sum(1) + sq)       # bounded_rows' rule: a non-finite row is 0, a long one scaled
+        # bounded_rows' rule: a non-finite row is 0, a long one scaled (the squared norms summed in float64)
+        norm = np.sqrt(np.einsum("ij,ij->i", dense, dense, dtype=np.float64) + sq)
         ok = np.isfinite(norm)
         factor = np.where(ok, np.minimum(self.norm_bound / np.where(ok & (norm > 0), norm, 1.0), 1.0), 0.0)
         rest = sp.csr_matrix((np.where(ok[rows], vals * factor[rows], 0.0), (rows, cols)), shape=(n, width))
         rest.eliminate_zeros()
-        return np.where(ok[:, None], dense * factor[:, None], 0.0), rest
+        if not ok.all():
+            dense[~ok] = 0.0                           # NaN x 0 is NaN: a non-finite row is set, not scaled
+        dense *= factor[:, None].astype(dense.dtype, copy=False)
+        return dense, rest
 
     #: records a batch of :meth:`class_sums`' sparse route (its memory: a batch x the Gaussian kernel's features)
     SPARSE_ROWS = 4096
@@ -246,7 +256,7 @@ class MixedRFF(FeatureMap):
             cls = np.zeros(n, dtype=np.int64) if y is None else y[start:start + rows].numpy()
             w = np.ones(n) if weights is None else weights[start:start + rows].double().numpy()
             each = sp.csr_matrix((w, (cls, np.arange(n))), shape=(K, n))         # row i into its class, weighted
-            acc[:, :R] += each @ gauss
+            acc[:, :R] += each @ gauss.astype(np.float64, copy=False)
             acc[:, R:] += (each @ rest).toarray()
         return torch.from_numpy(acc)
 
