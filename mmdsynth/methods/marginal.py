@@ -18,7 +18,6 @@ selection randomness, no compression of rare cells (the public grid has at most 
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import logging
 import math

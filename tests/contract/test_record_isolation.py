@@ -536,3 +536,32 @@ def test_number_labels_stay_their_class_when_one_is_written_as_a_float(path, whe
     a, b = both(path, case, where)
     assert isinstance(a, Seen) and isinstance(b, Seen), f"{shown(a)} / {shown(b)}"
     np.testing.assert_array_equal(b.y, [0, 1, 1, 0])
+
+
+@pytest.mark.parametrize("boolean", [False, True])
+def test_text_columns_read_once_per_distinct_text_read_each_value_alike(boolean):
+    """A column of texts is read once per distinct text and spread back (the fast path); the result is, value by
+    value, what reading that value alone gives, also where the column holds one non-text value (the general path)
+    and where equal texts come as str and numpy str."""
+    from mmdsynth.data.values import boolean_text, category_text, category_texts
+
+    read = boolean_text if boolean else category_text
+    texts = ["true", " False ", "1", "0", "yes", "no", "a b", "1.0", "x"] if boolean else \
+        ["a", " b", "1", "1.0", "001", "Private", "private", "é", ""]
+    rng = np.random.default_rng(0)
+    for values in ([texts[i] for i in rng.integers(0, len(texts), 500)],
+                   [texts[i] for i in rng.integers(0, len(texts), 500)] + [1],
+                   [np.str_(t) if k % 2 else t for k, t in enumerate(texts * 3)]):
+        expected = []
+        for v in values:
+            try:
+                expected.append(read(v))
+            except Exception as exc:          # a value that cannot be read: the column read must refuse too
+                expected = type(exc)
+                break
+        s = pd.Series(values, dtype=object)
+        if isinstance(expected, type):
+            with pytest.raises(expected):
+                category_texts(s, boolean=boolean)
+        else:
+            assert category_texts(s, boolean=boolean).tolist() == expected
