@@ -169,20 +169,28 @@ def test_a_spike_inside_a_wide_cell_comes_back_as_the_spike():
     assert set(lo) <= set(hi)
 
 
+def _model_with_a_cycle(seed: int, n_attributes: int):
+    """(sizes, an mbi model) whose cliques form a cycle (so its junction tree has fill-in) plus a separate
+    component, estimated from random counts."""
+    from mmdsynth.methods.marginal import mbi
+
+    lib = mbi()
+    rng = np.random.default_rng(seed)
+    sizes = {f"x{i}": int(rng.integers(2, 7)) for i in range(n_attributes)}
+    cliques = [("x0", "x1"), ("x1", "x2"), ("x0", "x2"), ("x3", "x4"), ("x4", "x5", "x6"), ("x2", "x5"), ("x7",)]
+    ms = [lib.LinearMeasurement(rng.random(int(np.prod([sizes[a] for a in c]))) * 100, c, 1.0) for c in cliques]
+    return sizes, lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(sizes), ms, known_total=1000.0, iters=50)
+
+
 def test_model_marginals_match_mbi_on_a_model_with_a_cycle():
     """AIM's selection reads every candidate's model marginal each round: ModelMarginals (numpy, the calibrated
     junction tree and a path product) gives mbi's own variable elimination's answer on every pair and every
     attribute, for a model whose cliques form a cycle (so the tree has fill-in) plus a separate component."""
     import itertools
 
-    from mmdsynth.methods.marginal import ModelMarginals, mbi
+    from mmdsynth.methods.marginal import ModelMarginals
 
-    lib = mbi()
-    rng = np.random.default_rng(0)
-    sizes = {f"x{i}": int(rng.integers(2, 7)) for i in range(9)}
-    cliques = [("x0", "x1"), ("x1", "x2"), ("x0", "x2"), ("x3", "x4"), ("x4", "x5", "x6"), ("x2", "x5"), ("x7",)]
-    ms = [lib.LinearMeasurement(rng.random(int(np.prod([sizes[a] for a in c]))) * 100, c, 1.0) for c in cliques]
-    model = lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(sizes), ms, known_total=1000.0, iters=50)
+    sizes, model = _model_with_a_cycle(seed=0, n_attributes=9)
     ours = ModelMarginals(model)
     for q in [(a,) for a in sizes] + list(itertools.combinations(sizes, 2)):
         theirs = np.asarray(model.project(q).datavector()).reshape(-1)
@@ -254,14 +262,9 @@ def test_sampling_on_the_junction_tree_gives_mbis_rows():
     """Before mbi's sampler the model's potentials are put on its junction tree in one compiled program (mbi would
     expand them op by op); the distribution is the same, and so are the rows: for one seed, array by array, on a
     model whose cliques form a cycle (so the tree has fill-in) plus a separate component."""
-    from mmdsynth.methods.marginal import _on_junction_tree, mbi
+    from mmdsynth.methods.marginal import _on_junction_tree
 
-    lib = mbi()
-    rng = np.random.default_rng(1)
-    sizes = {f"x{i}": int(rng.integers(2, 7)) for i in range(8)}
-    cliques = [("x0", "x1"), ("x1", "x2"), ("x0", "x2"), ("x3", "x4"), ("x4", "x5", "x6"), ("x2", "x5"), ("x7",)]
-    ms = [lib.LinearMeasurement(rng.random(int(np.prod([sizes[a] for a in c]))) * 100, c, 1.0) for c in cliques]
-    model = lib.estimation.MirrorDescent().estimate(lib.Domain.fromdict(sizes), ms, known_total=1000.0, iters=50)
+    sizes, model = _model_with_a_cycle(seed=1, n_attributes=8)
     on_tree = _on_junction_tree(model)
     assert set(map(frozenset, on_tree.cliques)) != set(map(frozenset, model.cliques))     # really re-expressed
     rows = []
