@@ -44,6 +44,7 @@ audit itself reads no private data: D is drawn from a public seed.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -54,7 +55,7 @@ import torch
 from scipy.stats import beta
 
 from .errors import InvalidParameterError
-from .features.base import FeatureMap, build_feature_map
+from .features.base import FeatureMap, build_feature_map, uniform_records
 from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
@@ -188,11 +189,6 @@ def default_audit_map() -> FeatureMap:
     from .features.rff import RandomFourierFeatures
 
     return RandomFourierFeatures(2, 2, seed=0)
-
-
-def _uniform_vectors(dim: int):
-    """Plain vectors of ``dim`` values uniform on [low, high] (the DP-SGD targets' records)."""
-    return lambda n, rng, low=0.0, high=1.0: rng.uniform(low, high, (int(n), dim))
 
 
 def _candidates(records, rng: np.random.Generator) -> np.ndarray:
@@ -374,7 +370,7 @@ class _DPSGDTarget(_ProjectionTarget):
         self.sigma = self.engine.sigma
         self.sensitivity = clip
         base = clipped_sum(self.kernel, self.x_s, self.y_s, self.X, self.y, 1e-6, clip)
-        cands = torch.as_tensor(_candidates(_uniform_vectors(3), rng)[:1000])
+        cands = torch.as_tensor(_candidates(functools.partial(uniform_records, dim=3), rng)[:1000])
         best = (-1.0, None)
         for label in range(2):
             yc = torch.nn.functional.one_hot(torch.tensor([label]), 2).double()

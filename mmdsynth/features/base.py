@@ -19,6 +19,12 @@ from ..privacy.mechanisms import bounded_rows
 FEATURE_MAPS: dict[str, type] = {}
 
 
+def uniform_records(n: int, rng: np.random.Generator, low: float = 0.0, high: float = 1.0, *, dim: int) -> np.ndarray:
+    """``n`` plain vectors of ``dim`` values uniform on [low, high], drawn from ``rng``: public test records
+    (:meth:`FeatureMap.records`' default, and the audit's DP-SGD records)."""
+    return rng.uniform(low, high, (int(n), int(dim)))
+
+
 def register(cls):
     FEATURE_MAPS[cls.name] = cls
     return cls
@@ -42,7 +48,7 @@ class FeatureMap(ABC):
         """``n`` inputs of the kind this map reads, their values uniform on [low, high] (``low == high``: that value
         everywhere), drawn from ``rng``: public test records (the audit's dataset and canaries). Default: vectors of
         ``input_dim`` (2 for a map without one)."""
-        return rng.uniform(low, high, (int(n), int(getattr(self, "input_dim", 2))))
+        return uniform_records(n, rng, low, high, dim=int(getattr(self, "input_dim", 2)))
 
     def parts(self) -> list[tuple[str, int, float]]:
         """The blocks of phi(x) released as separate Gaussian releases: (name, width, norm bound).
