@@ -102,8 +102,12 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
     # the loss as one compiled program: mbi evaluates it once outside its compiled steps, op by op, and each op
     # on each clique's shape compiled separately (about 7 s on adult); inside the steps it is traced as before
     loss = dataclasses.replace(loss, loss_fn=jax.jit(loss.loss_fn))
-    return lib.estimation.MirrorDescent().estimate(mbi_domain, loss, known_total=float(n_records), iters=int(iters),
-                                                   warm_start=warm_start)
+    # Shafer-Shenoy message passing, not mbi's CPU default (HUGIN): the same marginals (to 1e-11 after 2 steps), a
+    # little slower a step, but XLA compiles its step much faster on a long junction tree (epileptic's 177 cliques:
+    # 144 s against 244 s; adult's: 20 s against 24 s), and the compile is most of a wide table's estimate
+    oracle = lib.marginal_oracles.message_passing_shafer_shenoy
+    return lib.estimation.MirrorDescent(marginal_oracle=oracle).estimate(
+        mbi_domain, loss, known_total=float(n_records), iters=int(iters), warm_start=warm_start)
 
 
 def _on_junction_tree(model):
