@@ -429,6 +429,14 @@ class MST(Method):
                                    self._final_iters)
         return self._model
 
+    def _sampling_model(self):
+        """The model with its potentials on its junction tree (:func:`_on_junction_tree`), built once per model:
+        each later :meth:`sample` reuses it instead of compiling the expansion again."""
+        model = self.model_()
+        if getattr(self, "_on_tree", (None,))[0] is not model:
+            self._on_tree = (model, _on_junction_tree(model))
+        return self._on_tree[1]
+
     def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
         """``n`` synthetic rows (post-processing): drawn from the graphical model, each numeric cell's value
         uniform inside it, typed by the schema."""
@@ -438,7 +446,7 @@ class MST(Method):
 
     def _model_codes(self, n: int, seed: int) -> np.ndarray:
         """(n, attributes) codes drawn from the graphical model (mbi's randomized rounding, public seed)."""
-        model = _on_junction_tree(self.model_())
+        model = self._sampling_model()
         state = np.random.get_state()                    # mbi draws from numpy's global generator: public, seeded
         try:
             np.random.seed(seed)

@@ -30,6 +30,9 @@ def test_fit_sample_and_the_ledger(tmp_path):
     assert len(pairs) == d - 1
     syn = m.sample(500, seed=1)
     assert list(syn.columns) == list(df.columns) and len(syn) == 500
+    on_tree = m._sampling_model()
+    pd.testing.assert_frame_equal(m.sample(500, seed=1), syn)      # a later sample reuses the model on its tree
+    assert m._sampling_model() is on_tree
     assert syn["age"].between(17, 90).all() and set(syn["colour"]) <= {"red", "green", "blue"}
     assert set(syn["y"]) <= {"neg", "pos"}
     again = mmdsynth.load(tmp_path / "run")
