@@ -220,7 +220,7 @@ def test_refusals_before_the_charge(tmp_path):
 
 
 def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
-    """No method named: a table of 10,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
+    """No method named: a table of 5,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
     `mmdsynth fit`, which says which and why); images are asked for a method."""
     import json
     import subprocess
@@ -229,8 +229,8 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     from mmdsynth.choice import HYBRID_MIN_ROWS, table_default
     from mmdsynth.methods import DPMERF
 
-    assert HYBRID_MIN_ROWS == 10_000
-    assert [table_default(n) for n in (None, 9_999, 10_000)] == ["hybrid", "dp-merf", "hybrid"]
+    assert HYBRID_MIN_ROWS == 5_000
+    assert [table_default(n) for n in (None, 4_999, 5_000)] == ["hybrid", "dp-merf", "hybrid"]
     big = toy_table(HYBRID_MIN_ROWS, seed=3)
     model = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
     assert type(model) is Hybrid and model.release_.ledger.total() == (1.0, 1e-5)
@@ -251,7 +251,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
                                 str(tmp_path / "small")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 10,000")
+    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 5,000")
     assert json.loads((tmp_path / "small" / "model.json").read_text())["method"] == "dp-merf"
     wrong = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
                                   str(tmp_path / "wrong")], capture_output=True, text=True)
