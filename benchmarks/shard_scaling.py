@@ -1,5 +1,7 @@
 """Wall time and peak memory of a table release (DP-MERF, every release of its plan: numeric sketch,
-class proportions, embedding) computed four ways, each in a fresh process, in one run:
+class proportions, embedding; or, with ``--method hybrid``, the table default's whole fit: its marginal stages and
+kernel release over the shards, then the model and the reweighted pool, whose size is capped by ``max_pool`` and not
+by the rows) computed four ways, each in a fresh process, in one run:
 
   memory   the whole table read into one DataFrame, then released (today's single-machine path)
   stream   one process, Parquet shards read batch by batch (peak memory should not grow with rows)
@@ -11,6 +13,8 @@ Tables: intrusion (494,021 rows, 8 shards), the census half (99,762 rows, 4 shar
 494,021), a scaling test, not a utility one. Shards are written once under --shards-dir (not timed).
 
     python benchmarks/shard_scaling.py --tables census intrusion replicated --out benchmarks/out/scaling.jsonl
+    # the table default on 10.4 M rows, streamed
+    python benchmarks/shard_scaling.py --method hybrid --tables replicated --copies 21 --configs stream
 """
 from __future__ import annotations
 
@@ -56,24 +60,29 @@ def write_shards(name: str, root: Path, copies: int) -> tuple[Path, int, dict]:
     return folder, n, schema.to_dict()
 
 
-def model_for(table: str):
+def model_for(table: str, method: str = "dp-merf"):
     from mmdsynth import DPMERF
+    from mmdsynth.methods import Hybrid
     from mmdsynth.methods.presets import method_preset
+
+    if method == "hybrid":                  # the table default as `fit` runs it with no --method, eps 1
+        return Hybrid(epsilon=1.0, delta=1e-5, noise_seed=0)
 
     preset = method_preset("dp-merf", "census" if table == "census" else "intrusion")
     keep = {k: preset[k] for k in ("n_features", "epsilon", "delta")}
     return DPMERF(noise_seed=0, **keep)
 
 
-def one(config: str, table: str, folder: Path, n: int) -> dict:
-    """Runs in its own process: the release of ``table`` by ``config``; prints one JSON line."""
+def one(config: str, table: str, folder: Path, n: int, method: str = "dp-merf") -> dict:
+    """Runs in its own process: the release of ``table`` by ``config`` (the hybrid: its whole fit); prints one JSON
+    line."""
     import pandas as pd
 
     from mmdsynth.data import Schema, ShardedTable
 
     meta = json.loads((folder / "meta.json").read_text())
     schema = Schema.from_dict(meta["schema"])
-    model, row = model_for(table), {}
+    model, row = model_for(table, method), {}
     if config == "memory":
         t = time.perf_counter()
         data = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
@@ -91,37 +100,54 @@ def one(config: str, table: str, folder: Path, n: int) -> dict:
             engine = RayEngine()
         data = ShardedTable(folder, schema, n_records=n, engine=engine)
     t = time.perf_counter()
-    release = model.release(data, schema=None if config != "memory" else schema, dataset=table)
-    row["release_s"] = round(time.perf_counter() - t, 2)
+    if method == "hybrid":
+        post = model._fitted                # the post-processing (model, pool, reweighting), timed apart
+
+        def timed_post():
+            row["release_s"] = round(time.perf_counter() - t, 2)
+            post()
+
+        model._fitted = timed_post
+        model.fit(data, label=schema.label, schema=None if config != "memory" else schema, dataset=table)
+        release = model.release_
+        row["fit_s"] = round(time.perf_counter() - t, 2)
+        row["post_s"] = round(row["fit_s"] - row["release_s"], 2)
+        row["pool"] = model.reweighting_["pool"]
+    else:
+        release = model.release(data, schema=None if config != "memory" else schema, dataset=table)
+        row["release_s"] = round(time.perf_counter() - t, 2)
     row["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if config.startswith("ray"):
         row.update({"worker_peak_mib": engine.last_run["peak_worker_rss_mib"], "workers": engine.last_run["workers"]})
     row["computation"] = release.ledger.entries[-1].computation
     row["embedding_norm"] = float(release.tensors["embedding"].norm())
+    row["ledger_epsilon"] = release.ledger.total()[0]
     return row
 
 
 def summary(path: str) -> None:
     """The markdown table of a run, the targets, and an extrapolation to 1e9 rows (marked as such)."""
     rows = [json.loads(line) for line in open(path)]
-    print("| table | rows | shards | config | release s | rows/s | driver peak MiB | worker peak MiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| method | table | rows | shards | config | release s | rows/s | then fit s | driver peak MiB | worker peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     by = {}
     for r in rows:
-        by[(r["table"], r["config"])] = r
+        if r.get("method", "dp-merf") == "dp-merf":       # the scaling targets are DP-MERF's release
+            by[(r["table"], r["config"])] = r
         if "release_s" not in r:
-            print(f"| {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | {r.get('skipped', r.get('error'))} "
-                  f"| | | |")
+            print(f"| {r.get('method', 'dp-merf')} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
+                  f"{r.get('skipped', r.get('error'))} | | | | |")
             continue
-        print(f"| {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | {r['release_s']:.1f} | "
-              f"{r['rows'] / r['release_s']:,.0f} | {r['driver_peak_mib']:,.0f} | {r.get('worker_peak_mib') or '-'} |")
+        print(f"| {r.get('method', 'dp-merf')} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
+              f"{r['release_s']:.1f} | {r['rows'] / r['release_s']:,.0f} | {r.get('fit_s', '-')} | "
+              f"{r['driver_peak_mib']:,.0f} | {r.get('worker_peak_mib') or '-'} |")
     for table in dict.fromkeys(r["table"] for r in rows):
         get = {c: by.get((table, c), {}).get("release_s") for c in CONFIGS}
         if get["ray-1"] and get["ray-2"]:
             print(f"{table}: ray-2 / ray-1 speed-up {get['ray-1'] / get['ray-2']:.2f}x (target >= 1.7x)", end="; ")
         if get["stream"] and get["ray-2"]:
             print(f"ray-2 against stream: {100 * (get['ray-2'] / get['stream'] - 1):+.0f} % (target < +20 %)")
-    big = max((r for r in rows if r["config"] == "ray-2" and "release_s" in r), key=lambda r: r["rows"], default=None)
+    big = max((r for r in rows if r["config"] == "ray-2" and "release_s" in r and r.get("method", "dp-merf") == "dp-merf"), key=lambda r: r["rows"], default=None)
     if big:
         per_worker = big["rows"] / big["release_s"] / big["workers"]
         print(f"EXTRAPOLATION (not measured): at {per_worker:,.0f} rows/s per worker (ray-2 on {big['table']}), "
@@ -132,6 +158,8 @@ def summary(path: str) -> None:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tables", nargs="+", default=["census", "intrusion", "replicated"])
+    p.add_argument("--method", default="dp-merf", choices=("dp-merf", "hybrid"),
+                   help="dp-merf: its release; hybrid: the table default's whole fit")
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     p.add_argument("--copies", type=int, default=40, help="replicated: copies of the intrusion table")
     p.add_argument("--skip-memory-above", type=int, default=5_000_000,
@@ -139,25 +167,26 @@ def main():
     p.add_argument("--shards-dir", default="/tmp/mmdsynth-shards")
     p.add_argument("--out", default="benchmarks/out/scaling.jsonl")
     p.add_argument("--summary", action="store_true", help="print the table of --out and stop")
-    p.add_argument("--one", nargs=4, metavar=("CONFIG", "TABLE", "FOLDER", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--one", nargs=5, metavar=("CONFIG", "TABLE", "FOLDER", "N", "METHOD"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.summary:
         summary(args.out)
         return
     if args.one:
-        config, table, folder, n = args.one
-        print(json.dumps(one(config, table, Path(folder), int(n))))
+        config, table, folder, n, method = args.one
+        print(json.dumps(one(config, table, Path(folder), int(n), method)))
         return
     for table in args.tables:
         folder, n, _ = write_shards(table, Path(args.shards_dir), args.copies)
         for config in args.configs:
-            base = {"date": time.strftime("%Y-%m-%d"), "table": table, "rows": n, "config": config,
+            base = {"date": time.strftime("%Y-%m-%d"), "method": args.method, "table": table, "rows": n, "config": config,
                     "shards": len(list(folder.glob("*.parquet"))), "cpus": os.cpu_count()}
             if config == "memory" and n > args.skip_memory_above:
                 row = {**base, "skipped": f"in memory above {args.skip_memory_above} rows"}
             else:
                 t = time.perf_counter()
-                proc = subprocess.run([sys.executable, __file__, "--one", config, table, str(folder), str(n)],
+                proc = subprocess.run([sys.executable, __file__, "--one", config, table, str(folder), str(n),
+                                       args.method],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     row = {**base, "error": proc.stderr.strip().splitlines()[-1:]}

@@ -410,3 +410,25 @@ def test_the_default_measures_the_labels_pairs_with_msts_tree_only():
     off = Hybrid(epsilon=1.0, noise_seed=0, label_pairs=False, **FAST).fit(df, label="y", schema=SCHEMA)
     assert off._label_pairs() is False and len(label_pairs(off)) < len(columns)
     assert Hybrid(marginals="aim")._s.label_pairs is None and Hybrid(marginals="aim")._label_pairs() is False
+
+
+def test_the_default_on_shards_gives_the_release_memory_gives(tmp_path):
+    """Both parts' sums run where the data lives (issue 47 item 5): the same table in three CSV shards (stream engine)
+    gives the release the DataFrame gives (same fixed noise: the same tree, marginals and embedding), and the
+    post-processing, which reads only the release, the same reweighted pool."""
+    from mmdsynth.data import ShardedTable
+
+    df = toy_table(600)
+    for i, part in enumerate(np.array_split(np.arange(600), 3)):
+        df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    a = Hybrid(epsilon=1.0, noise_seed=4, **FAST).fit(df, label="y", schema=SCHEMA)
+    b = Hybrid(epsilon=1.0, noise_seed=4, **FAST).fit(ShardedTable(tmp_path / "part*.csv", SCHEMA, n_records=600),
+                                                      label="y")
+    ra, rb = a.release_, b.release_
+    assert ra.feature_spec["measurements"] == rb.feature_spec["measurements"]
+    assert set(ra.tensors) == set(rb.tensors) and "embedding" in rb.tensors
+    for k in ra.tensors:
+        assert np.allclose(ra.tensors[k].numpy(), rb.tensors[k].numpy(), atol=1e-9), k
+    assert rb.dataset["computation"]["engine"] == "stream" and rb.dataset["computation"]["shards"] == 3
+    assert rb.ledger.total() == (1.0, 1e-5)
+    assert np.allclose(a.pool_["w"], b.pool_["w"]) and np.array_equal(a.pool_["X"], b.pool_["X"])
