@@ -18,7 +18,9 @@ else one extra "other" cell):
 * ``grid32``: 32 equal-width bins over the schema's declared (public) bounds, the grid the peers
   (MST / AIM in ``run_smartnoise.py``) are fitted on, values outside the bounds in the end bins.
 
-Neither depends on the synthetic table, so all methods are scored on the same cells.
+Neither depends on the synthetic table, so all methods are scored on the same cells. A datetime column is read as
+seconds since 1970 (a numeric column on the clock), and a nullable column has one more cell, "missing", in both
+schemes (missing values are compared, not dropped).
 """
 from __future__ import annotations
 
@@ -33,14 +35,28 @@ DECILES = 10
 GRID = 32
 
 
-def _numeric_codes(real: np.ndarray, synth: np.ndarray, bounds, scheme: str):
+def _numeric_codes(real: np.ndarray, synth: np.ndarray, bounds, scheme: str, nullable: bool = False):
     if scheme == "deciles":
-        inner = np.unique(np.quantile(real, np.linspace(0, 1, DECILES + 1)[1:-1]))
-        return (np.searchsorted(inner, real, side="left"), np.searchsorted(inner, synth, side="left"),
-                len(inner) + 1)
-    lo, hi = bounds
-    edges = np.linspace(lo, hi, GRID + 1)[1:-1]
-    return np.searchsorted(edges, real, side="right"), np.searchsorted(edges, synth, side="right"), GRID
+        inner = np.unique(np.nanquantile(real, np.linspace(0, 1, DECILES + 1)[1:-1]))
+        codes = (np.searchsorted(inner, real, side="left"), np.searchsorted(inner, synth, side="left"))
+        cells = len(inner) + 1
+    else:
+        lo, hi = bounds
+        edges = np.linspace(lo, hi, GRID + 1)[1:-1]
+        codes, cells = (np.searchsorted(edges, real, side="right"), np.searchsorted(edges, synth, side="right")), GRID
+    if not nullable:
+        return (*codes, cells)
+    # a missing value: the extra cell `cells` (searchsorted puts NaN past every edge, so it is set here)
+    return (*(np.where(np.isnan(v), cells, c) for v, c in zip((real, synth), codes)), cells + 1)
+
+
+def _as_float(values: pd.Series, col) -> np.ndarray:
+    """A numeric column's values as floats, a datetime column's as seconds since 1970 (the unit of its declared
+    bounds in the schema); missing: NaN."""
+    if col.datetime:
+        t = pd.to_datetime(values, format="ISO8601") if values.dtype == object else pd.to_datetime(values)
+        return np.where(t.isna(), np.nan, t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9)
+    return pd.to_numeric(values).to_numpy(dtype=float)
 
 
 def _categorical_codes(real: pd.Series, synth: pd.Series, categories):
@@ -55,8 +71,8 @@ def discretise(real: pd.DataFrame, synth: pd.DataFrame, schema: Schema, scheme: 
     out = {}
     for col in schema.columns:
         if col.kind == "numeric":
-            out[col.name] = _numeric_codes(real[col.name].to_numpy(dtype=float), synth[col.name].to_numpy(dtype=float),
-                                           col.bounds, scheme)
+            out[col.name] = _numeric_codes(_as_float(real[col.name], col), _as_float(synth[col.name], col),
+                                           col.bounds, scheme, bool(col.nullable))
         else:
             out[col.name] = _categorical_codes(real[col.name], synth[col.name], col.categories)
     if schema.label:

@@ -45,7 +45,7 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
     """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below;
     a --dataset preset's settings are then the chosen method's (the rows read are the same for every method); the
     flags given are checked against the chosen method. Says which method and why."""
-    n = len(data[0]) if hasattr(data[0], "__len__") else None
+    n = data[0].n_records if args.shards else len(data[0])     # shards: the declared count; else the rows read
     chosen = table_default(n)
     if chosen != args.method:
         args.method = chosen
@@ -60,9 +60,12 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
 
 
 def _table_input(args) -> bool:
-    """Whether the data given is a table (public: the flags, and a named dataset's registered kind)."""
+    """Whether the data given is a table (public: the flags, and a named dataset's registered kind): table shards come
+    with a schema, array shards without one."""
     if args.csv or args.db:
         return True
+    if args.shards:
+        return bool(args.schema)
     if args.dataset and not args.shards:
         from ..data.registry import DATASETS
         info = DATASETS.get(args.dataset)
@@ -92,8 +95,9 @@ def cmd_fit(args) -> int:
     if from_folder:
         data, fit_kwargs, defaults, facts, kind = _resume_inputs(args)
     elif not args.method:
-        raise InvalidParameterError(f"--method is required for images and shards ({', '.join(METHODS)}); a table "
-                                    f"(--csv, --db, a table --dataset) gets the table default when it is left out "
+        raise InvalidParameterError(f"--method is required for images and array shards ({', '.join(METHODS)}); a "
+                                    f"table (--csv, --db, --shards with --schema, a table --dataset) gets the table "
+                                    f"default when it is left out "
                                     f"(hybrid, or dp-merf under {HYBRID_MIN_ROWS:,} rows), and `fit --resume --out "
                                     f"DIR` reads it from the folder.")
     else:
@@ -563,8 +567,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "(tables: hybrid by default)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
     s.add_argument("--method", help="a registered method (hybrid, mst, aim, dp-merf, dp-ntk, dp-kip, ...); tables "
-                   f"default to hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows); images need one; `fit --resume --out DIR` reads it from the "
-                   "folder")
+                   f"default to hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows; table shards: by --n-records); images and array "
+                   "shards need one; `fit --resume --out DIR` reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
     s.add_argument("--csv", type=existing_file("your table: a CSV, Parquet or .npy file"), help="your own table (CSV/Parquet/npy), with --schema and --label")

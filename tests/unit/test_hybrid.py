@@ -258,7 +258,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     assert wrong.returncode == 2 and "--marginal-share" in wrong.stderr and not (tmp_path / "wrong").exists()
     img = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--dataset", "digits", "--epsilon", "1",
                           "--out", str(tmp_path / "img")], capture_output=True, text=True)
-    assert img.returncode == 2 and "--method is required for images" in img.stderr
+    assert img.returncode == 2 and "--method is required for images and array shards" in img.stderr
 
 
 def test_ids_missing_shares_and_a_crash_after_the_charge(tmp_path, monkeypatch):
@@ -432,3 +432,32 @@ def test_the_default_on_shards_gives_the_release_memory_gives(tmp_path):
     assert rb.dataset["computation"]["engine"] == "stream" and rb.dataset["computation"]["shards"] == 3
     assert rb.ledger.total() == (1.0, 1e-5)
     assert np.allclose(a.pool_["w"], b.pool_["w"]) and np.array_equal(a.pool_["X"], b.pool_["X"])
+
+
+def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
+    """`fit --shards ... --schema ... --n-records N` with no --method: table shards are a table, and the default is
+    chosen by the declared (public) count, as for a CSV by its rows; array shards still need a method."""
+    import json
+    import subprocess
+    import sys
+
+    from mmdsynth.choice import HYBRID_MIN_ROWS
+
+    big = toy_table(HYBRID_MIN_ROWS, seed=3)
+    for i, part in enumerate(np.array_split(np.arange(len(big)), 2)):
+        big.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    fit = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--shards", str(tmp_path / "part*.csv"),
+                          "--schema", str(tmp_path / "s.json"), "--label", "y", "--n-records", str(len(big)),
+                          "--epsilon", "1", "--iters", "100", "--pool", "1", "--n-features", "100",
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0, fit.stderr[-1500:]
+    assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
+    model = mmdsynth.load(tmp_path / "run")
+    assert type(model) is Hybrid and model.release_.dataset["computation"]["shards"] == 2
+    np.savez(tmp_path / "arr0.npz", x=np.zeros((10, 4), dtype=np.float32), y=np.zeros(10, dtype=np.int64))
+    arrays = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--shards", str(tmp_path / "arr*.npz"),
+                             "--n-records", "10", "--n-classes", "2", "--epsilon", "1", "--out", str(tmp_path / "a")],
+                            capture_output=True, text=True, timeout=600)
+    assert arrays.returncode == 2 and "--method is required for images and array shards" in arrays.stderr
+    assert not (tmp_path / "a").exists()
