@@ -127,18 +127,18 @@ def one(config: str, table: str, folder: Path, n: int, method: str = "dp-merf") 
 
 def summary(path: str) -> None:
     """The markdown table of a run, the targets, and an extrapolation to 1e9 rows (marked as such)."""
-    rows = [json.loads(line) for line in open(path)]
+    rows = [{"method": "dp-merf", **json.loads(line)} for line in open(path)]      # rows before --method: DP-MERF's
     print("| method | table | rows | shards | config | release s | rows/s | then fit s | driver peak MiB | worker peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     by = {}
     for r in rows:
-        if r.get("method", "dp-merf") == "dp-merf":       # the scaling targets are DP-MERF's release
+        if r["method"] == "dp-merf":       # the scaling targets are DP-MERF's release
             by[(r["table"], r["config"])] = r
         if "release_s" not in r:
-            print(f"| {r.get('method', 'dp-merf')} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
+            print(f"| {r['method']} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
                   f"{r.get('skipped', r.get('error'))} | | | | |")
             continue
-        print(f"| {r.get('method', 'dp-merf')} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
+        print(f"| {r['method']} | {r['table']} | {r['rows']:,} | {r['shards']} | {r['config']} | "
               f"{r['release_s']:.1f} | {r['rows'] / r['release_s']:,.0f} | {r.get('fit_s', '-')} | "
               f"{r['driver_peak_mib']:,.0f} | {r.get('worker_peak_mib') or '-'} |")
     for table in dict.fromkeys(r["table"] for r in rows):
@@ -147,7 +147,8 @@ def summary(path: str) -> None:
             print(f"{table}: ray-2 / ray-1 speed-up {get['ray-1'] / get['ray-2']:.2f}x (target >= 1.7x)", end="; ")
         if get["stream"] and get["ray-2"]:
             print(f"ray-2 against stream: {100 * (get['ray-2'] / get['stream'] - 1):+.0f} % (target < +20 %)")
-    big = max((r for r in rows if r["config"] == "ray-2" and "release_s" in r and r.get("method", "dp-merf") == "dp-merf"), key=lambda r: r["rows"], default=None)
+    big = max((r for r in rows if r["config"] == "ray-2" and "release_s" in r and r["method"] == "dp-merf"),
+              key=lambda r: r["rows"], default=None)
     if big:
         per_worker = big["rows"] / big["release_s"] / big["workers"]
         print(f"EXTRAPOLATION (not measured): at {per_worker:,.0f} rows/s per worker (ray-2 on {big['table']}), "

@@ -66,7 +66,7 @@ def _table_input(args) -> bool:
         return True
     if args.shards:
         return bool(args.schema)
-    if args.dataset and not args.shards:
+    if args.dataset:
         from ..data.registry import DATASETS
         info = DATASETS.get(args.dataset)
         return info is not None and info.kind == "table"
