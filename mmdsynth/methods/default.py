@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float | None = None, delta: float = 1e-5,
         method: str | None = None, out=None, budget=None, dataset: str = "", **params):
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
-    named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (10,000) rows up, ``"dp-merf"`` below (its
+    named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
     one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), logged. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)

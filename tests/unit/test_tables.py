@@ -88,6 +88,37 @@ def test_mixed_rff_sparse_split_is_the_bounded_dense_map(sizes, n_numeric, pairs
             fm.sparse_split(x)
 
 
+@pytest.mark.parametrize("sizes, n_numeric, pairs, cross", [
+    ([3, 1, 5, 2, 7], 3, True, True), ([2] * 12 + [1], 6, True, True), ([4, 6], 0, True, False),
+    ([3, 4], 2, False, True), ([5], 3, False, True), ([2, 3], 2, False, False)])
+def test_mixed_rff_weighted_sum_is_phi_transposed_times_the_weights(sizes, n_numeric, pairs, cross):
+    """The generator's side of DP-MERF's loss (products never materialised, each row's scale in closed form) has the
+    value and the gradient of ``phi(x).T @ W``: on encoded records, on soft rows (the generator's softmax outputs),
+    on rows above the parts' floors (the scale then depends on the row) and on a zero one-hot part (gradient finite).
+    The pairs keep the layout the release sums them in: pair (i, j) in order, a * size_j + b within it."""
+    from mmdsynth.features.base import FeatureMap
+    g = torch.Generator().manual_seed(0)
+    fm = MixedRFF(n_numeric, len(sizes), sum(sizes), 40, seed=1, category_sizes=sizes if pairs else None,
+                  cross_sizes=sizes if cross else None, cross_bins=5 if cross else 0)
+    x = torch.tensor(fm.records(60, np.random.default_rng(2)))
+    x[:10, n_numeric:] = torch.rand(10, sum(sizes), generator=g, dtype=torch.float64)        # soft rows
+    x[10:15] += 3 * torch.rand(5, x.shape[1], generator=g, dtype=torch.float64)             # long rows
+    x[15, n_numeric:] = 0.0
+    x.requires_grad_(True)
+    W = torch.rand(60, 3, generator=g, dtype=torch.float64)
+    probe = torch.randn(fm.out_dim, 3, generator=g, dtype=torch.float64)
+    got, want = fm.weighted_sum(x, W), FeatureMap.weighted_sum(fm, x, W)
+    (g_got,), (g_want,) = (torch.autograd.grad((v * probe).sum(), x) for v in (got, want))
+    assert got.shape == (fm.out_dim, 3) and (got - want).abs().max() < 1e-12
+    assert torch.isfinite(g_got).all() and (g_got - g_want).abs().max() < 1e-12
+    if pairs:                                        # the per-pair outer products, in the release's order
+        cat = x.detach()[:, n_numeric:]
+        blocks = torch.split(cat, sizes, dim=1)
+        loop = torch.cat([(a[:, :, None] * b[:, None, :]).reshape(60, -1)
+                          for i, a in enumerate(blocks) for b in blocks[i + 1:]], 1)
+        assert torch.equal(fm._pairs(cat), loop)
+
+
 def test_mixed_rff_class_sums_sparse_route_sums_what_the_generic_route_sums():
     """The release's sums (what DP-MERF's and the hybrid's embeddings noise) through the sparse route equal the
     generic route's: by class, unconditional, weighted (a person's rows), with a non-finite record (zero) and an
