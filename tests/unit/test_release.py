@@ -25,6 +25,20 @@ def test_rff_norm_is_exactly_one_and_spec_rebuilds():
     assert torch.equal(again(x), fmap(x))
 
 
+def test_rff_gradient_reuses_the_forward_and_is_autograds():
+    """A generator's rows go through one autograd function that keeps the forward's cosines and sines for the
+    backward: the same features as the no-gradient route and the gradient of the two-op form."""
+    fmap = RandomFourierFeatures(input_dim=4, n_features=64, length_scale=0.5, seed=2)
+    x = (torch.randn(30, 4, dtype=torch.float64) * 3).requires_grad_(True)
+    probe = torch.randn(30, 64, dtype=torch.float64)
+    got = fmap(x)
+    assert torch.equal(got.detach(), fmap(x.detach()))
+    proj = x @ fmap.weights.T
+    want = (2 / 64) ** 0.5 * torch.cat([torch.cos(proj), torch.sin(proj)], 1)
+    (g_got,), (g_want,) = (torch.autograd.grad((v * probe).sum(), x) for v in (got, want))
+    assert (g_got - g_want).abs().max() < 1e-12 and g_want.abs().max() > 0.1
+
+
 def test_sensitivity_bound_holds_on_neighbouring_datasets():
     X, y = toy()
     fmap = RandomFourierFeatures(5, 64, 0.3, seed=1)
