@@ -1,5 +1,7 @@
 """One JSON line per benchmark run: printed and appended to the results file."""
 import json
+import tempfile
+import time
 from pathlib import Path
 
 
@@ -47,3 +49,28 @@ def taken(cls, params: dict) -> dict:
     """The parameters of ``params`` that ``cls`` takes."""
     names = set(cls.param_names())
     return {k: v for k, v in params.items() if k in names}
+
+
+def add_stops_option(parser) -> None:
+    parser.add_argument("--stops", nargs="+", type=int, default=None,
+                        help="generator methods: train ONE release to each of these iteration counts in turn (resumed "
+                             "from the checkpoint, no privacy spent again) and write synthetic rows at each stop, "
+                             "named ..._it{K}; the fit time is the time to that stop")
+
+
+def staged_fits(make, fit, stops):
+    """``(stop, model, fit seconds so far)`` for each of ``stops`` (increasing iteration counts; ``None``: one plain
+    fit): ``make(params)`` builds the method with ``params`` added, ``fit(model, out, resume)`` fits it. The first
+    stop releases into a temporary folder; later ones resume there (the release and the training state reused, no
+    privacy spent again), so stop K is exactly the first K iterations of the longest run."""
+    stops = stops or [None]
+    if stops != [None] and sorted(set(stops)) != list(stops):
+        raise SystemExit(f"--stops must increase: {stops}")
+    with tempfile.TemporaryDirectory() as folder:
+        spent = 0.0
+        for k in stops:
+            t = time.perf_counter()
+            model = fit(make({} if k is None else {"iterations": k}), None if k is None else folder,
+                        k not in (None, stops[0]))
+            spent += time.perf_counter() - t
+            yield k, model, spent

@@ -41,6 +41,8 @@ from mmdsynth.evaluation.tabular import table_classifier_scores
 from mmdsynth.methods import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rows import add_stops_option, staged_fits  # noqa: E402
 from marginal_tvd import marginal_tvd  # noqa: E402
 
 #: the columns kept, in the file's order; Name (make and model) is an identifier and left out
@@ -97,6 +99,7 @@ def main():
     p.add_argument("--out", default="benchmarks/out/nulls_dates.jsonl")
     p.add_argument("--score-only", action="store_true",
                    help="score the synth_{method}_eps{E}.csv files an earlier run wrote (no fit; fit_s null)")
+    add_stops_option(p)
     args = p.parse_args()
     rows = json.loads(cars_json(args.data).read_text())
     schema = Schema.from_dict(SCHEMA)
@@ -108,34 +111,44 @@ def main():
         test = read_table(folder / "test.csv", schema, label="Origin")
         for name in args.methods:
             method = table_default(len(train)) if name == "default" else name
-            t, csv = time.perf_counter(), folder / f"synth_{name}_eps{args.epsilon:g}.csv"
-            if method == "real":                       # the floor: the real training rows themselves
-                synth, ledger = train, None
-            elif args.score_only:
-                synth, ledger = read_table(csv, schema, label="Origin"), None
-            else:
-                model = METHODS[method](epsilon=args.epsilon, delta=args.delta, seed=seed, progress=False).fit(
-                    train, label="Origin", schema=schema, dataset="cars")
-                synth, ledger = model.sample(len(train), seed=seed), model.release_.ledger.total()[0]
-                synth.to_csv(csv, index=False)
-            fit_s = None if args.score_only and method != "real" else round(time.perf_counter() - t, 1)
-            scores = table_classifier_scores(synth, test, TableEncoder(schema), seed=0)
-            tvd = marginal_tvd(test, synth, schema, "deciles", args.triples)
-            # 81 test rows: the real training rows are 0.33-0.35 from them in 2-way TVD, so the TVD against the
-            # training rows (the distribution each method learns, at the same deciles rule) is kept beside it
-            fit_tvd = marginal_tvd(train, synth, schema, "deciles", args.triples)
-            missing = {c: [int(train[c].isna().sum()), int(synth[c].isna().sum())] for c in NULLABLE}
-            row = {"date": time.strftime("%Y-%m-%d"), "folder": folder.name, "seed": seed, "method": name,
-                   "resolved": method, "epsilon": args.epsilon, "delta": args.delta, "n_train": len(train),
-                   "n_test": len(test), "fit_s": fit_s, "mean": scores["mean"],
-                   "failures": list(scores["failures"]), "skipped": list(scores["skipped"]),
-                   "tvd_1way": tvd["tvd_1way"], "tvd_2way": tvd["tvd_2way"], "tvd_3way": tvd.get("tvd_3way"),
-                   "train_tvd": {k: fit_tvd.get(k) for k in ("tvd_1way", "tvd_2way", "tvd_3way")},
-                   "missing_train_synth": missing, "ledger_epsilon": ledger}
-            print(json.dumps({k: row[k] for k in ("folder", "method", "resolved", "fit_s", "mean", "tvd_2way",
-                                                  "tvd_3way", "missing_train_synth")}), flush=True)
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            if method == "real" or args.score_only:
+                csv = folder / f"synth_{name}_eps{args.epsilon:g}.csv"
+                synth = train if method == "real" else read_table(csv, schema, label="Origin")
+                _score(args, folder, seed, name, method, train, test, schema, synth, None, None, "")
+                continue
+            stages = staged_fits(
+                lambda staged: METHODS[method](epsilon=args.epsilon, delta=args.delta, seed=seed, progress=False,
+                                               **staged),
+                lambda model, out, resume: model.fit(train, label="Origin", schema=schema, dataset="cars", out=out,
+                                                     resume=resume), args.stops)
+            for k, model, fit_s in stages:
+                stop = "" if k is None else f"_it{k}"
+                synth = model.sample(len(train), seed=seed)
+                synth.to_csv(folder / f"synth_{name}_eps{args.epsilon:g}{stop}.csv", index=False)
+                _score(args, folder, seed, name, method, train, test, schema, synth, round(fit_s, 1),
+                       model.release_.ledger.total()[0], stop)
+
+
+def _score(args, folder: Path, seed: int, name: str, method: str, train, test, schema, synth, fit_s, ledger, stop):
+    """Score ``synth`` (classifiers on the test rows; TVD against the test and the training rows); print and append
+    its row."""
+    scores = table_classifier_scores(synth, test, TableEncoder(schema), seed=0)
+    tvd = marginal_tvd(test, synth, schema, "deciles", args.triples)
+    # 81 test rows: the real training rows are 0.33-0.35 from them in 2-way TVD, so the TVD against the
+    # training rows (the distribution each method learns, at the same deciles rule) is kept beside it
+    fit_tvd = marginal_tvd(train, synth, schema, "deciles", args.triples)
+    missing = {c: [int(train[c].isna().sum()), int(synth[c].isna().sum())] for c in NULLABLE}
+    row = {"date": time.strftime("%Y-%m-%d"), "folder": folder.name, "seed": seed, "method": name + stop,
+           "resolved": method, "epsilon": args.epsilon, "delta": args.delta, "n_train": len(train),
+           "n_test": len(test), "fit_s": fit_s, "mean": scores["mean"],
+           "failures": list(scores["failures"]), "skipped": list(scores["skipped"]),
+           "tvd_1way": tvd["tvd_1way"], "tvd_2way": tvd["tvd_2way"], "tvd_3way": tvd.get("tvd_3way"),
+           "train_tvd": {k: fit_tvd.get(k) for k in ("tvd_1way", "tvd_2way", "tvd_3way")},
+           "missing_train_synth": missing, "ledger_epsilon": ledger}
+    print(json.dumps({k: row[k] for k in ("folder", "method", "resolved", "fit_s", "mean", "tvd_2way",
+                                          "tvd_3way", "missing_train_synth")}), flush=True)
+    with open(args.out, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
