@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_ROWS, table_default
+from ..choice import HYBRID_MIN_ROWS, SHORT_TRAINING_ROWS, table_default, table_default_params
 from . import _catalog
 from ._types import existing_file
 
@@ -42,9 +42,10 @@ FIT_EPILOG = "{epilog}"
 
 
 def _choose_table_default(args, data, fit_kwargs, defaults, facts):
-    """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below;
-    a --dataset preset's settings are then the chosen method's (the rows read are the same for every method); the
-    flags given are checked against the chosen method. Says which method and why."""
+    """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below
+    (with table_default_params' settings for the size); a --dataset preset's settings are then the chosen method's
+    (the rows read are the same for every method); the flags given are checked against the chosen method and win.
+    Says which method and why."""
     n = data[0].n_records if args.shards else len(data[0])     # shards: the declared count; else the rows read
     chosen = table_default(n)
     if chosen != args.method:
@@ -52,9 +53,14 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
         if args.dataset:
             defaults = _method(args).dataset_defaults(args.dataset, "table")
     _method_options(args, _catalog.methods()[chosen])
+    sized = table_default_params(n)
+    defaults = {**defaults, **sized}               # a flag given still wins (params = {**defaults, **given})
     if not args.quiet:
         why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
                if chosen == "dp-merf" else "measured marginals and a kernel embedding in one plan")
+        if sized:
+            why += (f"; {sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows, where more fit "
+                    f"the noise")
         print(f"method: {chosen} (the table default for {why}; --method chooses another)")
     return data, fit_kwargs, defaults, facts
 

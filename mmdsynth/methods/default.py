@@ -5,7 +5,7 @@ import logging
 
 import pandas as pd
 
-from ..choice import HYBRID_MIN_ROWS, table_default
+from ..choice import HYBRID_MIN_ROWS, SHORT_TRAINING_ROWS, table_default, table_default_params
 from ..errors import InvalidParameterError
 from .contract import METHODS
 
@@ -17,7 +17,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         method: str | None = None, out=None, budget=None, dataset: str = "", **params):
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
-    one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), logged. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
+    one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
+    1,000 rows (:func:`mmdsynth.choice.table_default_params`; an ``iterations=`` given wins), logged. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
         synthetic = model.sample(len(df))
@@ -34,7 +35,9 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
                                         f"one: method=... ({', '.join(METHODS)}).")
         n = len(data) if isinstance(data, pd.DataFrame) else data.n_records
         method = table_default(n)
-        logger.info("method: %s (the table default for %s rows; hybrid from %d)", method, n, HYBRID_MIN_ROWS)
+        params = {**table_default_params(n), **params}
+        logger.info("method: %s (the table default for %s rows; hybrid from %d; DP-MERF trains %s iterations under %d "
+                    "rows)", method, n, HYBRID_MIN_ROWS, params.get("iterations", "its default"), SHORT_TRAINING_ROWS)
     if method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)
