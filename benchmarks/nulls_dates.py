@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mmdsynth.choice import table_default
+from mmdsynth.choice import table_default, table_default_params
 from mmdsynth.data import Schema, read_table
 from mmdsynth.data.encoding import TableEncoder
 from mmdsynth.evaluation.tabular import table_classifier_scores
@@ -88,7 +88,7 @@ def write_split(rows: list[dict], seed: int, folder: Path) -> None:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", default=["default", "hybrid", "mst", "aim"],
-                   help="'default' (the table default for the training rows, chosen as `fit` chooses it), method "
+                   help="'default' (the table default for the training rows, chosen and sized as `fit` does it), method "
                         "names, or 'real' (the training rows themselves: the floor)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--epsilon", type=float, default=1.0)
@@ -116,9 +116,10 @@ def main():
                 synth = train if method == "real" else read_table(csv, schema, label="Origin")
                 _score(args, folder, seed, name, method, train, test, schema, synth, None, None, "")
                 continue
+            sized = table_default_params(len(train)) if name == "default" else {}   # as `fit` without --method
             stages = staged_fits(
                 lambda staged: METHODS[method](epsilon=args.epsilon, delta=args.delta, seed=seed, progress=False,
-                                               **staged),
+                                               **{**sized, **staged}),
                 lambda model, out, resume: model.fit(train, label="Origin", schema=schema, dataset="cars", out=out,
                                                      resume=resume), args.stops)
             for k, model, fit_s in stages:
