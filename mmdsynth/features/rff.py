@@ -330,9 +330,10 @@ class MixedRFF(FeatureMap):
         """sum_i phi(x_i) weights_i^T as a (D, K) matrix without materialising the products: the pairs part is
         (W_k-scaled one-hot part)^T x (one-hot part) gathered at :meth:`_pair_cells`, the numeric x categorical
         part (W_k-scaled hat histograms)^T x (one-hot part), each row's scale from its squared norm in closed form
-        (||a (x) b|| = ||a|| ||b||; clamped before the root: a zero row gets a zero gradient). The generator's side of the loss (never a release: :meth:`class_sums` bounds
-        rows through :meth:`sparse_split`); same value and gradient as ``phi.T @ W`` up to rounding (tested). On
-        cervical's 7,193 features a DP-MERF step's map went from 59 ms to a few."""
+        (||a (x) b|| = ||a|| ||b||; clamped before the root: a zero row gets a zero gradient). The generator's side
+        of the loss (never a release: :meth:`class_sums` bounds rows through :meth:`sparse_split`); same value and
+        gradient as ``phi.T @ W`` up to rounding (tested). On cervical's 7,193 features a DP-MERF step's map went
+        from 59 to 9.5 ms (benchmarks/log/2026-11-28.md#dpmerf-speed)."""
         if not self.n_cat:
             return super().weighted_sum(x, weights)
         w = weights.to(x.dtype)
