@@ -49,17 +49,23 @@ class RandomFourierFeatures(FeatureMap):
         x = x.reshape(x.shape[0], -1)
         w = self.weights.to(dtype=x.dtype, device=x.device)
         proj = x @ w.T
+        scale = math.sqrt(2.0 / self.n_features)
         if proj.requires_grad:                      # a generator's rows: differentiable
-            return _CosSin.apply(proj, math.sqrt(2.0 / self.n_features))
-        half = proj.shape[1]
-        out = torch.empty((x.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
-        torch.cos(proj, out=out[:, :half])          # written in place: no concatenated copy
-        torch.sin(proj, out=out[:, half:])
-        return out.mul_(math.sqrt(2.0 / self.n_features))
+            return _CosSin.apply(proj, scale)
+        return _cos_sin(proj, scale)
 
     def spec(self) -> dict:
         return {"name": self.name, "input_dim": self.input_dim, "n_features": self.n_features,
                 "length_scale": self.length_scale, "seed": self.seed}
+
+
+def _cos_sin(proj: torch.Tensor, scale: float) -> torch.Tensor:
+    """``scale * [cos(proj), sin(proj)]``, written in place: no concatenated copy."""
+    half = proj.shape[1]
+    out = torch.empty((proj.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
+    torch.cos(proj, out=out[:, :half])
+    torch.sin(proj, out=out[:, half:])
+    return out.mul_(scale)
 
 
 class _CosSin(torch.autograd.Function):
@@ -69,11 +75,7 @@ class _CosSin(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, proj: torch.Tensor, scale: float) -> torch.Tensor:
-        half = proj.shape[1]
-        out = torch.empty((proj.shape[0], 2 * half), dtype=proj.dtype, device=proj.device)
-        torch.cos(proj, out=out[:, :half])
-        torch.sin(proj, out=out[:, half:])
-        out.mul_(scale)
+        out = _cos_sin(proj, scale)
         ctx.save_for_backward(out)
         return out
 
