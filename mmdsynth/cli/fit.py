@@ -52,9 +52,9 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
         args.method = chosen
         if args.dataset:
             defaults = _method(args).dataset_defaults(args.dataset, "table")
-    _method_options(args, _catalog.methods()[chosen])
-    sized = table_default_params(n)
-    defaults = {**defaults, **sized}               # a flag given still wins (params = {**defaults, **given})
+    given = _method_options(args, _catalog.methods()[chosen])
+    sized = {k: v for k, v in table_default_params(n).items() if k not in given}     # a flag given wins
+    defaults = {**defaults, **sized}
     if not args.quiet:
         why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
                if chosen == "dp-merf" else "measured marginals and a kernel embedding in one plan")

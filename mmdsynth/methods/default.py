@@ -18,7 +18,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
     one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
-    1,000 rows (:func:`mmdsynth.choice.table_default_params`; an ``iterations=`` given wins), logged. ``params`` are the method's (``mmdsynth fit --method NAME --help`` lists them)::
+    1,000 rows (:func:`mmdsynth.choice.table_default_params`; an ``iterations=`` given wins), logged. ``params`` are
+    the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
         synthetic = model.sample(len(df))
@@ -35,9 +36,10 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
                                         f"one: method=... ({', '.join(METHODS)}).")
         n = len(data) if isinstance(data, pd.DataFrame) else data.n_records
         method = table_default(n)
-        params = {**table_default_params(n), **params}
-        logger.info("method: %s (the table default for %s rows; hybrid from %d; DP-MERF trains %s iterations under %d "
-                    "rows)", method, n, HYBRID_MIN_ROWS, params.get("iterations", "its default"), SHORT_TRAINING_ROWS)
+        sized = {k: v for k, v in table_default_params(n).items() if k not in params}     # a parameter given wins
+        params = {**sized, **params}
+        logger.info("method: %s (the table default for %s rows; hybrid from %d)%s", method, n, HYBRID_MIN_ROWS,
+                    f"; {sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows" if sized else "")
     if method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)
