@@ -55,6 +55,7 @@ from mmdsynth.embedding import mean_embedding
 from mmdsynth.evaluation import image_classifier_scores, save_image_grid
 from mmdsynth.evaluation.convnet import cnn_scores
 from mmdsynth.evaluation.frechet import frechet_report
+from mmdsynth.runtime import flush_subnormals, subnormals_flushed, tune_allocator
 from mmdsynth.methods.presets import image_preset
 from mmdsynth.privacy.ledger import Ledger
 from mmdsynth.release import Release
@@ -179,6 +180,7 @@ def run(args, data, method, eps, seed):
             "final_loss": model.losses_[-1],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
+            "subnormals": "flushed" if subnormals_flushed() else "kept",
             **scores}
 
 
@@ -222,6 +224,8 @@ def main():
     add_set_option(p)
     p.add_argument("--out", default="benchmarks/out/image.jsonl")
     args = p.parse_args()
+    tune_allocator()                # as the mmdsynth command does, before any tensor work starts torch's threads
+    flush_subnormals()
     args.overrides = set_overrides(p, args.set)
     check_taken(p, {m: METHODS[m] for m in args.method}, args.overrides, every=True)
     if args.progress:

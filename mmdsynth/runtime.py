@@ -1,9 +1,10 @@
 """Runtime helpers shared by training, evaluation and encoder pretraining: the compute device, the C
-allocator's settings and progress-bar settings. Nothing here touches data."""
+allocator's settings, the floating-point mode and progress-bar settings. Nothing here touches data."""
 from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import sys
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`tune_allocator` sets
@@ -12,6 +13,11 @@ MMAP_THRESHOLD = 32 * 2**20        # glibc's largest: blocks up to this size com
 TRIM_THRESHOLD = 2**30             # free heap kept for reuse, up to this much, instead of being given back
 #: set to "default" to leave the C allocator as it is
 ALLOCATOR_ENV = "MMDSYNTH_MALLOC"
+#: set to "keep" to leave subnormal floats as they are (see :func:`flush_subnormals`)
+SUBNORMALS_ENV = "MMDSYNTH_SUBNORMALS"
+#: glibc's x86-64 ``fenv_t``: 28 bytes of x87 state, then the SSE control/status register (MXCSR), whose bit 15
+#: flushes subnormal results to zero and bit 6 reads subnormal inputs as zero
+FENV_SIZE, MXCSR_OFFSET, MXCSR_FTZ, MXCSR_DAZ = 32, 28, 1 << 15, 1 << 6
 
 
 def default_device(device: str | None = None) -> torch.device:
@@ -39,6 +45,45 @@ def tune_allocator() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+
+
+def subnormals_flushed() -> bool:
+    """Whether the calling thread flushes subnormal floats to zero (a float32 product below 1.2e-38 comes out 0)."""
+    import torch
+
+    return float(torch.full((1,), 1e-20) * torch.full((1,), 1e-20)) == 0.0
+
+
+def flush_subnormals() -> bool:
+    """Flush subnormal floats to zero (and read them as zero) in the calling thread and in every thread it starts
+    after: call it first thing, before any tensor operation starts torch's worker threads, which inherit the mode
+    they are created in. On x86 CPUs an operation on a subnormal takes a slow path, and a generator that has trained
+    a while produces them: full-MNIST DP-NTK ran at 1.2 s an iteration instead of 0.5 (benchmarks/RESULTS.md,
+    "Speed"). ``mmdsynth`` commands call it at start; Python users may call it once. Values below 1.2e-38 (float32)
+    or 2.2e-308 (float64) become 0; the releases' worst-case-neighbour tests run in both modes
+    (tests/contract/test_privacy_contract.py). Returns whether the mode took; does nothing (False) with
+    ``MMDSYNTH_SUBNORMALS=keep`` or on a CPU without the mode.
+
+    On x86-64 Linux it sets the SSE control register's flush-to-zero and denormals-are-zero bits through the C
+    library's ``fegetenv``/``fesetenv`` (no torch import: the CLI answers ``--help`` and flag errors without it);
+    elsewhere through ``torch.set_flush_denormal``."""
+    if os.environ.get(SUBNORMALS_ENV, "").strip().lower() == "keep":
+        return False
+    if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+        try:
+            libm = ctypes.CDLL("libm.so.6")
+        except OSError:
+            libm = None
+        if libm is not None:
+            env = ctypes.create_string_buffer(FENV_SIZE)
+            if libm.fegetenv(env) != 0:
+                return False
+            mxcsr = int.from_bytes(env.raw[MXCSR_OFFSET:MXCSR_OFFSET + 4], "little") | MXCSR_FTZ | MXCSR_DAZ
+            env[MXCSR_OFFSET:MXCSR_OFFSET + 4] = mxcsr.to_bytes(4, "little")
+            return libm.fesetenv(env) == 0
+    import torch
+
+    return bool(torch.set_flush_denormal(True))
 
 
 def progress_rate() -> dict:

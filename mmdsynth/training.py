@@ -30,7 +30,7 @@ from ._io import load_checkpoint, optimizer_tensors, restore_optimizer, save_che
 from .early_stopping import proxy_distance
 from .errors import InvalidParameterError, TrainingInterrupted, unknown_name  # noqa: F401 (re-exported)
 from .features.base import FeatureMap
-from .runtime import default_device, progress_rate  # noqa: F401  (re-exported: training callers use them)
+from .runtime import default_device, progress_rate, subnormals_flushed  # noqa: F401  (re-exported)
 from .validation import check_positive
 
 logger = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
             logger.info("resumed from iteration %d (%s)", state.iteration, ckpt)
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
                desc="training generator", unit="it", **progress_rate())
-    flush = FLUSH_DENORMALS and torch.set_flush_denormal(True)
+    flush = FLUSH_DENORMALS and not subnormals_flushed() and torch.set_flush_denormal(True)
     try:
         while state.iteration < config.iterations:
             labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
@@ -316,13 +316,13 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
 
 
 #: Training reads only a release (post-processing), and :func:`train_generator` runs with subnormal floats flushed to
-#: zero (``torch.set_flush_denormal``; the previous mode, off, comes back after). As a generator trains, some of its
+#: zero (``torch.set_flush_denormal``; a mode that was off comes back after). As a generator trains, some of its
 #: activations and their e-NTK gradients fall below float32's normal range, and on some x86 CPUs each operation on a
 #: subnormal takes a slow path: full MNIST DP-NTK went from 0.5 to 1.2 s an iteration after its first few dozen
 #: (2 threads; benchmarks/log/2026-11-27.md#subnormals). The mode is per thread: the calling thread flushes, while
-#: the intra-op worker threads keep the mode they were created in, so inside ``mmdsynth fit`` (whose release starts
-#: them) the gain is 1.18 -> 0.98 s, and 0.49 s only where the workers also flush. Values below 1.2e-38 become 0:
-#: nothing the loss can see. The release's sums are never computed in this mode.
+#: the intra-op worker threads keep the mode they were created in. ``mmdsynth`` commands therefore flush in the whole
+#: process from the start (:func:`mmdsynth.runtime.flush_subnormals`), and a Python user may call it first thing.
+#: Values below 1.2e-38 become 0: nothing the loss can see.
 FLUSH_DENORMALS = True
 
 #: the loss has converged when its mean moved by less than this over the last tenth of training

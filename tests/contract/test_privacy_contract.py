@@ -7,7 +7,9 @@ that moves the statistic most):
 * the released statistic moves by at most the sensitivity its ledger entry records (same noise
   seed on both datasets, so the difference of the releases is the difference of the statistics);
 * every noise draw has std = noise multiplier x sensitivity of its ledger entry, in ledger order;
-* nothing private is read before the noise is calibrated.
+* nothing private is read before the noise is calibrated;
+* all of it also with subnormal floats flushed to zero, the mode ``mmdsynth`` commands run in
+  (``mmdsynth.runtime.flush_subnormals``).
 
 A plug-in registered without an entry here fails ``test_every_registered_*_is_covered``.
 """
@@ -29,6 +31,7 @@ from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
 from mmdsynth.methods.kernel import DPRandConv
 from mmdsynth.privacy import NoiseSource, PrivacyPlan, epsilon_for_sigma
+from mmdsynth.runtime import flush_subnormals, subnormals_flushed
 
 from conftest import Guarded
 
@@ -72,6 +75,17 @@ MAP_VARIANTS = {
 VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
 
 
+@pytest.fixture(params=["subnormals kept", "subnormals flushed"])
+def fp_mode(request):
+    """The releases' floating-point modes: IEEE subnormals (Python's default), and flushed to zero, as the
+    ``mmdsynth`` command runs (values below 1.2e-38 become 0; no norm can grow by it)."""
+    if request.param == "subnormals flushed" and not flush_subnormals():
+        pytest.skip("this CPU (or MMDSYNTH_SUBNORMALS=keep) has no flush mode")
+    assert subnormals_flushed() == (request.param == "subnormals flushed")
+    yield request.param
+    torch.set_flush_denormal(False)
+
+
 def test_every_registered_feature_map_is_covered():
     assert set(MAP_VARIANTS) == set(FEATURE_MAPS), "add the new feature map to MAP_VARIANTS"
 
@@ -86,7 +100,7 @@ def _adversarial_neighbours(fmap, X, y):
     shape = X.shape[1:]
     g = np.random.default_rng(1)
     cands = np.concatenate([g.uniform(-3, 4, (300, *shape)), np.zeros((1, *shape)), np.ones((1, *shape)),
-                            np.full((1, *shape), 1e39), np.full((1, *shape), -1e6)])
+                            np.full((1, *shape), 1e39), np.full((1, *shape), -1e6), np.full((1, *shape), 1e-39)])
     with torch.no_grad():
         phis = fmap.bounded(fmap(torch.as_tensor(cands, dtype=torch.float32)).double())
         phi0 = fmap.bounded(fmap(torch.as_tensor(X[:1], dtype=torch.float32)).double())
@@ -103,6 +117,7 @@ def _adversarial_neighbours(fmap, X, y):
     record("all-zero record", np.zeros(shape), y[0])
     record("record at the upper bound, other class", np.ones(shape), other)
     record("huge values (1e39)", np.full(shape, 1e39), y[0])
+    record("subnormal values (1e-39), other class", np.full(shape, 1e-39), other)
     record("feature-norm maximiser", cands[int(phis.norm(dim=1).argmax())], other)
     record("statistic-move maximiser, same class", cands[int(moved.argmax())], y[0])
     record("statistic-move maximiser, other class", cands[int(swapped.argmax())], other)
@@ -170,7 +185,7 @@ def _watch_calibration(monkeypatch, *modules):
 
 
 @pytest.mark.parametrize("name,label,factory,shape", VARIANTS, ids=[v[1] for v in VARIANTS])
-def test_feature_map_release_contract(name, label, factory, shape, encoder, monkeypatch):
+def test_feature_map_release_contract(name, label, factory, shape, encoder, monkeypatch, fp_mode):
     fmap = factory(encoder)
     X, y = _base(shape)
     flag = _watch_calibration(monkeypatch, engine_module)
@@ -186,7 +201,7 @@ def test_feature_map_release_contract(name, label, factory, shape, encoder, monk
         _assert_moves_within_recorded_sensitivity(base, other, what)
 
 
-def test_sampled_release_contract(monkeypatch):
+def test_sampled_release_contract(monkeypatch, fp_mode):
     """release_sampled_embedding (dp-randconv's sample_rate, one Poisson sample per network): calibrated before
     reading; T draws of std sigma x clip, as its ledger says; the plan within epsilon; on every adversarial
     neighbour (same test sampler and noise seeds on both, so the difference of the releases is the difference of
@@ -264,7 +279,7 @@ def test_every_registered_method_is_covered():
 
 
 @pytest.mark.parametrize("name", sorted(MARGINAL_METHODS))
-def test_marginal_method_contract(name, monkeypatch):
+def test_marginal_method_contract(name, monkeypatch, fp_mode):
     """MST and AIM: calibrated before the rows are read, every noise draw (Gaussian std, Gumbel draw) is a ledger entry's,
     the entries' rho add up to the plan's, and a worst-case neighbour (one row replaced by an extreme one) moves
     the 1-way release by at most its recorded sensitivity."""
@@ -319,7 +334,7 @@ def test_marginal_method_contract(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(KERNEL_METHODS))
-def test_kernel_method_release_contract(name, encoder, digits, monkeypatch):
+def test_kernel_method_release_contract(name, encoder, digits, monkeypatch, fp_mode):
     X, y = digits.x_train[:60].numpy().astype(np.float64), digits.y_train[:60].numpy()
     flag = _watch_calibration(monkeypatch, engine_module)
     log = _NoiseLog(monkeypatch)
@@ -327,14 +342,15 @@ def test_kernel_method_release_contract(name, encoder, digits, monkeypatch):
     assert flag["calibrated"]
     _assert_noise_matches_ledger(log, base)
     for what, row, label in [("class swapped", X[0], (y[0] + 1) % 10), ("all-zero image", 0.0, y[0]),
-                             ("white image, other class", 1.0, (y[0] + 5) % 10), ("huge values", 1e39, y[0])]:
+                             ("white image, other class", 1.0, (y[0] + 5) % 10), ("huge values", 1e39, y[0]),
+                             ("subnormal values", 1e-39, (y[0] + 3) % 10)]:
         X2, y2 = X.copy(), y.copy()
         X2[0], y2[0] = row, label
         other = KERNEL_METHODS[name](encoder).fit(X2, y2).release_
         _assert_moves_within_recorded_sensitivity(base, other, what)
 
 
-def test_dpsgd_step_contract(monkeypatch):
+def test_dpsgd_step_contract(monkeypatch, fp_mode):
     """DP-KIP's data-touching step: add/remove one record (any record) moves the clipped sum by <= C,
     and the noise std is sigma x C."""
     kernel = FCReLUKernel(1)
@@ -362,7 +378,7 @@ def test_dpsgd_step_contract(monkeypatch):
 
 
 @pytest.mark.parametrize("start", ["noise", "pixels"])
-def test_dpkip_fit_contract(digits, monkeypatch, start):
+def test_dpkip_fit_contract(digits, monkeypatch, start, fp_mode):
     """The method around the step: calibrated before reading, every draw's noise as its ledger says (a private
     start: its release first, then the steps), the whole plan within epsilon."""
     flag = _watch_calibration(monkeypatch, engine_module)

@@ -170,6 +170,14 @@ def test_training_flushes_subnormal_floats_and_restores_the_mode():
         train_generator(ConstantGenerator(), Broken(4), torch.ones(4), TrainConfig(iterations=3, batch_size=4),
                         conditional=False, device="cpu")
     assert float(tiny * 1.0) > 0
+    # a process that flushes already (the mmdsynth command: mmdsynth.runtime.flush_subnormals) keeps flushing after
+    torch.set_flush_denormal(True)
+    try:
+        train_generator(ConstantGenerator(), Identity(4), torch.ones(4), TrainConfig(iterations=3, batch_size=4),
+                        conditional=False, device="cpu")
+        assert float(tiny * 1.0) == 0.0
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def test_early_stopping_picks_the_checkpoint_closest_to_the_proxy(tmp_path):

@@ -1,4 +1,5 @@
-"""The C allocator's settings (mmdsynth.runtime.tune_allocator): freed batches' memory is kept for reuse."""
+"""The C allocator's settings (mmdsynth.runtime.tune_allocator): freed batches' memory is kept for reuse; and the
+floating-point mode (mmdsynth.runtime.flush_subnormals): subnormal floats flushed to zero in every thread."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 import mmdsynth.cli as cli
-from mmdsynth.runtime import ALLOCATOR_ENV, tune_allocator
+from mmdsynth.runtime import ALLOCATOR_ENV, SUBNORMALS_ENV, flush_subnormals, subnormals_flushed, tune_allocator
 
 #: a fresh process: allocate a 16 MiB tensor and report where glibc put it (mallinfo2: hblkhd is the memory in
 #: mmap'd blocks, uordblks the heap's blocks in use)
@@ -66,3 +67,56 @@ def test_the_command_tunes_the_allocator(monkeypatch, capsys):
 def test_tune_allocator_is_a_no_op_off_linux(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
     assert tune_allocator() is False
+
+
+#: a fresh process: flush (or not), then multiply 2^20 float32 values of 1e-20 (products 1e-40, below float32's
+#: normal range) on two threads: the sum is 0 only if every thread flushed
+FLUSH_PROBE = """
+import json, sys
+from mmdsynth.runtime import flush_subnormals, subnormals_flushed
+took = flush_subnormals() if sys.argv[1] == "flush" else None
+import torch
+torch.set_num_threads(2)
+x = torch.full((1 << 20,), 1e-20)
+print(json.dumps({"took": took, "main": subnormals_flushed(), "all_threads": float((x * x).sum())}))
+"""
+
+
+def _flush_probe(mode: str, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", FLUSH_PROBE, mode], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+x86 = pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="the flush mode is x86's")
+
+
+@x86
+def test_flushing_reaches_the_worker_threads_started_after():
+    kept, flushed = _flush_probe("plain"), _flush_probe("flush")
+    assert kept["main"] is False and kept["all_threads"] > 0          # 2^20 x 1e-40, about 1e-34
+    assert flushed["took"] is True and flushed["main"] is True
+    assert flushed["all_threads"] == 0.0                              # no thread kept a subnormal product
+
+
+@x86
+def test_the_environment_variable_keeps_subnormals():
+    got = _flush_probe("flush", {SUBNORMALS_ENV: "keep"})
+    assert got["took"] is False and got["main"] is False and got["all_threads"] > 0
+
+
+def test_the_command_flushes_subnormals_before_it_runs(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(cli, "flush_subnormals", lambda: calls.append(1) or True)
+    assert cli.main(["datasets"]) == 0
+    assert calls == [1]
+
+
+@x86
+def test_flush_subnormals_in_this_thread_and_back():
+    import torch
+    try:
+        assert flush_subnormals() is True and subnormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
+    assert not subnormals_flushed()
