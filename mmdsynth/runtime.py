@@ -47,43 +47,58 @@ def tune_allocator() -> bool:
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
 
 
+def _sse_env():
+    """(libm, its ``fenv_t`` as read now) on x86-64 Linux with glibc; None elsewhere."""
+    if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+        return None
+    try:
+        libm = ctypes.CDLL("libm.so.6")
+    except OSError:
+        return None
+    env = ctypes.create_string_buffer(FENV_SIZE)
+    return (libm, env) if libm.fegetenv(env) == 0 else None
+
+
+def _mxcsr(env) -> int:
+    return int.from_bytes(env.raw[MXCSR_OFFSET:MXCSR_OFFSET + 4], "little")
+
+
 def subnormals_flushed() -> bool:
     """Whether the calling thread flushes subnormal floats to zero (a float32 product below 1.2e-38 comes out 0)."""
+    sse = _sse_env()
+    if sse is not None:
+        return bool(_mxcsr(sse[1]) & MXCSR_FTZ)
     import torch
 
     return float(torch.full((1,), 1e-20) * torch.full((1,), 1e-20)) == 0.0
 
 
-def flush_subnormals() -> bool:
+def flush_subnormals(flush: bool = True) -> bool:
     """Flush subnormal floats to zero (and read them as zero) in the calling thread and in every thread it starts
     after: call it first thing, before any tensor operation starts torch's worker threads, which inherit the mode
     they are created in. On x86 CPUs an operation on a subnormal takes a slow path, and a generator that has trained
     a while produces them: full-MNIST DP-NTK ran at 1.2 s an iteration instead of 0.5 (benchmarks/RESULTS.md,
-    "Speed"). ``mmdsynth`` commands call it at start; Python users may call it once. Values below 1.2e-38 (float32)
-    or 2.2e-308 (float64) become 0; the releases' worst-case-neighbour tests run in both modes
-    (tests/contract/test_privacy_contract.py). Returns whether the mode took; does nothing (False) with
-    ``MMDSYNTH_SUBNORMALS=keep`` or on a CPU without the mode.
+    "Speed"). ``mmdsynth`` commands call it at start (and turn it off again in the calling thread when they return,
+    where they turned it on); Python users may call it once. Values below 1.2e-38 (float32) or 2.2e-308 (float64)
+    become 0; the releases' worst-case-neighbour tests run in both modes (tests/contract/test_privacy_contract.py).
+    Returns whether the mode took; does nothing (False) with ``MMDSYNTH_SUBNORMALS=keep`` or on a CPU without the
+    mode. ``flush=False`` turns it off in the calling thread.
 
     On x86-64 Linux it sets the SSE control register's flush-to-zero and denormals-are-zero bits through the C
     library's ``fegetenv``/``fesetenv`` (no torch import: the CLI answers ``--help`` and flag errors without it);
     elsewhere through ``torch.set_flush_denormal``."""
-    if os.environ.get(SUBNORMALS_ENV, "").strip().lower() == "keep":
+    if flush and os.environ.get(SUBNORMALS_ENV, "").strip().lower() == "keep":
         return False
-    if sys.platform.startswith("linux") and platform.machine() == "x86_64":
-        try:
-            libm = ctypes.CDLL("libm.so.6")
-        except OSError:
-            libm = None
-        if libm is not None:
-            env = ctypes.create_string_buffer(FENV_SIZE)
-            if libm.fegetenv(env) != 0:
-                return False
-            mxcsr = int.from_bytes(env.raw[MXCSR_OFFSET:MXCSR_OFFSET + 4], "little") | MXCSR_FTZ | MXCSR_DAZ
-            env[MXCSR_OFFSET:MXCSR_OFFSET + 4] = mxcsr.to_bytes(4, "little")
-            return libm.fesetenv(env) == 0
+    sse = _sse_env()
+    if sse is not None:
+        libm, env = sse
+        bits = MXCSR_FTZ | MXCSR_DAZ
+        mxcsr = _mxcsr(env) | bits if flush else _mxcsr(env) & ~bits
+        env[MXCSR_OFFSET:MXCSR_OFFSET + 4] = mxcsr.to_bytes(4, "little")
+        return libm.fesetenv(env) == 0
     import torch
 
-    return bool(torch.set_flush_denormal(True))
+    return bool(torch.set_flush_denormal(flush))
 
 
 def progress_rate() -> dict:

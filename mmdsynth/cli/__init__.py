@@ -12,7 +12,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MmdsynthError, TrainingInterrupted
-from ..runtime import flush_subnormals, tune_allocator
+from ..runtime import flush_subnormals, subnormals_flushed, tune_allocator
 from . import audit, budget, datasets, demo, distill, evaluate, fit, inspect, pretrain, report, sample
 from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exported for callers that parse first)
 
@@ -137,7 +137,7 @@ def _main(argv=None) -> int:
         add_method_options(parser.fit_parser, method=_given_method(argv))
     args = parser.parse_args(argv)
     tune_allocator()                             # freed batches' memory kept for reuse (mmdsynth.runtime)
-    flush_subnormals()                           # before torch starts its worker threads, which inherit the mode
+    flushing = not subnormals_flushed() and flush_subnormals()   # before torch starts worker threads: they inherit it
     handler = logging.StreamHandler()
     handler.setFormatter(_LineFormatter())
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler], force=True)
@@ -158,3 +158,5 @@ def _main(argv=None) -> int:
         return 2
     finally:
         warnings.showwarning = previous
+        if flushing:                             # an in-process caller gets its thread's mode back
+            flush_subnormals(False)

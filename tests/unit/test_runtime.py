@@ -107,16 +107,32 @@ def test_the_environment_variable_keeps_subnormals():
 
 def test_the_command_flushes_subnormals_before_it_runs(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(cli, "flush_subnormals", lambda: calls.append(1) or True)
+    monkeypatch.setattr(cli, "subnormals_flushed", lambda: False)
+    monkeypatch.setattr(cli, "flush_subnormals", lambda flush=True: calls.append(flush) or True)
     assert cli.main(["datasets"]) == 0
-    assert calls == [1]
+    assert calls == [True, False]           # on at the start, off again for an in-process caller
+
+
+@x86
+def test_an_in_process_command_gives_the_thread_its_mode_back(capsys):
+    assert not subnormals_flushed()
+    assert cli.main(["datasets"]) == 0
+    assert not subnormals_flushed()
+    import torch
+    torch.set_flush_denormal(True)          # a caller that flushes already keeps flushing
+    try:
+        assert cli.main(["datasets"]) == 0 and subnormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
 
 
 @x86
 def test_flush_subnormals_in_this_thread_and_back():
     import torch
+    tiny = torch.full((1,), 1e-20)
     try:
         assert flush_subnormals() is True and subnormals_flushed()
+        assert float(tiny * tiny) == 0.0                 # torch sees the mode the control register says
     finally:
-        torch.set_flush_denormal(False)
-    assert not subnormals_flushed()
+        assert flush_subnormals(False) is True
+    assert not subnormals_flushed() and float(tiny * tiny) > 0
