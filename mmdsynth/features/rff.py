@@ -345,11 +345,15 @@ class MixedRFF(FeatureMap):
             inputs = x if self.rff_inputs == "all" else x[:, :self.n_numeric]
             out.append(math.sqrt(self.a) * (self.rff(inputs).T @ w))
         cat = x[:, self.n_numeric:]
-        cat_sq = (cat * cat).sum(1)
+        cat2 = cat * cat
+        if self.n_pairs:                   # each block's squared norm: the pairs' norms need them, and they add up
+            blocks = torch.stack([b.sum(1) for b in torch.split(cat2, self.category_sizes, dim=1)], 1)
+            cat_sq = blocks.sum(1)
+        else:
+            cat_sq = cat2.sum(1)
         share = math.sqrt((1.0 - self.a) / (1 + bool(self.n_pairs) + bool(self.n_cross)))
         out.append(cat.T @ (w * (share / torch.clamp(cat_sq, min=self.n_cat).sqrt())[:, None]))
         if self.n_pairs:
-            blocks = torch.stack([b.pow(2).sum(1) for b in torch.split(cat, self.category_sizes, dim=1)], 1)
             pair_sq = (blocks.sum(1) ** 2 - (blocks * blocks).sum(1)) / 2          # sum over i < j of s_i s_j
             scale = share / torch.clamp(pair_sq, min=self.n_pairs).sqrt()
             full = (cat.T[None] * (w.T * scale)[:, None, :]) @ cat                 # (K, D1, D1)
