@@ -3,6 +3,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 
 def emit(row: dict, path) -> None:
@@ -58,9 +59,19 @@ def add_stops_option(parser) -> None:
                              "named ..._it{K}; the fit time is the time to that stop")
 
 
+class Stage(NamedTuple):
+    """One stop of :func:`staged_fits`: the iteration count (None: a plain fit), the fitted model, the fit seconds
+    so far, the parameters the stop added, and the suffix its output files carry (``_it{K}``, or none)."""
+    stop: int | None
+    model: object
+    fit_s: float
+    params: dict
+    suffix: str
+
+
 def staged_fits(make, fit, stops):
-    """``(stop, model, fit seconds so far)`` for each of ``stops`` (increasing iteration counts; ``None``: one plain
-    fit): ``make(params)`` builds the method with ``params`` added, ``fit(model, out, resume)`` fits it. The first
+    """A :class:`Stage` for each of ``stops`` (increasing iteration counts; ``None``: one plain fit):
+    ``make(params)`` builds the method with ``params`` added, ``fit(model, out, resume)`` fits it. The first
     stop releases into a temporary folder; later ones resume there (the release and the training state reused, no
     privacy spent again), so stop K is exactly the first K iterations of the longest run."""
     stops = stops or [None]
@@ -69,8 +80,8 @@ def staged_fits(make, fit, stops):
     with tempfile.TemporaryDirectory() as folder:
         spent = 0.0
         for k in stops:
+            staged = {} if k is None else {"iterations": k}
             t = time.perf_counter()
-            model = fit(make({} if k is None else {"iterations": k}), None if k is None else folder,
-                        k not in (None, stops[0]))
+            model = fit(make(staged), None if k is None else folder, k not in (None, stops[0]))
             spent += time.perf_counter() - t
-            yield k, model, spent
+            yield Stage(k, model, spent, staged, "" if k is None else f"_it{k}")

@@ -122,12 +122,11 @@ def main():
                                                **{**sized, **staged}),
                 lambda model, out, resume: model.fit(train, label="Origin", schema=schema, dataset="cars", out=out,
                                                      resume=resume), args.stops)
-            for k, model, fit_s in stages:
-                stop = "" if k is None else f"_it{k}"
-                synth = model.sample(len(train), seed=seed)
-                synth.to_csv(folder / f"synth_{name}_eps{args.epsilon:g}{stop}.csv", index=False)
-                _score(args, folder, seed, name, method, train, test, schema, synth, round(fit_s, 1),
-                       model.release_.ledger.total()[0], stop)
+            for stage in stages:
+                synth = stage.model.sample(len(train), seed=seed)
+                synth.to_csv(folder / f"synth_{name}_eps{args.epsilon:g}{stage.suffix}.csv", index=False)
+                _score(args, folder, seed, name, method, train, test, schema, synth, round(stage.fit_s, 1),
+                       stage.model.release_.ledger.total()[0], stage.suffix)
 
 
 def _score(args, folder: Path, seed: int, name: str, method: str, train, test, schema, synth, fit_s, ledger, stop):

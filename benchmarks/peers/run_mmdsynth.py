@@ -76,9 +76,9 @@ def main():
                                  lambda model, out, resume: model.fit(
                                      data.train, label=data.schema.label, schema=data.schema, dataset=data.name,
                                      privacy_unit=data.privacy_unit, out=out, resume=resume), args.stops)
-            for k, model, fit_s in stages:
-                _write(args, folder, method, model, data, {**params, **({} if k is None else {"iterations": k})},
-                       overrides, fit_s, "" if k is None else f"_it{k}")
+            for stage in stages:
+                _write(args, folder, method, stage.model, data, {**params, **stage.params}, overrides, stage.fit_s,
+                       stage.suffix)
 
 
 def _write(args, folder: Path, method: str, model, data, params: dict, overrides: dict, fit_s: float, stop: str):

@@ -73,3 +73,23 @@ def test_second_evaluator_scores_signal_above_shuffled_labels(tmp_path):
     rows = {r["csv"]: r for r in map(json.loads, out.read_text().splitlines())}
     for model in ("hgb", "logreg"):
         assert rows["good.csv"][model]["roc_auc"] > rows["shuffled.csv"][model]["roc_auc"] + 0.1, rows
+
+
+def test_staged_fits_resume_one_run_and_name_each_stop():
+    """--stops: the first stop fits into a temporary folder, later ones resume there; each stage carries the
+    iteration count it added and its files' suffix; a plain fit (no stops) is one stage without either."""
+    calls = []
+
+    def fit(model, out, resume):
+        calls.append((model, out is not None, resume))
+        return model
+
+    stages = list(_rows.staged_fits(lambda params: dict(params), fit, [250, 1000]))
+    assert [(s.stop, s.params, s.suffix) for s in stages] == [(250, {"iterations": 250}, "_it250"),
+                                                              (1000, {"iterations": 1000}, "_it1000")]
+    assert calls == [({"iterations": 250}, True, False), ({"iterations": 1000}, True, True)]
+    assert stages[1].fit_s >= stages[0].fit_s >= 0
+    (plain,) = _rows.staged_fits(lambda params: dict(params), fit, None)
+    assert (plain.stop, plain.params, plain.suffix, calls[-1]) == (None, {}, "", ({}, False, False))
+    with pytest.raises(SystemExit, match="must increase"):
+        list(_rows.staged_fits(lambda params: params, fit, [1000, 250]))
