@@ -59,6 +59,11 @@ def _sse_env():
     return (libm, env) if libm.fegetenv(env) == 0 else None
 
 
+def _x86() -> bool:
+    """torch's flush mode exists on x86 only (elsewhere ``torch.set_flush_denormal`` returns False)."""
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
 def _mxcsr(env) -> int:
     return int.from_bytes(env.raw[MXCSR_OFFSET:MXCSR_OFFSET + 4], "little")
 
@@ -68,6 +73,8 @@ def subnormals_flushed() -> bool:
     sse = _sse_env()
     if sse is not None:
         return bool(_mxcsr(sse[1]) & MXCSR_FTZ)
+    if not _x86():                               # no such mode here: no torch import to learn it
+        return False
     import torch
 
     return float(torch.full((1,), 1e-20) * torch.full((1,), 1e-20)) == 0.0
@@ -86,7 +93,7 @@ def flush_subnormals(flush: bool = True) -> bool:
 
     On x86-64 Linux it sets the SSE control register's flush-to-zero and denormals-are-zero bits through the C
     library's ``fegetenv``/``fesetenv`` (no torch import: the CLI answers ``--help`` and flag errors without it);
-    elsewhere through ``torch.set_flush_denormal``."""
+    on other x86 systems through ``torch.set_flush_denormal``; off x86 there is no such mode (False, no import)."""
     if flush and os.environ.get(SUBNORMALS_ENV, "").strip().lower() == "keep":
         return False
     sse = _sse_env()
@@ -96,6 +103,8 @@ def flush_subnormals(flush: bool = True) -> bool:
         mxcsr = _mxcsr(env) | bits if flush else _mxcsr(env) & ~bits
         env[MXCSR_OFFSET:MXCSR_OFFSET + 4] = mxcsr.to_bytes(4, "little")
         return libm.fesetenv(env) == 0
+    if not _x86():
+        return False
     import torch
 
     return bool(torch.set_flush_denormal(flush))

@@ -136,3 +136,15 @@ def test_flush_subnormals_in_this_thread_and_back():
     finally:
         assert flush_subnormals(False) is True
     assert not subnormals_flushed() and float(tiny * tiny) > 0
+
+
+def test_off_x86_there_is_no_flush_mode_and_no_torch_call(monkeypatch):
+    """On an ARM Mac (no SSE register, and torch's flush mode is x86's) both answer False without asking torch: the
+    command's start stays free of a torch import there too."""
+    import platform
+
+    import torch
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda *a: pytest.fail("torch asked off x86"))
+    assert flush_subnormals() is False and subnormals_flushed() is False
