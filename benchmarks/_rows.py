@@ -30,7 +30,11 @@ def set_overrides(parser, items) -> dict:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set takes KEY=JSON pairs; got {item!r}")
-        out[key] = json.loads(value)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {key}: the value must be JSON, a text in double quotes ({key}='\"{value}\"'); "
+                         f"got {value!r}")
     return out
 
 

@@ -6,6 +6,8 @@ step alone. The target embedding is random (same shape as MNIST's): the step's c
 does not depend on its values.
 
     .venv/bin/python benchmarks/generator_step.py [--batch-size 5000] [--steps 5] [--bf16]
+
+``--bf16`` times the step as ``TrainConfig(precision="bfloat16")`` runs it (the same autocast context).
 """
 from __future__ import annotations
 
@@ -22,7 +24,11 @@ def one_run(batch_size: int, steps: int, width: int, bf16: bool = False) -> dict
 
     from mmdsynth.features import ENTKFeatures
     from mmdsynth.generators import ConvGenerator
-    from mmdsynth.training import embedding_loss
+    from mmdsynth.runtime import flush_subnormals, tune_allocator
+    from mmdsynth.training import TrainConfig, embedding_loss, step_precision
+
+    tune_allocator()                   # as every mmdsynth command starts (before torch's threads)
+    flush_subnormals()
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     torch.manual_seed(0)
@@ -33,10 +39,10 @@ def one_run(batch_size: int, steps: int, width: int, bf16: bool = False) -> dict
     for _ in range(steps + 1):  # the first step warms up
         t = time.perf_counter()
         labels = gen.draw_labels(batch_size)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):   # a probe, not an mmdsynth option
+        with step_precision(TrainConfig(precision="bfloat16" if bf16 else "float32"), torch.device("cpu")):
             loss = embedding_loss(fmap, target, gen.generate(labels), labels, 10)
         opt.zero_grad()
-        loss.float().backward()
+        loss.backward()
         opt.step()
         times.append(time.perf_counter() - t)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -51,7 +57,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--width", type=int, default=800)
     ap.add_argument("--bf16", action="store_true",
-                    help="probe: run the step under bfloat16 autocast (and report it beside float32)")
+                    help="also the step with precision=\"bfloat16\" (the training option), beside float32")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

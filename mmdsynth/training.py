@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 CKPT_TENSORS = "checkpoint.safetensors"
 CKPT_META = "checkpoint.json"
 LOSSES = ("direct", "mavg")
+#: the arithmetic of the training step (never of a release): "float32", or "bfloat16" autocast of the generator and
+#: the feature map's products (float32 accumulation inside each product, float32 weights, loss and optimiser)
+PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclass
@@ -54,6 +57,7 @@ class TrainConfig:
     mavg_lr: float = 1e-3       # learning rate of the moving average (Adam, beta1 0.5)
     beta1: float = 0.9          # the generator's Adam beta1 (the DP-MEPF authors: 0.5)
     blocks_per_step: int | None = None   # match this many of the map's blocks a step (DM's stochastic steps); None: all
+    precision: str = "float32"  # the step's arithmetic (PRECISIONS); training only, the release is never touched
 
     def validate(self) -> "TrainConfig":
         check_positive(self.iterations, "iterations", integer=True)
@@ -67,6 +71,8 @@ class TrainConfig:
             raise InvalidParameterError(f"beta1 (the generator's Adam beta1) must lie in [0, 1); got {self.beta1!r}.")
         if self.loss not in LOSSES:
             raise unknown_name("generator loss", str(self.loss), LOSSES)
+        if self.precision not in PRECISIONS:
+            raise unknown_name("training precision", str(self.precision), PRECISIONS)
         if self.blocks_per_step is not None:
             check_positive(self.blocks_per_step, "blocks_per_step", integer=True)
             if self.loss != "direct":
@@ -102,8 +108,13 @@ def embedding_loss(feature_map: FeatureMap, target: torch.Tensor, x: torch.Tenso
                    proportions: torch.Tensor | None = None) -> torch.Tensor:
     """||target - mu_Q||^2 for generated ``x``; ``target`` is (D, C), or (D, 1) unconditional
     (weights: :func:`batch_weights`)."""
-    weights = batch_weights(labels, n_classes, x.shape[0], x.device, x.dtype, proportions)
+    weights = batch_weights(labels, n_classes, x.shape[0], x.device, _weights_dtype(x), proportions)
     return feature_map.mmd_loss(target, x, weights)
+
+
+def _weights_dtype(x: torch.Tensor) -> torch.dtype:
+    """The weights' dtype for generated ``x``: x's, but never below float32 (1/B in bfloat16 would round)."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 class MovingAverage:
@@ -114,10 +125,10 @@ class MovingAverage:
         self.m = torch.zeros_like(target, requires_grad=True)
         self.optimizer = torch.optim.Adam([self.m], lr=lr, betas=(0.5, 0.999))
 
-    def loss(self, feature_map: FeatureMap, target: torch.Tensor, x: torch.Tensor, weights: torch.Tensor
-             ) -> tuple[torch.Tensor, float]:
-        """(surrogate loss for the generator, ||target - mu_Q||^2 for the log)."""
-        mu_q = feature_map.weighted_sum(x, weights).to(target.dtype)
+    def loss(self, mu_q: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(surrogate loss for the generator, ||target - mu_Q||^2 for the log), from the generated embedding
+        ``mu_q`` (differentiable in the generator)."""
+        mu_q = mu_q.to(target.dtype)
         diff = target - mu_q.detach()
         self.optimizer.zero_grad(set_to_none=True)
         ((self.m - diff) ** 2).mean().backward()
@@ -209,6 +220,14 @@ class _State:
             self.selection.restore(meta.get("selection", {}), tensors)
 
 
+def step_precision(config: TrainConfig, device: torch.device):
+    """The context the step's forward pass runs in: bfloat16 autocast (``precision="bfloat16"``), else nothing.
+    Only the generator's and the feature map's products change precision; the loss is formed in float32 (the
+    target is float32) and the backward pass and Adam run on float32 parameters."""
+    return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", dtype=torch.bfloat16,
+                          enabled=config.precision == "bfloat16")
+
+
 def has_checkpoint(directory) -> bool:
     return directory is not None and (Path(directory) / CKPT_META).exists()
 
@@ -273,22 +292,27 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
     bar = tqdm(total=config.iterations, initial=state.iteration, disable=not config.progress,
                desc="training generator", unit="it", **progress_rate())
     flush = FLUSH_DENORMALS and not subnormals_flushed() and torch.set_flush_denormal(True)
+    precision = step_precision(config, torch.device(dev))
     try:
         while state.iteration < config.iterations:
             labels = generator.draw_labels(config.batch_size, state.rng, label_proportions)
-            x = generator.generate(labels, state.rng)
             feature_map.at_iteration(state.iteration, config.iterations)
-            if state.mavg is None and not stochastic:
-                loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
-                value = loss.detach()
-            else:
-                weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev, x.dtype, props)
-                if stochastic:             # a public random subset of the blocks, scaled to the whole loss
-                    blocks = torch.randperm(n_blocks, generator=state.rng)[:config.blocks_per_step].tolist()
-                    loss = feature_map.block_loss(tgt, x, weights, blocks)
-                    value = loss.detach()
+            with precision:
+                x = generator.generate(labels, state.rng)
+                if state.mavg is None and not stochastic:
+                    loss = embedding_loss(feature_map, tgt, x, labels if conditional else None, n_classes, props)
                 else:
-                    loss, value = state.mavg.loss(feature_map, tgt, x, weights)
+                    weights = batch_weights(labels if conditional else None, n_classes, x.shape[0], dev,
+                                            _weights_dtype(x), props)
+                    if stochastic:         # a public random subset of the blocks, scaled to the whole loss
+                        blocks = torch.randperm(n_blocks, generator=state.rng)[:config.blocks_per_step].tolist()
+                        loss = feature_map.block_loss(tgt, x, weights, blocks)
+                    else:
+                        mu_q = feature_map.weighted_sum(x, weights)
+            if state.mavg is not None and not stochastic:
+                loss, value = state.mavg.loss(mu_q, tgt)
+            else:
+                value = loss.detach()
             state.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             state.optimizer.step()

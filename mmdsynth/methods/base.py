@@ -66,6 +66,7 @@ class KernelGeneratorMethod(Method):
     ``n_classes`` (public; a table's comes from its schema); the generator's training, ``iterations``,
     ``batch_size`` (images 5,000, tables 200), Adam ``lr`` decayed by ``lr_decay`` every ``lr_step``
     iterations (images 1,500, tables 100), ``generator`` ("auto" or a spec) and ``code_dim``, ``conditional``;
+    the training step's ``precision`` ("float32" or "bfloat16" autocast: training only, never the release);
     the run, ``seed`` (public randomness: the generator's), ``noise_seed`` (the privacy noise: tests only,
     the ledger says it voids the guarantee), ``accountant``, ``device``, ``checkpoint_every`` and ``progress``
     (None: a bar when stderr is a terminal or in a notebook). A parameter left as None takes the default for
@@ -97,20 +98,23 @@ class KernelGeneratorMethod(Method):
         "generator": 'the generator: "auto" (the method\'s choice for the data) or a spec, e.g. {"name": "conv"}',
         "conditional": "one class-conditional generator (true) or one generator of inputs for all classes (false)",
         "accountant": 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" (looser) or "exact"',
+        "precision": 'the generator\'s training step: "float32", or "bfloat16" autocast (faster on CPUs with bfloat16 '
+                     'instructions and on GPUs; the release is always computed in full precision)',
     }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int | None = None, lr: float = 0.01, lr_decay: float = 0.9,
                  lr_step: int | None = None, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
-                 checkpoint_every: int = 200, progress: bool | None = None, code_dim: int | None = None):
+                 checkpoint_every: int = 200, progress: bool | None = None, code_dim: int | None = None,
+                 precision: str = "float32"):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
         self.generator, self.conditional, self.seed, self.noise_seed = generator, conditional, seed, noise_seed
         self.accountant, self.device, self.checkpoint_every, self.progress = (
             accountant, device, checkpoint_every, progress)
-        self.code_dim = code_dim
+        self.code_dim, self.precision = code_dim, precision
 
     # -- hooks ---------------------------------------------------------------------------
     def feature_map(self, input_dim: int, n_classes: int) -> FeatureMap:

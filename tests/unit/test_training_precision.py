@@ -1,0 +1,86 @@
+"""The training step's precision option: bfloat16 autocast of the generator and the feature map's products,
+training only (the release is computed as before), float32 weights, loss and optimiser state."""
+import numpy as np
+import pytest
+import torch
+
+from mmdsynth import DPNTK
+from mmdsynth.errors import UnknownNameError
+from mmdsynth.features import ENTKFeatures
+from mmdsynth.generators import FCGenerator
+from mmdsynth.training import TrainConfig, train_generator
+
+
+class _Probe(ENTKFeatures):
+    """e-NTK features that record, at each loss, whether autocast was on and the generated batch's dtype."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def mmd_loss(self, target, x, weights):
+        self.seen.append((torch.is_autocast_enabled("cpu"), x.dtype, weights.dtype))
+        return super().mmd_loss(target, x, weights)
+
+
+def _train(precision, iterations=60):
+    torch.manual_seed(0)
+    fmap = _Probe(16, "fc_1l", (32,), n_outputs=3, seed=1)
+    x = torch.rand(300, 16)
+    y = torch.arange(300) % 3
+    target = fmap.weighted_sum(x, torch.nn.functional.one_hot(y, 3).float() / 300).detach()
+    gen = FCGenerator((1, 4, 4), n_classes=3, code_dim=4, hidden=(32,))
+    losses = train_generator(gen, fmap, target, TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
+                                                            lr_step=1000, precision=precision), device="cpu")
+    return gen, fmap, losses
+
+
+def test_bfloat16_runs_the_step_in_bfloat16_and_keeps_float32_parameters_and_losses():
+    gen, fmap, losses = _train("bfloat16")
+    assert fmap.seen and all(on for on, _, _ in fmap.seen)               # every step under autocast
+    assert {dtype for _, dtype, _ in fmap.seen} == {torch.bfloat16}      # the generator's output in bfloat16
+    assert {w for _, _, w in fmap.seen} == {torch.float32}               # 1/B not rounded to bfloat16
+    assert all(p.dtype == torch.float32 for p in gen.parameters())
+    assert all(np.isfinite(losses))
+    assert not torch.is_autocast_enabled("cpu")                           # the mode ends with training
+    with torch.no_grad():                                                 # sampling after training: float32
+        assert gen.generate(torch.zeros(4, dtype=torch.long)).dtype == torch.float32
+
+
+def test_bfloat16_training_converges_like_float32():
+    _, f32_map, f32 = _train("float32", iterations=150)
+    _, _, bf16 = _train("bfloat16", iterations=150)
+    assert not any(on for on, _, _ in f32_map.seen)                       # float32: no autocast at all
+    assert {dtype for _, dtype, _ in f32_map.seen} == {torch.float32}
+    tail32, tail16 = np.mean(f32[-20:]), np.mean(bf16[-20:])
+    assert tail16 < 0.3 * bf16[0]                                         # it learns (float32: 0.038 -> 0.0069)
+    assert tail16 == pytest.approx(tail32, rel=0.1), (tail16, tail32)     # and ends where float32 does
+
+
+def test_an_unknown_precision_is_refused_before_any_data_is_read():
+    with pytest.raises(UnknownNameError, match="bfloat16"):
+        TrainConfig(precision="float16").validate()
+
+    class Unreadable:                                                     # reading it would be a bug
+        shape = (10, 1, 4, 4)
+
+        def __getattr__(self, name):
+            raise AssertionError("the data were read before the settings were checked")
+
+    model = DPNTK(epsilon=1.0, n_classes=2, precision="half", ntk_width=8)
+    with pytest.raises(UnknownNameError, match="precision .half.; choose one of: bfloat16, float32"):
+        model.fit(Unreadable(), np.zeros(10, dtype=int))
+
+
+def test_the_release_does_not_depend_on_the_training_precision():
+    """precision changes training only: with the same (test-only) noise seed the releases are bit-identical."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 1, 4, 4)).astype(np.float32), np.arange(64) % 2
+    releases = []
+    for precision in ("float32", "bfloat16"):
+        model = DPNTK(epsilon=1.0, n_classes=2, ntk_width=8, iterations=3, batch_size=16, noise_seed=7,
+                      precision=precision, generator={"name": "fc", "hidden": [8]}, progress=False)
+        model.fit(x, y)
+        releases.append(model.release_.tensors["embedding"])
+        assert model.settings_.precision == precision
+    assert torch.equal(releases[0], releases[1])
