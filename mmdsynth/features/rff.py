@@ -226,22 +226,25 @@ class MixedRFF(FeatureMap):
         x = x.astype(np.float64, copy=False)
         width = self.out_dim - dense.shape[1]
         entries, sq = [], np.zeros(n)                  # (rows, columns, values) of each part; squared row norms
-        if self.n_cat:
-            cat = x[:, self.n_numeric:]
-            rows, cols = np.nonzero(cat)
-            vals = cat[rows, cols]
-            share = (1.0 - self.a) / (1 + bool(self.n_pairs) + bool(self.n_cross))
-            entries.append(_scaled(rows, cols, vals, n, math.sqrt(self.n_cat), share, sq))
-            offset = self.onehot_dim
-            sizes = self.category_sizes or self.cross_sizes
-            if sizes:
-                starts = np.cumsum([0] + list(sizes[:-1]))
-                idx, val = _one_per_block(rows, cols, vals, n, sizes, starts)
-                if self.n_pairs:
-                    entries.append(self._sparse_pairs(idx, val, offset, share, sq))
-                    offset += self.pair_dim
-                if self.n_cross:
-                    entries.append(self._sparse_cross(x[:, :self.n_numeric], idx, val, starts, offset, share, sq))
+        # a row holding inf or a huge value makes inf / NaN here; bounded_rows' rule below zeroes that row, so numpy's
+        # warnings about it say nothing
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.n_cat:
+                cat = x[:, self.n_numeric:]
+                rows, cols = np.nonzero(cat)
+                vals = cat[rows, cols]
+                share = (1.0 - self.a) / (1 + bool(self.n_pairs) + bool(self.n_cross))
+                entries.append(_scaled(rows, cols, vals, n, math.sqrt(self.n_cat), share, sq))
+                offset = self.onehot_dim
+                sizes = self.category_sizes or self.cross_sizes
+                if sizes:
+                    starts = np.cumsum([0] + list(sizes[:-1]))
+                    idx, val = _one_per_block(rows, cols, vals, n, sizes, starts)
+                    if self.n_pairs:
+                        entries.append(self._sparse_pairs(idx, val, offset, share, sq))
+                        offset += self.pair_dim
+                    if self.n_cross:
+                        entries.append(self._sparse_cross(x[:, :self.n_numeric], idx, val, starts, offset, share, sq))
         rows, cols, vals = (np.concatenate(p) for p in zip(*entries)) if entries else (np.zeros(0, int),) * 3
         # bounded_rows' rule: a non-finite row is 0, a long one scaled (the squared norms summed in float64)
         norm = np.sqrt(np.einsum("ij,ij->i", dense, dense, dtype=np.float64) + sq)
