@@ -23,7 +23,7 @@ class _Probe(ENTKFeatures):
         return super().mmd_loss(target, x, weights)
 
 
-def _train(precision, iterations=60):
+def _train(precision, iterations=60, loss="direct"):
     torch.manual_seed(0)
     fmap = _Probe(16, "fc_1l", (32,), n_outputs=3, seed=1)
     x = torch.rand(300, 16)
@@ -31,7 +31,8 @@ def _train(precision, iterations=60):
     target = fmap.weighted_sum(x, torch.nn.functional.one_hot(y, 3).float() / 300).detach()
     gen = FCGenerator((1, 4, 4), n_classes=3, code_dim=4, hidden=(32,))
     losses = train_generator(gen, fmap, target, TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
-                                                            lr_step=1000, precision=precision), device="cpu")
+                                                            lr_step=1000, precision=precision, loss=loss),
+                             device="cpu")
     return gen, fmap, losses
 
 
@@ -55,6 +56,14 @@ def test_bfloat16_training_converges_like_float32():
     tail32, tail16 = np.mean(f32[-20:]), np.mean(bf16[-20:])
     assert tail16 < 0.3 * bf16[0]                                         # it learns (float32: 0.038 -> 0.0069)
     assert tail16 == pytest.approx(tail32, rel=0.1), (tail16, tail32)     # and ends where float32 does
+
+
+def test_the_moving_average_loss_trains_in_bfloat16_too():
+    """DP-MEPF's loss: the generated embedding is formed under autocast, the moving average in float32."""
+    _, _, f32 = _train("float32", iterations=150, loss="mavg")
+    _, _, bf16 = _train("bfloat16", iterations=150, loss="mavg")
+    assert all(np.isfinite(bf16)) and np.mean(bf16[-20:]) < 0.5 * bf16[0]
+    assert np.mean(bf16[-20:]) == pytest.approx(np.mean(f32[-20:]), rel=0.1)
 
 
 def test_an_unknown_precision_is_refused_before_any_data_is_read():
