@@ -36,10 +36,11 @@ def one_run(batch_size: int, steps: int, width: int, bf16: bool = False) -> dict
     target = torch.randn(fmap.out_dim, 10) * 1e-4
     opt = torch.optim.Adam(gen.parameters(), lr=0.01)
     times = []
+    precision = TrainConfig(precision="bfloat16" if bf16 else "float32")
     for _ in range(steps + 1):  # the first step warms up
         t = time.perf_counter()
         labels = gen.draw_labels(batch_size)
-        with step_precision(TrainConfig(precision="bfloat16" if bf16 else "float32"), torch.device("cpu")):
+        with step_precision(precision, torch.device("cpu")):
             loss = embedding_loss(fmap, target, gen.generate(labels), labels, 10)
         opt.zero_grad()
         loss.backward()

@@ -18,6 +18,7 @@ times, without touching private data or spending privacy budget.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -221,11 +222,13 @@ class _State:
 
 
 def step_precision(config: TrainConfig, device: torch.device):
-    """The context the step's forward pass runs in: bfloat16 autocast (``precision="bfloat16"``), else nothing.
-    Only the generator's and the feature map's products change precision; the loss is formed in float32 (the
-    target is float32) and the backward pass and Adam run on float32 parameters."""
-    return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", dtype=torch.bfloat16,
-                          enabled=config.precision == "bfloat16")
+    """The context the step's forward pass runs in: bfloat16 autocast on ``device``'s type (``precision="bfloat16"``;
+    torch refuses a device type it cannot autocast), else nothing. Only the generator's and the feature map's
+    products change precision; the loss is formed in float32 (the target is float32) and the backward pass and Adam
+    run on float32 parameters."""
+    if config.precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def has_checkpoint(directory) -> bool:
@@ -309,7 +312,7 @@ def train_generator(generator: torch.nn.Module, feature_map: FeatureMap, target:
                         loss = feature_map.block_loss(tgt, x, weights, blocks)
                     else:
                         mu_q = feature_map.weighted_sum(x, weights)
-            if state.mavg is not None and not stochastic:
+            if state.mavg is not None:     # never with stochastic blocks (TrainConfig.validate)
                 loss, value = state.mavg.loss(mu_q, tgt)
             else:
                 value = loss.detach()
