@@ -429,6 +429,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                   'max_cells': 32,
                                   'iters': 3000,
                                   'label_pairs': False,
+                                  'grid': 'public',
                                   'seed': 0,
                                   'noise_seed': None,
                                   'progress': None},
@@ -437,7 +438,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                      'help': {'max_cells': "numeric columns' cells on their public grid (from the declared bounds)",
                               'iters': 'mirror-descent iterations of the graphical model (post-processing)',
                               'label_pairs': "also measure the label's 2-way marginal with every column (a public "
-                                             'choice; the budget splits in four parts instead of three)'},
+                                             'choice; the budget splits in four parts instead of three)',
+                              'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
+                                      'mass of the released 1-way marginals: post-processing, no extra budget)'},
                      'shared_defaults': {}},
              'aim': {'method': 'aim',
                      'summary': 'rounds of private selection and measured marginals with a graphical model (AIM, mbi '
@@ -452,6 +455,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                   'max_cells_workload': 10000,
                                   'max_cells': 32,
                                   'iters': 250,
+                                  'grid': 'public',
                                   'seed': 0,
                                   'noise_seed': None,
                                   'progress': None},
@@ -463,7 +467,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                         'attributes)',
                               'max_cells_workload': '2-way marginals with more cells are left out of the workload',
                               'max_cells': "numeric columns' cells on their public grid (from the declared bounds)",
-                              'iters': 'mirror-descent iterations of the graphical model (post-processing)'},
+                              'iters': 'mirror-descent iterations of the graphical model (post-processing)',
+                              'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
+                                      'mass of the released 1-way marginals: post-processing, no extra budget)'},
                      'shared_defaults': {'label_pairs': False}},
              'hybrid': {'method': 'hybrid',
                         'summary': "MST's marginals and DP-MERF's kernel embedding in one plan; model rows "
@@ -486,6 +492,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'marginals': 'mst',
                                      'label_pairs': None,
                                      'cover': 1,
+                                     'grid': 'public',
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -513,7 +520,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'cover': 'rows added for every category the reweighted rows hold in a class at less '
                                           "than one record's weight (a row of the class with that category set), "
                                           "each at one record's weight (together at most 0.05 of the rows): no "
-                                          'category goes missing from a class (0: none)'},
+                                          'category goes missing from a class (0: none)',
+                                 'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at '
+                                         'equal mass of the released 1-way marginals: post-processing, no extra '
+                                         'budget)'},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

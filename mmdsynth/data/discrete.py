@@ -39,6 +39,8 @@ class Domain:
     schema: Schema
     max_cells: int
     grids: dict
+    #: "public": every numeric grid from the schema alone; "released": cut by released 1-way marginals (:meth:`adapted`)
+    grid: str = "public"
 
     @classmethod
     def of(cls, schema: Schema, max_cells: int | None = DEFAULT_CELLS) -> "Domain":
@@ -48,6 +50,29 @@ class Domain:
             raise InvalidParameterError(f"max_cells must be a whole number >= 2; got {max_cells!r}.")
         grids = {c.name: ColumnGrid.of(c).coarsened(max_cells) for c in schema.columns if c.kind == "numeric"}
         return cls(schema, max_cells, grids)
+
+    def adapted(self, fine_counts: dict) -> "Domain":
+        """The same columns with each numeric one's cells cut where its released 1-way marginal on :meth:`fine`
+        (``fine_counts``: {column: noisy counts}) puts equal mass (:meth:`ColumnGrid.by_mass`): post-processing of
+        a release, so public once it is made. At most ``max_cells`` cells each; a nullable column's "missing"
+        count is not part of the cut."""
+        grids = dict(self.grids)
+        for name in grids:
+            fine = ColumnGrid.of(self.schema.column(name))
+            if name in fine_counts and self.max_cells is not None:
+                p = simplex_projection(np.asarray(fine_counts[name], dtype=np.float64)[:fine.n_cells])
+                grids[name] = fine.by_mass(p, self.max_cells)
+        return Domain(self.schema, self.max_cells, grids, "released")
+
+    @classmethod
+    def from_dict(cls, schema: Schema, d: dict) -> "Domain":
+        """The domain :meth:`to_dict` wrote (a release's): the public grids, or the released cuts it lists."""
+        domain = cls.of(schema, d.get("max_cells"))
+        if d.get("grid", "public") == "public":
+            return domain
+        grids = {name: ColumnGrid(np.asarray(g["edges"], dtype=np.float64), np.asarray(g["atoms"], dtype=bool))
+                 for name, g in d["edges"].items()}
+        return cls(schema, domain.max_cells, {**domain.grids, **grids}, d["grid"])
 
     def fine(self) -> "Domain":
         """The same columns with numeric ones on their full public grid (one cell per integer up to 256 values,
@@ -83,7 +108,11 @@ class Domain:
         return {a: self.size(a) for a in self.attributes}
 
     def to_dict(self) -> dict:
-        return {"kind": "discrete-domain", "max_cells": self.max_cells, "sizes": self.sizes}
+        out = {"kind": "discrete-domain", "max_cells": self.max_cells, "sizes": self.sizes}
+        if self.grid != "public":
+            out.update(grid=self.grid, edges={name: {"edges": g.edges.tolist(), "atoms": g.atoms.tolist()}
+                                              for name, g in self.grids.items()})
+        return out
 
     def codes(self, clean: pd.DataFrame) -> np.ndarray:
         """(n, attributes) int64 codes of a table checked against the schema (``TableEncoder.clean``), each value

@@ -75,6 +75,45 @@ class ColumnGrid:
         keep[[0, -1]] = True
         return ColumnGrid(self.edges[keep], self.atoms[keep])
 
+    def by_mass(self, p_cells, max_cells: int) -> "ColumnGrid":
+        """At most ``max_cells`` cells whose edges are edges of this grid, cut where the probabilities ``p_cells``
+        (one per cell of this grid, e.g. a released 1-way marginal's) put equal mass (post-processing: a public
+        function of ``p_cells``). Atoms and bounds are kept; each stretch between two of them gets intervals in
+        proportion to its mass (at least one), cut at its mass's quantiles; stretches of no mass stay whole."""
+        if self.n_cells <= max_cells:
+            return self
+        p = np.clip(np.asarray(p_cells, dtype=np.float64), 0, None)
+        if p.shape != (self.n_cells,):
+            raise ValueError(f"p_cells must hold one probability per cell ({self.n_cells}); got {p.shape}.")
+        _, interval_slot = self._slots()
+        mass = p[interval_slot]                                  # per interval between consecutive edges
+        fixed = np.nonzero(self.atoms)[0].tolist() + [0, len(self.edges) - 1]
+        fixed = sorted(set(fixed))
+        stretches = [(a, b) for a, b in zip(fixed[:-1], fixed[1:]) if b > a]    # intervals a..b-1
+        room = max_cells - int(self.atoms.sum())
+        if room < len(stretches):
+            return self.coarsened(max_cells)
+        m = np.asarray([mass[a:b].sum() for a, b in stretches])
+        width = np.asarray([b - a for a, b in stretches])
+        share = m / m.sum() if m.sum() > 0 else width / width.sum()
+        alloc = np.minimum(np.maximum(np.floor(share * room), 1), width).astype(int)
+        order = np.argsort(-(share * room - np.floor(share * room)), kind="stable")
+        while alloc.sum() < room and (alloc < width).any():      # largest remainders first, then any room left
+            for i in order:
+                if alloc.sum() < room and alloc[i] < width[i]:
+                    alloc[i] += 1
+        while alloc.sum() > room:                                # the floors of one made it too many
+            alloc[np.argmax(np.where(alloc > 1, alloc, 0))] -= 1
+        keep = np.zeros(len(self.edges), bool)
+        keep[fixed] = True
+        for (a, b), k, mi in zip(stretches, alloc, m):
+            if k < 2 or mi <= 0:
+                continue
+            cum = np.cumsum(mass[a:b - 1]) / mi                  # mass left of each inner edge a+1..b-1
+            for q in np.arange(1, k) / k:
+                keep[a + 1 + int(np.clip(np.searchsorted(cum, q), 0, b - a - 2))] = True
+        return ColumnGrid(self.edges[keep], self.atoms[keep])
+
     @classmethod
     def of(cls, col: Column) -> "ColumnGrid":
         lo, hi = col.bounds

@@ -91,9 +91,9 @@ class Hybrid(MST):
                  pool: int = 5, max_pool: int = 150_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
-                 seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
-        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, seed=seed,
-                         noise_seed=noise_seed, progress=progress)
+                 grid: str = "public", seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
+        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, grid=grid,
+                         seed=seed, noise_seed=noise_seed, progress=progress)
         self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed
@@ -115,7 +115,8 @@ class Hybrid(MST):
         """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
         if self._s.marginals == "mst":
             return super()._planner(domain, rho, n)
-        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, noise_seed=self._s.noise_seed)
+        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, grid=self._s.grid,
+                  noise_seed=self._s.noise_seed)
         aim.settings_ = aim.settings_for("table")
         return aim._planner(domain, rho, n)
 

@@ -251,7 +251,9 @@ class MST(Method):
     ``label_pairs``: also the 2-way marginals of the label with every column the tree does not already pair it
     with (a public choice, the same for every table with this schema; the budget then splits in four equal parts
     instead of three): what a classifier trained on the rows reads, P(column | label), is then measured rather
-    than inferred through the tree. ``noise_seed`` fixes the privacy noise and the selection (tests only: the
+    than inferred through the tree. ``grid``: "public" (numeric cells from the declared bounds alone) or "released"
+    (the public grid's cells merged where the released 1-way marginal puts equal mass, at no extra cost: the
+    quantile bins Google's library pays for, here cut from a measurement MST makes anyway). ``noise_seed`` fixes the privacy noise and the selection (tests only: the
     ledger says it voids the guarantee)."""
 
     method = "mst"
@@ -263,6 +265,8 @@ class MST(Method):
         "iters": "mirror-descent iterations of the graphical model (post-processing)",
         "label_pairs": "also measure the label's 2-way marginal with every column (a public choice; the budget "
                        "splits in four parts instead of three)",
+        "grid": '"public" (numeric cells from the declared bounds) or "released" (cut at equal mass of the released '
+                "1-way marginals: post-processing, no extra budget)",
     }
     #: the release is made once at fit; sampling reads only the release (and the model estimated from it)
     releases_once = False
@@ -271,10 +275,10 @@ class MST(Method):
     person_level = True
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 3000, label_pairs: bool = False, seed: int = 0, noise_seed: int | None = None,
-                 progress: bool | None = None):
+                 iters: int = 3000, label_pairs: bool = False, grid: str = "public", seed: int = 0,
+                 noise_seed: int | None = None, progress: bool | None = None):
         self.epsilon, self.delta, self.max_cells, self.iters = epsilon, delta, max_cells, iters
-        self.label_pairs = label_pairs
+        self.label_pairs, self.grid = label_pairs, grid
         self.seed, self.noise_seed, self.progress = seed, noise_seed, progress
 
     @classmethod
@@ -327,6 +331,7 @@ class MST(Method):
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
         measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
                                   assumed={"n_classes": schema.n_classes})
+        domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
                  "computation": source.describe(),
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
@@ -334,7 +339,7 @@ class MST(Method):
         ways = [sum(len(c) == k for c, _, _, _ in measurements) for k in (1, 2, 3)]
         spec = {"name": "marginals", "kind": "counts of cliques of a discrete domain", "domain": domain.to_dict(),
                 "captures": f"{ways[0]} 1-way, {ways[1]} 2-way and {ways[2]} 3-way marginal measurements ({self.method}"
-                            f"); numeric columns on a public grid of at most {domain.max_cells} cells",
+                            f"); numeric columns on a {'public grid' if domain.grid == 'public' else 'grid cut by the released 1-way marginals'} of at most {domain.max_cells} cells",
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
@@ -375,18 +380,26 @@ class MST(Method):
         parts = 4 if star else 3
         one, std1 = yield Measure(tuple((a,) for a in attrs), rho / parts, "1-way marginals of every column, numeric "
                                   "ones on their full public grid", domain=domain.fine())
+        domain = self._cut(domain, {c[0]: y for c, y in one.items()})
         p = {a: simplex_projection(coarse_counts(domain, a, one[(a,)])) for a in attrs}   # the 1-ways' model
         pairs = tuple(itertools.combinations(attrs, 2))
         tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs},
-                                rho / parts)
-        two, std2 = yield Measure(tuple(tree), rho / parts, "2-way marginals of the tree's pairs")
+                                rho / parts, domain=domain)
+        two, std2 = yield Measure(tuple(tree), rho / parts, "2-way marginals of the tree's pairs", domain=domain)
         out = [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
         rest = tuple(c for c in star if c not in set(tree))
         if star:          # the share is spent even when the tree took every pair: the split is fixed before any read
             extra, std3 = yield Measure(rest or star, rho / parts, "2-way marginals of the label with the columns "
-                                        "the tree does not pair it with (a public choice)")
+                                        "the tree does not pair it with (a public choice)", domain=domain)
             out += [(c, y, std3, False) for c, y in extra.items()]
         return out
+
+    def _cut(self, domain: Domain, fine_counts: dict) -> Domain:
+        """The model's domain once the 1-way marginals on the fine grid are released (``fine_counts``: {column:
+        noisy counts}): ``domain`` itself with ``grid="public"``, cut at their equal mass with ``"released"``. A
+        public function of the release: the planner counts its later stages in it, and the model is estimated in
+        it."""
+        return domain.adapted(fine_counts) if self._s.grid == "released" else domain
 
     def _label_pairs(self):
         """Whether the plan measures the label's pairs (``label_pairs``, resolved)."""
@@ -394,6 +407,8 @@ class MST(Method):
 
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
+        if self._s.grid not in ("public", "released"):
+            raise InvalidParameterError(f'grid must be "public" or "released"; got {self._s.grid!r}.')
         if not isinstance(self._label_pairs(), bool):
             raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
         if len(domain.attributes) < 2:
@@ -415,7 +430,7 @@ class MST(Method):
         return int(self._s.iters)
 
     def domain_(self) -> Domain:
-        return Domain.of(self.encoder_.schema, int(self.release_.feature_spec["domain"]["max_cells"]))
+        return Domain.from_dict(self.encoder_.schema, self.release_.feature_spec["domain"])
 
     def model_(self):
         """The graphical model of the release (estimated once, post-processing)."""
@@ -506,9 +521,10 @@ class AIM(MST):
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_model_size: float = 80.0,
                  rounds: int | None = None, max_cells_workload: int = 10000, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 250, seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
-        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, seed=seed, noise_seed=noise_seed,
-                         progress=progress)
+                 iters: int = 250, grid: str = "public", seed: int = 0, noise_seed: int | None = None,
+                 progress: bool | None = None):
+        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, grid=grid, seed=seed,
+                         noise_seed=noise_seed, progress=progress)
         self.max_model_size, self.rounds, self.max_cells_workload = max_model_size, rounds, max_cells_workload
 
     @property
@@ -529,16 +545,17 @@ class AIM(MST):
         """AIM's rounds (a generator the engine runs); returns the measurements [(clique, noisy counts, std)]."""
         lib = mbi()
         attrs = tuple(domain.attributes)
+        per_round = rho / int(self._s.rounds or 16 * len(attrs))
+        initial = 0.9 * per_round * len(attrs)
+        one, std1 = yield Measure(tuple((a,) for a in attrs), initial, "1-way marginals of every column, numeric "
+                                  "ones on their full public grid", domain=domain.fine())
+        domain = self._cut(domain, {c[0]: y for c, y in one.items()})
         sizes = domain.sizes
         cells = lambda cl: int(np.prod([sizes[a] for a in cl]))        # noqa: E731
         workload = [cl for cl in itertools.combinations(attrs, 2) if cells(cl) <= self._s.max_cells_workload]
         weights = {(a,): float(sum(a in w for w in workload)) for a in attrs}
         weights.update({cl: 2.0 + sum(len(set(cl) & set(w)) for w in workload if w != cl) for cl in workload})
         candidates = [c for c in weights if weights[c] > 0] or [(a,) for a in attrs]
-        per_round = rho / int(self._s.rounds or 16 * len(attrs))
-        initial = 0.9 * per_round * len(attrs)
-        one, std1 = yield Measure(tuple((a,) for a in attrs), initial, "1-way marginals of every column, numeric "
-                                  "ones on their full public grid", domain=domain.fine())
         measurements = [(c, y, std1, True) for c, y in one.items()]
         used = initial
         model = estimate(domain, measurements, n, self._s.iters)
@@ -558,8 +575,8 @@ class AIM(MST):
             estimates = {c: marginals(c) for c in small}
             bias = {c: math.sqrt(2 / math.pi) * std * cells(c) for c in small}
             pick = yield Select(small, estimates, 0.1 * per_round, weights={c: weights[c] for c in small},
-                                penalties=bias)
-            counts, std = yield Measure((pick,), 0.9 * per_round, f"round {t}: the selected marginal")
+                                penalties=bias, domain=domain)
+            counts, std = yield Measure((pick,), 0.9 * per_round, f"round {t}: the selected marginal", domain=domain)
             measurements.append((pick, counts[pick], std, False))
             logger.info("aim round %d: measured %s; %.1f%% of rho spent", t, clique_key(pick), 100 * used / rho)
             model = estimate(domain, measurements, n, self._s.iters, warm_start=model)

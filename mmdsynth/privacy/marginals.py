@@ -58,6 +58,8 @@ class SelectTree:
     candidates: tuple
     estimates: dict = field(repr=False)
     rho: float
+    #: the domain to count in (as :class:`Measure`'s)
+    domain: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class Select:
     rho: float
     weights: dict = field(default_factory=dict)
     penalties: dict = field(default_factory=dict)
+    #: the domain to count in (as :class:`Measure`'s)
+    domain: object = field(default=None, repr=False)
 
 
 class CliqueCounts:
@@ -108,12 +112,20 @@ def _check_cliques(domain, cliques) -> None:
                                         f"{domain.attributes}.")
 
 
+def _stage_domain(stage, domain, assumed: dict):
+    """(domain, assumed) for a stage: its own domain when it names one (of the run's schema), else the run's."""
+    if stage.domain is None:
+        return domain, assumed
+    if stage.domain.schema.to_dict() != domain.schema.to_dict():
+        raise InvalidParameterError(f"a {type(stage).__name__} stage's domain must be of the run's schema.")
+    source = ("public, from the schema" if stage.domain.grid == "public" else
+              "public: the schema's grid cut by the released 1-way marginals")
+    assumed = {k: v for k, v in assumed.items() if not k.startswith("domain (")}
+    return stage.domain, {**assumed, f"domain ({source})": stage.domain.sizes}
+
+
 def _measure(engine, source, domain, encoder, stage: Measure, assumed: dict):
-    if stage.domain is not None:
-        if stage.domain.schema.to_dict() != domain.schema.to_dict():
-            raise InvalidParameterError("a Measure stage's domain must be of the run's schema.")
-        assumed = {**assumed, "domain (public, from the schema)": stage.domain.sizes}
-        domain = stage.domain
+    domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.cliques)
     sensitivity = math.sqrt(2 * len(stage.cliques))
     counts = clique_counts(source, domain, encoder, stage.cliques)
@@ -133,6 +145,7 @@ def _l1_scores(counts: dict, estimates: dict, cliques) -> np.ndarray:
 
 
 def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: dict):
+    domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.candidates)
     if any(len(c) != 2 for c in stage.candidates):
         raise InvalidParameterError("SelectTree's candidates are pairs of attributes.")
@@ -166,6 +179,7 @@ def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: di
 
 
 def _select(engine, source, domain, encoder, stage: Select, assumed: dict):
+    domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.candidates)
     weights = np.asarray([float(stage.weights.get(c, 1.0)) for c in stage.candidates])
     penalties = np.asarray([float(stage.penalties.get(c, 0.0)) for c in stage.candidates])

@@ -137,16 +137,31 @@ def _extreme_rows():
             {"age": 50, "amount": 0.0, "colour": "red", "y": "a"}]
 
 
+def _released_domain():
+    """A domain cut by a stand-in release: noisy fine 1-way counts of another table (any vector will do: the cut
+    is post-processing of whatever was released)."""
+    fine = Domain.of(SCHEMA).fine()
+    other = _table(500, seed=9)
+    enc = TableEncoder(SCHEMA, list(other.columns))
+    counts = clique_counts(as_source(enc.clean(other)), fine, enc, [(a,) for a in fine.attributes])
+    g = np.random.default_rng(5)
+    return Domain.of(SCHEMA).adapted({a: v + g.normal(0, 3, len(v)) for a, v in
+                                      ((k, counts[k]) for k in ("age", "amount"))})
+
+
+@pytest.mark.parametrize("grid", ["public", "released"])
 @pytest.mark.parametrize("replacement", range(3))
 @pytest.mark.parametrize("row", [0, 17, 299])
-def test_marginal_counts_move_within_their_sensitivity(row, replacement):
+def test_marginal_counts_move_within_their_sensitivity(row, replacement, grid):
     """Replace any one record by an extreme one: the counts of k cliques move by at most sqrt(2 k) (L2), every
     L1 score by at most 2, and every other record's cells are unchanged. The cliques include MST's
-    ``label_pairs`` release (the label with every column)."""
+    ``label_pairs`` release (the label with every column); the domain is the public grid's, or one cut by a
+    released 1-way marginal (MST's ``grid="released"``)."""
     df = _table()
     other = df.copy()
     other.loc[row] = _extreme_rows()[replacement]
-    domain = Domain.of(SCHEMA)
+    domain = Domain.of(SCHEMA) if grid == "public" else _released_domain()
+    assert domain.grid == grid
     enc = TableEncoder(SCHEMA, list(df.columns))
     cliques = [(a,) for a in domain.attributes] + [("age", "amount"), ("colour", "y"), ("age", "amount", "colour")]
     cliques += [c for c in label_star(domain) if c not in cliques]
@@ -204,3 +219,27 @@ def test_a_kernel_embedding_and_marginals_share_one_zcdp_plan():
     assert sum(x.rho for x in engine.entries) == pytest.approx(engine.rho)
     with pytest.raises(InvalidParameterError, match="nothing for the stages"):
         ZCDPEngine(1.0, 1e-5, shares={"embedding": 0.6, "other": 0.5})
+
+
+def test_stages_count_in_the_domain_they_name():
+    """A planner that cuts its grid by the released 1-way marginals (MST's ``grid="released"``) counts its later
+    stages in that domain: the selection and the measurement read cells of the cut grid, and the ledger says the
+    domain came from a release."""
+    df = _table(1000)
+    domain, enc = Domain.of(SCHEMA), TableEncoder(SCHEMA, list(df.columns))
+    engine = ZCDPEngine(1.0, 1e-5, noise_seed=4).open("test")
+    attrs = tuple(domain.attributes)
+
+    def planner():
+        one, _ = yield Measure(tuple((a,) for a in attrs), engine.rho / 3, domain=domain.fine())
+        cut = domain.adapted({a: one[(a,)] for a in ("age", "amount")})
+        pick = yield Select((("age", "amount"),), {("age", "amount"): np.zeros(cut.size("age") * cut.size("amount"))},
+                            engine.rho / 3, domain=cut)
+        two, _ = yield Measure((pick,), engine.rho / 3, domain=cut)
+        return cut, two
+    cut, two = run_stages(engine, df, domain, enc, planner())
+    assert cut.grid == "released" and cut.grids["age"].edges.tolist() != domain.grids["age"].edges.tolist()
+    assert len(two[("age", "amount")]) == cut.size("age") * cut.size("amount")
+    assert any("released 1-way" in k for k in engine.entries[-1].assumed)
+    assert any("released 1-way" in k for k in engine.entries[-2].assumed)
+    assert all("released" not in k for k in engine.entries[0].assumed)

@@ -276,3 +276,35 @@ def test_sampling_on_the_junction_tree_gives_mbis_rows():
         rows.append(m.synthetic_data(rows=2000).to_dict())
     for a in sizes:
         np.testing.assert_array_equal(rows[0][a], rows[1][a], err_msg=a)
+
+
+def test_released_grid_is_cut_from_the_release_and_travels_with_the_model(tmp_path):
+    """``grid="released"``: each numeric column's cells are cut where its released fine 1-way marginal puts equal
+    mass. The model's domain is a function of the release alone (recomputed from its fine 1-way tensors, it is
+    the same), it is saved with the release and read back by a loaded model; the 2-way measurements are counted in
+    it; a wrong value is refused before anything is read."""
+    from mmdsynth.data.discrete import Domain
+    from mmdsynth.data.numeric_sketch import ColumnGrid
+
+    df = toy_table(3000, seed=4)
+    df["age"] = np.where(df["age"] < 60, 30 + df["age"] % 5, df["age"])     # mass piled on 30-34
+    m = MST(epsilon=1.0, iters=200, grid="released").fit(df, label="y", schema=SCHEMA, out=tmp_path / "run")
+    spec = m.release_.feature_spec
+    domain = m.domain_()
+    assert domain.grid == "released" and spec["domain"]["grid"] == "released"
+    fine = {x["clique"][0]: m.release_.tensors[x["tensor"]].numpy() for x in spec["measurements"] if x["fine"]}
+    again = Domain.of(domain.schema, 32).adapted(fine)
+    assert {k: g.edges.tolist() for k, g in again.grids.items()} == {k: g.edges.tolist() for k, g in domain.grids.items()}
+    age = domain.grids["age"]
+    public = Domain.of(domain.schema, 32).grids["age"]
+    assert set(age.edges) <= set(ColumnGrid.of(domain.schema.column("age")).edges)
+    assert ((age.edges > 29) & (age.edges < 35)).sum() > ((public.edges > 29) & (public.edges < 35)).sum()
+    for x in spec["measurements"]:
+        if len(x["clique"]) == 2:
+            assert m.release_.tensors[x["tensor"]].numel() == np.prod([domain.size(a) for a in x["clique"]])
+    loaded = mmdsynth.load(tmp_path / "run")
+    assert loaded.domain_().grids["age"].edges.tolist() == age.edges.tolist()
+    pd.testing.assert_frame_equal(loaded.sample(300, seed=2), m.sample(300, seed=2))
+    assert m.sample(300, seed=2)["age"].between(17, 90).all()
+    with pytest.raises(InvalidParameterError, match="grid"):
+        MST(epsilon=1.0, grid="quantile").fit(toy_table(100).assign(age=np.nan), label="y", schema=SCHEMA)

@@ -40,6 +40,31 @@ def _engine(sigma, noise_seed):
     return PrivacyEngine.with_sigma(sigma, noise_seed=noise_seed, multipliers={"numeric_sketch": 1.0})
 
 
+def test_grid_cut_by_mass_keeps_atoms_and_puts_equal_mass_in_each_cell():
+    """``ColumnGrid.by_mass`` (MST's ``grid="released"``): at most max_cells cells, every edge an edge of the grid,
+    atoms and bounds kept, cells of about equal mass where the mass is, stretches of no mass left whole."""
+    g = ColumnGrid.of(Column("amount", "numeric", (-1e6, 2e6)))
+    lo_hi = np.array([(a + b) / 2 for a, b in zip(g.edges[:-1], g.edges[1:])])
+    p = np.zeros(g.n_cells)
+    slot_atom, slot_interval = g._slots()
+    inside = (lo_hi > 1e3) & (lo_hi < 1e5)                       # all the mass between 1,000 and 100,000
+    p[slot_interval[inside]] = 1.0
+    p[slot_atom[g.atoms][1]] = 0.3 * p.sum()                   # and a spike at the atom 0
+    p /= p.sum()
+    cut = g.by_mass(p, 32)
+    assert cut.n_cells <= 32 and set(cut.edges) <= set(g.edges) and set(cut.edges[cut.atoms]) == {-1e6, 0.0, 2e6}
+    assert np.all(np.diff(cut.edges) > 0)
+    in_mass = (cut.edges > 1e3) & (cut.edges < 1e5)
+    assert in_mass.sum() >= 20                                   # the cells go where the mass is
+    assert ((cut.edges > -1e6) & (cut.edges < 0)).sum() == 0     # the empty negative stretch stays one cell
+    parent = cut.cells(lo_hi[inside])
+    masses = np.bincount(parent, minlength=cut.n_cells)[np.unique(parent)]
+    assert masses.max() <= 3 * masses.mean()                     # about equal mass (the fine cells are the limit)
+    assert g.by_mass(p, 10_000) is g                             # no cut when the grid is small enough
+    with pytest.raises(ValueError):
+        g.by_mass(p[:-1], 32)
+
+
 def test_sketch_release_moves_by_at_most_its_sensitivity_on_worst_case_neighbours():
     schema = Schema.from_dict(WIDE)
     sketch = NumericSketch.of(schema)
