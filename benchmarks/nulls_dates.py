@@ -42,7 +42,7 @@ from mmdsynth.methods import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _rows import add_stops_option, staged_fits  # noqa: E402
+from _rows import add_set_option, add_stops_option, check_taken, set_overrides, staged_fits  # noqa: E402
 from marginal_tvd import marginal_tvd  # noqa: E402
 
 #: the columns kept, in the file's order; Name (make and model) is an identifier and left out
@@ -99,8 +99,12 @@ def main():
     p.add_argument("--out", default="benchmarks/out/nulls_dates.jsonl")
     p.add_argument("--score-only", action="store_true",
                    help="score the synth_{method}_eps{E}.csv files an earlier run wrote (no fit; fit_s null)")
+    p.add_argument("--tag", default="", help="appended to the method's name in the CSV and the row (runs with --set)")
     add_stops_option(p)
+    add_set_option(p)
     args = p.parse_args()
+    overrides = set_overrides(p, args.set)
+    check_taken(p, {m: METHODS[m] for m in args.methods if m in METHODS}, overrides, every=True)
     rows = json.loads(cars_json(args.data).read_text())
     schema = Schema.from_dict(SCHEMA)
     for seed in args.seeds:
@@ -112,19 +116,19 @@ def main():
         for name in args.methods:
             method = table_default(len(train)) if name == "default" else name
             if method == "real" or args.score_only:
-                csv = folder / f"synth_{name}_eps{args.epsilon:g}.csv"
+                csv = folder / f"synth_{name}_eps{args.epsilon:g}{args.tag}.csv"
                 synth = train if method == "real" else read_table(csv, schema, label="Origin")
                 _score(args, folder, seed, name, method, train, test, schema, synth, None, None, "")
                 continue
             sized = table_default_params(len(train)) if name == "default" else {}   # as `fit` without --method
             stages = staged_fits(
                 lambda staged: METHODS[method](epsilon=args.epsilon, delta=args.delta, seed=seed, progress=False,
-                                               **{**sized, **staged}),
+                                               **{**sized, **overrides, **staged}),
                 lambda model, out, resume: model.fit(train, label="Origin", schema=schema, dataset="cars", out=out,
                                                      resume=resume), args.stops)
             for stage in stages:
                 synth = stage.model.sample(len(train), seed=seed)
-                synth.to_csv(folder / f"synth_{name}_eps{args.epsilon:g}{stage.suffix}.csv", index=False)
+                synth.to_csv(folder / f"synth_{name}_eps{args.epsilon:g}{args.tag}{stage.suffix}.csv", index=False)
                 _score(args, folder, seed, name, method, train, test, schema, synth, round(stage.fit_s, 1),
                        stage.model.release_.ledger.total()[0], stage.suffix)
 
@@ -138,13 +142,13 @@ def _score(args, folder: Path, seed: int, name: str, method: str, train, test, s
     # training rows (the distribution each method learns, at the same deciles rule) is kept beside it
     fit_tvd = marginal_tvd(train, synth, schema, "deciles", args.triples)
     missing = {c: [int(train[c].isna().sum()), int(synth[c].isna().sum())] for c in NULLABLE}
-    row = {"date": time.strftime("%Y-%m-%d"), "folder": folder.name, "seed": seed, "method": name + stop,
+    row = {"date": time.strftime("%Y-%m-%d"), "folder": folder.name, "seed": seed, "method": name + args.tag + stop,
            "resolved": method, "epsilon": args.epsilon, "delta": args.delta, "n_train": len(train),
            "n_test": len(test), "fit_s": fit_s, "mean": scores["mean"],
            "failures": list(scores["failures"]), "skipped": list(scores["skipped"]),
            "tvd_1way": tvd["tvd_1way"], "tvd_2way": tvd["tvd_2way"], "tvd_3way": tvd.get("tvd_3way"),
            "train_tvd": {k: fit_tvd.get(k) for k in ("tvd_1way", "tvd_2way", "tvd_3way")},
-           "missing_train_synth": missing, "ledger_epsilon": ledger}
+           "missing_train_synth": missing, "ledger_epsilon": ledger, "set": args.set}
     print(json.dumps({k: row[k] for k in ("folder", "method", "resolved", "fit_s", "mean", "tvd_2way",
                                           "tvd_3way", "missing_train_synth")}), flush=True)
     with open(args.out, "a") as fh:

@@ -43,6 +43,7 @@ def test_check_taken_refuses_what_a_chosen_method_does_not_take(capsys):
 @pytest.mark.parametrize("argv, named", [
     (["table_utility.py", "--method", "dp-kip", "--iterations", "5"], "dp-kip takes no 'iterations'"),
     (["table_utility.py", "--method", "dp-ntk", "--set", "n_features=10"], "dp-ntk takes no 'n_features'"),
+    (["nulls_dates.py", "--methods", "mst", "dp-merf", "--set", 'grid="released"'], "dp-merf takes no 'grid'"),
 ])
 def test_benchmark_scripts_refuse_before_reading_data(argv, named):
     res = subprocess.run([sys.executable, str(BENCHMARKS / argv[0]), *argv[1:], "--out", "/dev/null"],
