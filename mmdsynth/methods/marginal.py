@@ -253,8 +253,8 @@ class MST(Method):
     instead of three): what a classifier trained on the rows reads, P(column | label), is then measured rather
     than inferred through the tree. ``grid``: "public" (numeric cells from the declared bounds alone) or "released"
     (the public grid's cells merged where the released 1-way marginal puts equal mass, at no extra cost: the
-    quantile bins Google's library pays for, here cut from a measurement MST makes anyway). ``noise_seed`` fixes the privacy noise and the selection (tests only: the
-    ledger says it voids the guarantee)."""
+    quantile bins Google's library pays for, here cut from a measurement MST makes anyway). ``noise_seed`` fixes
+    the privacy noise and the selection (tests only: the ledger says it voids the guarantee)."""
 
     method = "mst"
     summary = "1-way marginals, a private spanning tree of 2-way marginals, a graphical model (MST, mbi 2.x)"
@@ -337,9 +337,10 @@ class MST(Method):
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
                  **(public_facts or {})}
         ways = [sum(len(c) == k for c, _, _, _ in measurements) for k in (1, 2, 3)]
+        grid_text = "public grid" if domain.grid == "public" else "grid cut by the released 1-way marginals"
         spec = {"name": "marginals", "kind": "counts of cliques of a discrete domain", "domain": domain.to_dict(),
                 "captures": f"{ways[0]} 1-way, {ways[1]} 2-way and {ways[2]} 3-way marginal measurements ({self.method}"
-                            f"); numeric columns on a {'public grid' if domain.grid == 'public' else 'grid cut by the released 1-way marginals'} of at most {domain.max_cells} cells",
+                            f"); numeric columns on a {grid_text} of at most {domain.max_cells} cells",
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
