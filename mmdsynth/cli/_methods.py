@@ -493,6 +493,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'label_pairs': None,
                                      'cover': 1,
                                      'grid': 'public',
+                                     'stall_stop': False,
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -523,7 +524,11 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                           'category goes missing from a class (0: none)',
                                  'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at '
                                          'equal mass of the released 1-way marginals: post-processing, no extra '
-                                         'budget)'},
+                                         'budget)',
+                                 'stall_stop': 'also stop the reweighting once 10 iterations improve its fit by less '
+                                               "than the releases' noise can tell apart (better 2- and 3-way "
+                                               "marginals on wide numeric tables such as epileptic's, slightly worse "
+                                               'ones on census: see the tables tutorial)'},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

@@ -179,6 +179,46 @@ def test_lbfgs_reaches_the_noise_level_where_exponentiated_gradient_does_not():
     assert reweight(t, steps=0).steps == 0 and reweight(t, steps=0).stopped == "steps"
 
 
+def test_reweighting_stops_when_the_releases_cannot_tell_progress_from_noise():
+    """A target the pool cannot reach (a third of its mass in a cell no pooled row holds): F never comes down to the
+    released entries, so the discrepancy principle never stops it. With ``stall`` it stops as "stalled" once
+    STALL_WINDOW iterations lower F by less than sqrt(2 x entries), long before ``steps``, and where it stops F is
+    within that much of where the iterations end without the rule (the default)."""
+    import scipy.sparse as sp
+
+    from mmdsynth.generators import reweight as rw
+    g = np.random.default_rng(0)
+    n, k = 20000, 20
+    cells = g.integers(0, k - 1, n)                      # cell k - 1 is never held
+    scale = 1000.0
+    A = sp.csr_matrix((np.full(n, scale), (np.arange(n), cells)), shape=(n, k))
+    truth = np.r_[np.linspace(1, 3, k - 1) / np.linspace(1, 3, k - 1).sum() * (2 / 3), 1 / 3]
+    t = Targets(dense=None, labels=None, n_classes=1, dense_target=None, sparse=A,
+                sparse_target=truth * scale + g.normal(size=k), entries=k)
+    fit = reweight(t, steps=2000, stall=True)
+    tr, sd, window = fit.objective, math.sqrt(2 * k), rw.STALL_WINDOW
+    assert fit.stopped == "stalled" and window <= fit.steps < 200
+    assert tr[-1 - window] - tr[-1] < sd <= tr[-2 - window] - tr[-2]
+    assert tr[-1] > 1000 * k                             # far above the noise level: the discrepancy never held
+    long = reweight(t, steps=2000)
+    assert long.stopped != "stalled" and long.steps > fit.steps
+    assert long.objective[-1] <= tr[-1] < long.objective[-1] + window * sd
+
+
+def test_stall_stop_reaches_the_reweighting_and_is_off_by_default(monkeypatch):
+    """``stall_stop`` is the hybrid's switch for the rule above: off by default (measured worse on census), passed to
+    the reweighting when on, and kept in the saved model's parameters."""
+    import mmdsynth.methods.hybrid as hybrid_module
+    seen = []
+    real = hybrid_module.reweight
+    monkeypatch.setattr(hybrid_module, "reweight", lambda t, **kw: seen.append(kw) or real(t, **kw))
+    df = toy_table(300)
+    Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA)
+    h = Hybrid(epsilon=1.0, noise_seed=0, stall_stop=True, **FAST).fit(df, label="y", schema=SCHEMA)
+    assert [kw["stall"] for kw in seen] == [False, True]
+    assert h.get_params()["stall_stop"] is True
+
+
 def test_class_runs_read_the_same_statistics_as_the_class_product():
     """Rows ordered by class (:func:`by_class`, as the hybrid orders its pool) are read class by class; the
     statistics and inner products must equal those of the same rows interleaved (the (N, C) product)."""
@@ -213,7 +253,8 @@ def test_class_runs_read_the_same_statistics_as_the_class_product():
 
 def test_refusals_before_the_charge(tmp_path):
     budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
-    for bad in (dict(marginal_share=0.0), dict(marginal_share=1.0), dict(pool=0), dict(steps=-1)):
+    for bad in (dict(marginal_share=0.0), dict(marginal_share=1.0), dict(pool=0), dict(steps=-1),
+                dict(stall_stop="yes")):
         with pytest.raises(InvalidParameterError):
             Hybrid(epsilon=1.0, **bad).fit(toy_table(100), label="y", schema=SCHEMA, budget=budget)
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
@@ -379,8 +420,8 @@ def test_cover_gives_every_category_of_every_class_a_record(monkeypatch):
         seen["rows"] = rows
         return Hybrid.__dict__["targets"](self, rows)
 
-    def starved(t, steps):
-        fit = real(t, steps=steps)
+    def starved(t, steps, **kw):
+        fit = real(t, steps=steps, **kw)
         rows = seen["rows"]
         fit.weights[((rows["colour"] == "blue") & (rows["y"] == "neg")).to_numpy()] = 0.0
         fit.weights /= fit.weights.sum()
