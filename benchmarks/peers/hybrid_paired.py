@@ -17,11 +17,15 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import sys
 import time
 from pathlib import Path
 
 from mmdsynth.data import load_preset
 from mmdsynth.methods import Hybrid
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _rows import emit  # noqa: E402
 
 #: the options the post-processing reads (the reweighting, the covering rows); anything else changes the release
 POST_PROCESSING = ("steps", "stall_stop", "cover")
@@ -84,10 +88,7 @@ def main():
             model.sample(len(data.train)).to_csv(csv, index=False)
             row = {"folder": folder.name, "epsilon": args.epsilon, "variant": vname, "params": params,
                    "fit_s": round(fit_s, 1), "synth_csv": csv.name, "reweighting": model.reweighting_}
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+            emit(row, args.out)
 
 
 if __name__ == "__main__":
