@@ -67,7 +67,8 @@ class Hybrid(MST):
     their noise. Tables only. ``pool``: model rows drawn per training row (at most ``max_pool``); ``steps``: the
     reweighting's most iterations; ``n_features``, ``rff_seed``, ``proportions_share``, ``numeric_share``: the
     kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``, ``label_pairs``: the marginal part's;
-    ``cover``: rows per (class, category) the reweighted rows would otherwise miss."""
+    ``cover``: rows per (class, category) the reweighted rows would otherwise miss; ``stall_stop``: also stop the
+    reweighting when it stalls above the releases' noise level (:func:`~mmdsynth.generators.reweight.reweight`)."""
 
     method = "hybrid"
     summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
