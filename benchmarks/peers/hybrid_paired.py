@@ -15,7 +15,6 @@ malformed variant, is refused before any data is read (exit status 2).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 import time
@@ -30,7 +29,7 @@ from _rows import emit  # noqa: E402
 #: the options the post-processing reads (the reweighting, the covering rows); anything else changes the release
 POST_PROCESSING = ("steps", "stall_stop", "cover")
 #: their defaults: a variant sets what it names, the rest as a user's fit would
-DEFAULTS = {k: inspect.signature(Hybrid).parameters[k].default for k in POST_PROCESSING}
+DEFAULTS = {k: v for k, v in Hybrid().get_params().items() if k in POST_PROCESSING}
 
 
 def parse_variants(parser, items) -> dict:

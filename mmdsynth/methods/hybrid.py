@@ -77,9 +77,9 @@ class Hybrid(MST):
         "pool": "rows drawn from the marginals' model per training row, then reweighted",
         "max_pool": "the most rows in the reweighted pool (memory: about 4 bytes x rows x the dense features)",
         "steps": "the reweighting's most iterations (it stops earlier at the releases' noise level)",
-        "stall_stop": "also stop the reweighting once 10 iterations improve its fit by less than the releases' noise can "
-                      "tell apart (better 2- and 3-way marginals on wide numeric tables such as epileptic's, slightly "
-                      "worse ones on census: see the tables tutorial)",
+        "stall_stop": "also stop the reweighting once 10 iterations improve its fit by less than the releases' "
+                      "noise can tell apart (better 2- and 3-way marginals on wide numeric tables such as "
+                      "epileptic's, slightly worse ones on census: see the tables tutorial)",
         "n_features": "the kernel part's random Fourier features",
         "rff_seed": "the random features' draw (public)",
         "proportions_share": "the class proportions' share of the kernel part",

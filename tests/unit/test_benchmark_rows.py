@@ -46,7 +46,8 @@ def test_check_taken_refuses_what_a_chosen_method_does_not_take(capsys):
     (["nulls_dates.py", "--methods", "mst", "dp-merf", "--set", 'grid="released"'], "dp-merf takes no 'grid'"),
     (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:pool=3"],
      "'pool' is not a post-processing option"),
-    (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:steps=1", "a:steps=2"], "each NAME once"),
+    (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:steps=1", "a:steps=2"],
+     "each NAME once"),
 ])
 def test_benchmark_scripts_refuse_before_reading_data(argv, named):
     res = subprocess.run([sys.executable, str(BENCHMARKS / argv[0]), *argv[1:], "--out", "/dev/null"],
