@@ -15,6 +15,13 @@ On the GPU machine (every phase has a wall-clock cap, so the script ends inside 
   100,000) that fit before the deadline. The row says how many it reached. 6,000 samples of the selected and of
   the final checkpoint are saved.
 
+- ``levers``: issue 49's quality levers on MNIST at eps 1 (seed 0), each scored on the device by
+  ``image_utility.py --cnn``: LogReg / MLP on 6,000 samples and the fixed ConvNet protocol on 60,000 samples (width
+  128, 50 epochs; ``--lever-cnn-seeds`` training seeds, 1 for a screen). All variants run in parallel on the one GPU,
+  each capped by the deadline; rows in ``levers.jsonl``, one sample grid per variant, the logs in ``levers.log``:
+
+    python benchmarks/device_images.py run --out $OUT --phases levers --deadline 420
+
 Back on the CPU, score what came back (LogReg / MLP on 6,000 samples, the DP-NTK Table 2 protocol):
 
     python benchmarks/device_images.py score DIR --out benchmarks/out/device_images.jsonl
@@ -124,12 +131,72 @@ def phase_mepf_worker(out: Path, work: Path, encoder: str, epsilon: float, deadl
                   "final_loss": model.losses_[-1]})
 
 
+#: issue 49's levers (MNIST, eps 1, seed 0): name -> image_utility.py options. ``ntk`` is the default recipe
+#: (``fit --method dp-ntk``'s image settings), the baseline in the same run; ``ntk_long`` trains the same recipe 3x
+#: as long (the lr decay stretched with it); ``rc`` is a generator on the dp-randconv release at its defaults (2 of
+#: the 32 networks a step, 1,500 x 250); ``rc_all`` matches all 32 networks every step at batch 500 for 3,000 steps.
+LEVERS = {
+    "ntk": ["--method", "dp-ntk", "--iterations", "2000", "--batch-size", "5000", "--lr-step", "1500"],
+    "ntk_long": ["--method", "dp-ntk", "--iterations", "6000", "--batch-size", "5000", "--lr-step", "4500"],
+    "rc": ["--method", "dp-randconv", "--iterations", "1500", "--batch-size", "250", "--lr-step", "500"],
+    "rc_all": ["--method", "dp-randconv", "--iterations", "3000", "--batch-size", "500", "--lr-step", "1000",
+               "--set", "blocks_per_step=null"],
+}
+#: a CPU smoke test of the levers phase: every variant shrunk to seconds (later options on the line win)
+SMOKE = ["--iterations", "3", "--batch-size", "40", "--lr-step", "2", "--cnn-samples", "300", "--cnn-width", "8",
+         "--cnn-epochs", "1"]
+SMOKE_SET = {"dp-ntk": "ntk_width=20", "dp-randconv": "n_networks=2"}
+
+
+def lever_command(name: str, out: Path, cnn_seeds: list[int], smoke: bool) -> list[str]:
+    """The ``image_utility.py`` command of lever ``name``: MNIST, eps 1, seed 0, scored with ``--cnn``."""
+    opts, sets = list(LEVERS[name]), []
+    if "--set" in opts:                        # --set takes one list, last on the line
+        opts, sets = opts[:opts.index("--set")], opts[opts.index("--set") + 1:]
+    if smoke:
+        opts, sets = opts + SMOKE, sets + [SMOKE_SET[LEVERS[name][1]]]
+    opts += ["--set", *sets] if sets else []
+    return [sys.executable, str(Path(__file__).with_name("image_utility.py")), "--dataset", "mnist", "--epsilon",
+            "1", "--seeds", "0", *opts, "--cnn", "--cnn-seeds", *map(str, cnn_seeds), "--out",
+            str(out / "levers.jsonl"), "--grids", str(out / f"grid_{name}")]
+
+
+def phase_levers(out: Path, deadline: float, names: list[str], cnn_seeds: list[int], smoke: bool) -> None:
+    """Every lever in parallel on the one device (threads split between them), each killed at the deadline."""
+    threads = str(max(1, (os.cpu_count() or 2) // len(names)))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
+    procs = {}
+    for name in names:
+        log = open(out / f"lever_{name}.log", "w")
+        procs[name] = (subprocess.Popen(lever_command(name, out, cnn_seeds, smoke), stdout=log,
+                                        stderr=subprocess.STDOUT, env=env), time.time())
+    running = dict(procs)
+    while running:                                    # each lever's own wall time, in whatever order they end
+        for name, (p, t0) in list(running.items()):
+            rc = p.poll()
+            if rc is None and time.time() < deadline:
+                continue
+            if rc is None:
+                p.kill()
+                rc = "killed at the deadline"
+            del running[name]
+            log_row(out, {"phase": "lever", "name": name, "rc": rc, "wall_s": round(time.time() - t0, 1),
+                          "command": " ".join(p.args[1:])})
+        time.sleep(1.0)
+    with open(out / "levers.log", "w") as fh:         # one file back instead of one per lever (8 files at most)
+        for name in names:
+            fh.write(f"===== {name}\n" + (out / f"lever_{name}.log").read_text()[-20_000:])
+            (out / f"lever_{name}.log").unlink()
+
+
 def run(args) -> None:
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     start = time.time()
     deadline = start + args.deadline
+    if "mepf" in args.phases and not args.encoder:
+        raise SystemExit("the mepf phase needs --encoder (a PUBLIC encoder: mmdsynth pretrain-encoder)")
     log_row(out, env_row())
     if "ntk" in args.phases:
         phase_ntk(out, work, min(args.ntk_cap, deadline - time.time() - 120), args.ntk_epsilon, args.ntk_args.split())
@@ -147,6 +214,8 @@ def run(args) -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
                 log_row(out, {"phase": "mepf", "error": "worker passed the deadline", "args": p.args[-7:]})
+    if "levers" in args.phases:
+        phase_levers(out, deadline, args.levers, args.lever_cnn_seeds, args.smoke)
     log_row(out, {"phase": "done", "wall_s": round(time.time() - start, 1)})
 
 
@@ -179,9 +248,12 @@ def main():
     r = sub.add_parser("run", help="on the GPU machine")
     r.add_argument("--out", required=True)
     r.add_argument("--work", default="/tmp/device_images")
-    r.add_argument("--encoder", required=True, help="PUBLIC encoder (mmdsynth pretrain-encoder)")
+    r.add_argument("--encoder", default=None, help="PUBLIC encoder (mmdsynth pretrain-encoder): the mepf phase")
     r.add_argument("--deadline", type=float, default=420, help="seconds for everything")
-    r.add_argument("--phases", nargs="+", default=["ntk", "mepf"], choices=["ntk", "mepf"])
+    r.add_argument("--phases", nargs="+", default=["ntk", "mepf"], choices=["ntk", "mepf", "levers"])
+    r.add_argument("--levers", nargs="+", default=list(LEVERS), choices=list(LEVERS))
+    r.add_argument("--lever-cnn-seeds", nargs="+", type=int, default=[0], help="ConvNet training seeds per lever")
+    r.add_argument("--smoke", action="store_true", help="levers shrunk to seconds: a CPU test of the script")
     r.add_argument("--ntk-epsilon", type=float, default=1.0)
     r.add_argument("--ntk-cap", type=float, default=150, help="seconds at most for the DP-NTK fit")
     r.add_argument("--mepf-epsilon", nargs="+", type=float, default=[10.0, 1.0])

@@ -12,9 +12,12 @@ to the declared m, and only then returns the total.
 
 Engines: ``"memory"`` (the data is already in memory: one shard), ``"stream"`` (one process,
 shard by shard, bounded memory), ``"ray"`` (one Ray task per shard; :mod:`mmdsynth.engines.ray_engine`).
+In one process the statistic runs on the GPU when one is visible (:func:`on_device`), as a Ray worker given a GPU
+runs it; the sums come back to the CPU, where the noise is added.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import reduce
 from typing import Iterator
 
@@ -129,7 +132,25 @@ class StreamEngine(Engine):
     name = "stream"
 
     def partials(self, source, statistic):
-        return {i: shard_partial(source, i, statistic) for i in range(source.n_shards)}
+        with on_device(statistic) as stat:
+            return {i: shard_partial(source, i, stat) for i in range(source.n_shards)}
+
+
+@contextmanager
+def on_device(statistic):
+    """The statistic computed on the GPU when one is visible (as a Ray worker given one computes it), its sums
+    brought back to the CPU; moved back to the CPU afterwards, so the feature map that served the release is where
+    the caller left it. On a machine without a GPU, or for a statistic that cannot move, it is used as it is."""
+    from ..runtime import default_device
+
+    device = default_device()
+    if device.type == "cpu" or not hasattr(statistic, "to"):
+        yield statistic
+        return
+    try:
+        yield statistic.to(device)
+    finally:
+        statistic.to("cpu")
 
 
 class InMemory(Source):

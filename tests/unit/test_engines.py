@@ -51,6 +51,38 @@ def test_partials_add_tensors_and_value_counts_key_by_key():
     assert np.array_equal(out["age"], [1.0, 3.0]) and a["colour"] == {"red": 2.0, "blue": 1.0}   # inputs untouched
 
 
+class _MovableSums:
+    """A statistic that records where the engine moves it and which device each batch was summed on."""
+
+    def __init__(self):
+        self.moves, self.computed_on = [], []
+        self.device = torch.device("cpu")
+
+    def to(self, device):
+        self.moves.append(str(device))
+        self.device = torch.device(device)
+        return self
+
+    def __call__(self, batch):
+        self.computed_on.append(str(self.device))
+        return {"sums": torch.as_tensor(np.asarray(batch[0]), dtype=torch.float64).sum(0)}
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_stream_engine_sums_on_the_gpu_when_one_is_visible_and_moves_the_statistic_back(monkeypatch, gpu):
+    import mmdsynth.runtime as runtime
+    from mmdsynth.engines import as_source
+
+    monkeypatch.setattr(runtime, "default_device", lambda device=None: torch.device("cuda" if gpu else "cpu"))
+    stat, X = _MovableSums(), np.arange(12.0).reshape(4, 3)
+    total = as_source(X, None).total(stat)
+    assert torch.equal(total["sums"], torch.tensor([18.0, 22.0, 26.0], dtype=torch.float64))
+    # on a GPU machine the sums are computed there and the statistic (its feature map) ends back on the CPU;
+    # without one nothing moves
+    assert stat.moves == (["cuda", "cpu"] if gpu else [])
+    assert stat.computed_on == (["cuda"] if gpu else ["cpu"])
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_streamed_table_release_equals_in_memory_with_the_same_noise(tmp_path, fmt):
     df = toy_table(300)
