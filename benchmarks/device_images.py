@@ -157,12 +157,13 @@ def lever_command(name: str, out: Path, cnn_seeds: list[int], smoke: bool) -> li
         opts, sets = opts + SMOKE, sets + [SMOKE_SET[LEVERS[name][1]]]
     opts += ["--set", *sets] if sets else []
     return [sys.executable, str(Path(__file__).with_name("image_utility.py")), "--dataset", "mnist", "--epsilon",
-            "1", "--seeds", "0", *opts, "--cnn", "--cnn-seeds", *map(str, cnn_seeds), "--out",
+            "1", "--seeds", "0", *opts, "--cnn", "--cnn-seeds", *map(str, cnn_seeds), "--progress", "--out",
             str(out / "levers.jsonl"), "--grids", str(out / f"grid_{name}")]
 
 
 def phase_levers(out: Path, deadline: float, names: list[str], cnn_seeds: list[int], smoke: bool) -> None:
-    """Every lever in parallel on the one device (threads split between them), each killed at the deadline."""
+    """Every lever in parallel on the one device (threads split between them), each killed at the deadline; with
+    ``--progress`` a killed lever's log still says how far its training got."""
     threads = str(max(1, (os.cpu_count() or 2) // len(names)))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
     procs = {}
