@@ -29,6 +29,25 @@ def default_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def native_bfloat16(device) -> bool:
+    """Whether ``device`` computes bfloat16 products in hardware: a CUDA GPU that torch says does, or a CPU with
+    AVX512-BF16 or AMX instructions (torch's own checks). A public fact of the machine, never of the data. Elsewhere
+    torch emulates bfloat16: the MNIST generator step measured 1.8x slower than float32 on an AVX-512 CPU without
+    them (benchmarks/log/2026-11-28.md#bf16-option)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:                       # older torch: no emulation argument
+            return bool(torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        checks = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+        return any(bool(check()) for check in checks if check is not None)
+    return False
+
+
 def tune_allocator() -> bool:
     """On Linux with glibc, keep freed working memory for reuse instead of returning it to the kernel after each
     batch (``mallopt``: blocks up to 32 MiB from the heap, up to 1 GiB of free heap kept). A convolutional feature

@@ -31,7 +31,7 @@ from ._io import load_checkpoint, optimizer_tensors, restore_optimizer, save_che
 from .early_stopping import proxy_distance
 from .errors import InvalidParameterError, TrainingInterrupted, unknown_name  # noqa: F401 (re-exported)
 from .features.base import FeatureMap
-from .runtime import default_device, progress_rate, subnormals_flushed  # noqa: F401  (re-exported)
+from .runtime import default_device, native_bfloat16, progress_rate, subnormals_flushed  # noqa: F401  (re-exported)
 from .validation import check_positive
 
 logger = logging.getLogger(__name__)
@@ -39,9 +39,10 @@ logger = logging.getLogger(__name__)
 CKPT_TENSORS = "checkpoint.safetensors"
 CKPT_META = "checkpoint.json"
 LOSSES = ("direct", "mavg")
-#: the arithmetic of the training step (never of a release): "float32", or "bfloat16" autocast of the generator and
-#: the feature map's products (float32 accumulation inside each product, float32 weights, loss and optimiser)
-PRECISIONS = ("float32", "bfloat16")
+#: the arithmetic of the training step (never of a release): "float32", "bfloat16" autocast of the generator and
+#: the feature map's products (float32 accumulation inside each product, float32 weights, loss and optimiser), or
+#: "auto": bfloat16 where the device computes it in hardware (:func:`~mmdsynth.runtime.native_bfloat16`), else float32
+PRECISIONS = ("float32", "bfloat16", "auto")
 
 
 @dataclass
@@ -221,12 +222,20 @@ class _State:
             self.selection.restore(meta.get("selection", {}), tensors)
 
 
+def step_dtype(precision: str, device) -> str:
+    """The arithmetic ``precision`` means on ``device``: "auto" is "bfloat16" where the device computes bfloat16 in
+    hardware (:func:`~mmdsynth.runtime.native_bfloat16`) and "float32" elsewhere; the others are themselves."""
+    if precision == "auto":
+        return "bfloat16" if native_bfloat16(device) else "float32"
+    return precision
+
+
 def step_precision(config: TrainConfig, device: torch.device):
-    """The context the step's forward pass runs in: bfloat16 autocast on ``device``'s type (``precision="bfloat16"``;
-    torch refuses a device type it cannot autocast), else nothing. Only the generator's and the feature map's
-    products change precision; the loss is formed in float32 (the target is float32) and the backward pass and Adam
-    run on float32 parameters."""
-    if config.precision == "float32":
+    """The context the step's forward pass runs in: bfloat16 autocast on ``device``'s type when ``precision`` means
+    bfloat16 there (:func:`step_dtype`; torch refuses a device type it cannot autocast), else nothing. Only the
+    generator's and the feature map's products change precision; the loss is formed in float32 (the target is
+    float32) and the backward pass and Adam run on float32 parameters."""
+    if step_dtype(config.precision, device) == "float32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
 

@@ -30,10 +30,13 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'checkpoint_every': 200,
                                      'progress': None,
                                      'code_dim': None,
-                                     'precision': 'float32'},
-                        'per_kind_params': ['epsilon', 'batch_size', 'lr_step'],
-                        'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500},
-                                          'table': {'epsilon': 1.0, 'batch_size': 200, 'lr_step': 100}},
+                                     'precision': None},
+                        'per_kind_params': ['epsilon', 'batch_size', 'lr_step', 'precision'],
+                        'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500, 'precision': 'auto'},
+                                          'table': {'epsilon': 1.0,
+                                                    'batch_size': 200,
+                                                    'lr_step': 100,
+                                                    'precision': 'float32'}},
                         'help': {'ntk_seed': "the random network's initialisation (public)",
                                  'proportions_share': "the class proportions' share of the privacy (released so "
                                                       'generated labels follow them)',
@@ -49,9 +52,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                 'for all classes (false)',
                                  'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" '
                                                '(looser) or "exact"',
-                                 'precision': 'the generator\'s training step: "float32", or "bfloat16" autocast '
-                                              '(faster on CPUs with bfloat16 instructions and on GPUs; the release '
-                                              'is always computed in full precision)'},
+                                 'precision': 'the generator\'s training step: "float32", "bfloat16" autocast '
+                                              '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
+                                              '(bfloat16 where the device computes it in hardware, else float32); '
+                                              'the release is always computed in full precision'},
                         'shared_defaults': {'loss': 'direct',
                                             'mavg_lr': 0.001,
                                             'beta1': 0.9,
@@ -97,10 +101,13 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                       'checkpoint_every': 200,
                                       'progress': None,
                                       'code_dim': None,
-                                      'precision': 'float32'},
-                         'per_kind_params': ['epsilon', 'batch_size', 'lr_step'],
-                         'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500},
-                                           'table': {'epsilon': 1.0, 'batch_size': 200, 'lr_step': 100}},
+                                      'precision': None},
+                         'per_kind_params': ['epsilon', 'batch_size', 'lr_step', 'precision'],
+                         'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500, 'precision': 'float32'},
+                                           'table': {'epsilon': 1.0,
+                                                     'batch_size': 200,
+                                                     'lr_step': 100,
+                                                     'precision': 'float32'}},
                          'help': {'rff_seed': "the random features' draw (public)",
                                   'rff_inputs': 'tables: random features of the "numeric" inputs (the paper\'s) or '
                                                 'of "all" of the row',
@@ -122,9 +129,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                  'for all classes (false)',
                                   'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), '
                                                 '"rdp" (looser) or "exact"',
-                                  'precision': 'the generator\'s training step: "float32", or "bfloat16" autocast '
-                                               '(faster on CPUs with bfloat16 instructions and on GPUs; the release '
-                                               'is always computed in full precision)'},
+                                  'precision': 'the generator\'s training step: "float32", "bfloat16" autocast '
+                                               '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
+                                               '(bfloat16 where the device computes it in hardware, else float32); '
+                                               'the release is always computed in full precision'},
                          'shared_defaults': {'loss': 'direct',
                                              'mavg_lr': 0.001,
                                              'beta1': 0.9,
@@ -174,7 +182,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                     'checkpoint_every': 200,
                                     'progress': None,
                                     'code_dim': None,
-                                    'precision': 'float32'},
+                                    'precision': None},
                        'per_kind_params': ['epsilon',
                                            'length_scale',
                                            'n_product',
@@ -184,7 +192,8 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                            'sum_weight',
                                            'product_weight',
                                            'iterations',
-                                           'lr_step'],
+                                           'lr_step',
+                                           'precision'],
                        'kind_defaults': {'image': {'length_scale': 0.0707,
                                                    'n_product': 10,
                                                    'product_dims': 2,
@@ -193,7 +202,8 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                    'sum_weight': 20.0,
                                                    'product_weight': 1.0,
                                                    'iterations': 3000,
-                                                   'lr_step': 300},
+                                                   'lr_step': 300,
+                                                   'precision': 'float32'},
                                          'table': {'epsilon': 1.0,
                                                    'length_scale': 0.3,
                                                    'n_product': 20,
@@ -203,7 +213,8 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                    'product_weight': 0.1,
                                                    'iterations': 2000,
                                                    'lr_step': 100,
-                                                   'product_dims': None}},
+                                                   'product_dims': None,
+                                                   'precision': 'float32'}},
                        'help': {'product_length_scale': "the product features' length scale (default: length_scale)",
                                 'hp_seed': 'which input dimensions the product features combine (public)',
                                 'proportions_share': "the class proportions' share of the privacy (released so "
@@ -220,9 +231,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                'for all classes (false)',
                                 'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" '
                                               '(looser) or "exact"',
-                                'precision': 'the generator\'s training step: "float32", or "bfloat16" autocast '
-                                             '(faster on CPUs with bfloat16 instructions and on GPUs; the release is '
-                                             'always computed in full precision)'},
+                                'precision': 'the generator\'s training step: "float32", "bfloat16" autocast (faster '
+                                             'on CPUs with bfloat16 instructions and on GPUs), or "auto" (bfloat16 '
+                                             'where the device computes it in hardware, else float32); the release '
+                                             'is always computed in full precision'},
                        'shared_defaults': {'loss': 'direct',
                                            'mavg_lr': 0.001,
                                            'beta1': 0.9,
@@ -267,9 +279,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                           'checkpoint_every': 200,
                                           'progress': None,
                                           'code_dim': None,
-                                          'precision': 'float32'},
-                             'per_kind_params': ['batch_size', 'lr_step'],
-                             'kind_defaults': {'image': {'batch_size': 250, 'lr_step': 500}},
+                                          'precision': None},
+                             'per_kind_params': ['batch_size', 'lr_step', 'precision'],
+                             'kind_defaults': {'image': {'batch_size': 250, 'lr_step': 500, 'precision': 'float32'}},
                              'help': {'n_networks': 'how many random ConvNets embed the images',
                                       'conv_width': 'filters per layer of each ConvNet',
                                       'conv_depth': 'convolution blocks of each ConvNet',
@@ -292,9 +304,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                      'inputs for all classes (false)',
                                       'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), '
                                                     '"rdp" (looser) or "exact"',
-                                      'precision': 'the generator\'s training step: "float32", or "bfloat16" '
-                                                   'autocast (faster on CPUs with bfloat16 instructions and on GPUs; '
-                                                   'the release is always computed in full precision)'},
+                                      'precision': 'the generator\'s training step: "float32", "bfloat16" autocast '
+                                                   '(faster on CPUs with bfloat16 instructions and on GPUs), or '
+                                                   '"auto" (bfloat16 where the device computes it in hardware, else '
+                                                   'float32); the release is always computed in full precision'},
                              'shared_defaults': {'loss': 'direct',
                                                  'mavg_lr': 0.001,
                                                  'beta1': 0.9,
@@ -383,9 +396,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                       'checkpoint_every': 200,
                                       'progress': None,
                                       'code_dim': None,
-                                      'precision': 'float32'},
-                         'per_kind_params': [],
-                         'kind_defaults': {'image': {}},
+                                      'precision': None},
+                         'per_kind_params': ['precision'],
+                         'kind_defaults': {'image': {'precision': 'float32'}},
                          'help': {'moments': '[1, 2]: the features and their squares; [1]: the features only',
                                   'layers': "the encoder's Conv2d layers to embed (default all)",
                                   'loss': '"mavg" (the paper\'s moving average) or "direct" (the squared MMD)',
@@ -402,9 +415,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                  'for all classes (false)',
                                   'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), '
                                                 '"rdp" (looser) or "exact"',
-                                  'precision': 'the generator\'s training step: "float32", or "bfloat16" autocast '
-                                               '(faster on CPUs with bfloat16 instructions and on GPUs; the release '
-                                               'is always computed in full precision)'},
+                                  'precision': 'the generator\'s training step: "float32", "bfloat16" autocast '
+                                               '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
+                                               '(bfloat16 where the device computes it in hardware, else float32); '
+                                               'the release is always computed in full precision'},
                          'shared_defaults': {'loss': 'direct',
                                              'mavg_lr': 0.001,
                                              'beta1': 0.9,
@@ -553,10 +567,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                           'checkpoint_every': 200,
                           'progress': None,
                           'code_dim': None,
-                          'precision': 'float32'},
-             'per_kind_params': ['epsilon', 'batch_size', 'lr_step'],
-             'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500},
-                               'table': {'epsilon': 1.0, 'batch_size': 200, 'lr_step': 100}},
+                          'precision': None},
+             'per_kind_params': ['epsilon', 'batch_size', 'lr_step', 'precision'],
+             'kind_defaults': {'image': {'batch_size': 5000, 'lr_step': 1500, 'precision': 'float32'},
+                               'table': {'epsilon': 1.0, 'batch_size': 200, 'lr_step': 100, 'precision': 'float32'}},
              'help': {'lr_decay': 'the learning rate is multiplied by this every lr_step iterations',
                       'generator': 'the generator: "auto" (the method\'s choice for the data) or a spec, e.g. '
                                    '{"name": "conv"}',
@@ -564,9 +578,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'classes (false)',
                       'accountant': 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" (looser) '
                                     'or "exact"',
-                      'precision': 'the generator\'s training step: "float32", or "bfloat16" autocast (faster on '
-                                   'CPUs with bfloat16 instructions and on GPUs; the release is always computed in '
-                                   'full precision)'},
+                      'precision': 'the generator\'s training step: "float32", "bfloat16" autocast (faster on CPUs '
+                                   'with bfloat16 instructions and on GPUs), or "auto" (bfloat16 where the device '
+                                   'computes it in hardware, else float32); the release is always computed in full '
+                                   'precision'},
              'shared_defaults': {'loss': 'direct',
                                  'mavg_lr': 0.001,
                                  'beta1': 0.9,

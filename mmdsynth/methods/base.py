@@ -44,8 +44,7 @@ from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT
 from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
-                        has_checkpoint,
-                        loss_trend, train_generator)
+                        has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
 from .tables import NUMERIC_ENCODINGS, check_shares, encoder_of, prepare_table, reserved_delta, table_shares
@@ -66,7 +65,8 @@ class KernelGeneratorMethod(Method):
     ``n_classes`` (public; a table's comes from its schema); the generator's training, ``iterations``,
     ``batch_size`` (images 5,000, tables 200), Adam ``lr`` decayed by ``lr_decay`` every ``lr_step``
     iterations (images 1,500, tables 100), ``generator`` ("auto" or a spec) and ``code_dim``, ``conditional``;
-    the training step's ``precision`` ("float32" or "bfloat16" autocast: training only, never the release);
+    the training step's ``precision`` ("float32", "bfloat16" autocast, or "auto": bfloat16 where the device computes it
+    in hardware; training only, never the release);
     the run, ``seed`` (public randomness: the generator's), ``noise_seed`` (the privacy noise: tests only,
     the ledger says it voids the guarantee), ``accountant``, ``device``, ``checkpoint_every`` and ``progress``
     (None: a bar when stderr is a terminal or in a notebook). A parameter left as None takes the default for
@@ -80,8 +80,8 @@ class KernelGeneratorMethod(Method):
     #: the values of the per-kind parameters (None in the signature): images (MNIST-sized: the DP-NTK authors'
     #: batch and schedule; no default privacy level) and user tables (``fit --csv``: the privacy level, and a
     #: batch and schedule sized for thousands of rows)
-    kind_defaults = {"image": {"batch_size": 5000, "lr_step": 1500},
-                     "table": {"epsilon": 1.0, "batch_size": 200, "lr_step": 100}}
+    kind_defaults = {"image": {"batch_size": 5000, "lr_step": 1500, "precision": "float32"},
+                     "table": {"epsilon": 1.0, "batch_size": 200, "lr_step": 100, "precision": "float32"}}
 
     #: the options of the shared code that not every method exposes, at the values it uses for a method that does
     #: not: DP-MEPF's generator loss ("direct": ||mu_P - mu_Q||^2, or the moving average "mavg" learned at
@@ -98,8 +98,9 @@ class KernelGeneratorMethod(Method):
         "generator": 'the generator: "auto" (the method\'s choice for the data) or a spec, e.g. {"name": "conv"}',
         "conditional": "one class-conditional generator (true) or one generator of inputs for all classes (false)",
         "accountant": 'how the plan is accounted: "pld" (privacy loss distributions), "rdp" (looser) or "exact"',
-        "precision": 'the generator\'s training step: "float32", or "bfloat16" autocast (faster on CPUs with bfloat16 '
-                     'instructions and on GPUs; the release is always computed in full precision)',
+        "precision": 'the generator\'s training step: "float32", "bfloat16" autocast (faster on CPUs with bfloat16 '
+                     'instructions and on GPUs), or "auto" (bfloat16 where the device computes it in hardware, else '
+                     'float32); the release is always computed in full precision',
     }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
@@ -107,7 +108,7 @@ class KernelGeneratorMethod(Method):
                  lr_step: int | None = None, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
                  checkpoint_every: int = 200, progress: bool | None = None, code_dim: int | None = None,
-                 precision: str = "float32"):
+                 precision: str | None = None):
         self.epsilon, self.delta, self.n_classes = epsilon, delta, n_classes
         self.iterations, self.batch_size, self.lr, self.lr_decay, self.lr_step = (
             iterations, batch_size, lr, lr_decay, lr_step)
@@ -166,13 +167,21 @@ class KernelGeneratorMethod(Method):
 
         eps, delta = self.release_.ledger.total()
         lines = [f"fitted {self.method} on {dataset}: epsilon={eps:g}, delta={delta:g}; {len(self.losses_)} "
-                 f"iterations, final loss {self.losses_[-1]:.4g}; saved to {out}",
+                 f"iterations{self._steps_note()}, final loss {self.losses_[-1]:.4g}; saved to {out}",
                  describe_trend(self.loss_trend_).replace("more iterations", "a larger --iterations with --resume")]
         if getattr(self, "selection_", None):
             sel = self.selection_
             lines.append(f"DP early stopping: iteration {sel['best_iteration']} has the lowest proxy distance of "
                          f"{len(sel['scores'])} scored; `sample` uses it (--checkpoint final: the last one)")
         return lines
+
+    def _steps_note(self) -> str:
+        """The training step's arithmetic, when the device chose it (``precision="auto"``)."""
+        dtype = getattr(self, "step_dtype_", None)
+        if self._s.precision != "auto" or dtype is None:
+            return ""
+        why = "this device computes bfloat16 in hardware" if dtype == "bfloat16" else "no bfloat16 hardware here"
+        return f" in {dtype} (precision auto: {why})"
 
     # -- parameters ----------------------------------------------------------------------
     def fit_params(self) -> dict:
@@ -424,6 +433,7 @@ class KernelGeneratorMethod(Method):
             resume=resume and has_checkpoint(out), device=self._s.device, selection=selection,
         )
         self.loss_trend_ = loss_trend(self.losses_)
+        self.step_dtype_ = step_dtype(self._s.precision, default_device(self._s.device))
         self.generator_.cpu().eval()
         self.selection_ = selection.to_dict() if selection is not None else None
         if selection is not None and selection.best_state is not None:

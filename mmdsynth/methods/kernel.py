@@ -38,6 +38,11 @@ class DPNTK(TableOptions, KernelGeneratorMethod):
     method = "dp-ntk"
     summary = "the empirical neural tangent kernel of a random network (DP-NTK)"
     param_help = {"ntk_seed": "the random network's initialisation (public)"}
+    #: images: the training step in bfloat16 where the device computes it in hardware ("auto"). Measured on full
+    #: MNIST at eps 1 (benchmarks/log/2026-11-29.md#bf16-amx: one release, 3 generator seeds each way, a CPU with AMX):
+    #: the same Table 2 scores as float32 in two thirds of the time. Tables keep float32 (not measured there)
+    kind_defaults = {"image": {**KernelGeneratorMethod.kind_defaults["image"], "precision": "auto"},
+                     "table": KernelGeneratorMethod.kind_defaults["table"]}
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, arch: str = "fc_1l",
                  ntk_width: int | None = 800, widths=None, ntk_seed: int = 0, **kwargs):
@@ -165,10 +170,11 @@ class DPHP(TableOptions, KernelGeneratorMethod):
     #: many, at most the table's encoded inputs, a public shape)
     kind_defaults = {
         "image": {"length_scale": 0.0707, "n_product": 10, "product_dims": 2, "product_order": 20, "sum_share": 0.8,
-                  "sum_weight": 20.0, "product_weight": 1.0, "iterations": 3000, "lr_step": 300},
+                  "sum_weight": 20.0, "product_weight": 1.0, "iterations": 3000, "lr_step": 300,
+                  "precision": "float32"},
         "table": {"epsilon": 1.0, **{k: presets.dphp_table("adult")[k] for k in (
             "length_scale", "n_product", "product_order", "sum_share", "sum_weight", "product_weight", "iterations",
-            "lr_step")}, "product_dims": None},
+            "lr_step")}, "product_dims": None, "precision": "float32"},
     }
     #: product dimensions of a table fit that leaves them to the method (None): the adult preset's
     TABLE_PRODUCT_DIMS = 5
@@ -236,7 +242,7 @@ class DPRandConv(KernelGeneratorMethod):
     #: the generator's recipe measured on MNIST at eps 1 (benchmarks/RESULTS.md, "Images"): small batches of
     #: generated images matched against 2 random networks a step; DP-NTK's batch of 5,000 against all 32 networks
     #: would cost about 320 times as much per step
-    kind_defaults = {"image": {"batch_size": 250, "lr_step": 500}}
+    kind_defaults = {"image": {"batch_size": 250, "lr_step": 500, "precision": "float32"}}
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,

@@ -41,8 +41,8 @@ class DPMEPF(KernelGeneratorMethod):
         "select_samples": "generated images scored per checkpoint for early stopping",
     }
     data_kinds = ("image",)
-    #: images only, and every default in the signature
-    kind_defaults = {"image": {}}
+    #: images only, and every default in the signature but the training step's precision (the shared default)
+    kind_defaults = {"image": {"precision": "float32"}}
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, encoder: str | None = None,
                  moments=(1, 2), layers=None, loss: str = "mavg", mavg_lr: float = 1e-2, beta1: float = 0.9,

@@ -23,15 +23,15 @@ class _Probe(ENTKFeatures):
         return super().mmd_loss(target, x, weights)
 
 
-def _train(precision, iterations=60, loss="direct"):
+def _train(precision, iterations=60, loss="direct", config=None):
     torch.manual_seed(0)
     fmap = _Probe(16, "fc_1l", (32,), n_outputs=3, seed=1)
     x = torch.rand(300, 16)
     y = torch.arange(300) % 3
     target = fmap.weighted_sum(x, torch.nn.functional.one_hot(y, 3).float() / 300).detach()
     gen = FCGenerator((1, 4, 4), n_classes=3, code_dim=4, hidden=(32,))
-    losses = train_generator(gen, fmap, target, TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
-                                                            lr_step=1000, precision=precision, loss=loss),
+    losses = train_generator(gen, fmap, target, config or TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
+                                                                      lr_step=1000, precision=precision, loss=loss),
                              device="cpu")
     return gen, fmap, losses
 
@@ -77,7 +77,7 @@ def test_an_unknown_precision_is_refused_before_any_data_is_read():
             raise AssertionError("the data were read before the settings were checked")
 
     model = DPNTK(epsilon=1.0, n_classes=2, precision="half", ntk_width=8)
-    with pytest.raises(UnknownNameError, match="precision .half.; choose one of: bfloat16, float32"):
+    with pytest.raises(UnknownNameError, match="precision .half.; choose one of: auto, bfloat16, float32"):
         model.fit(Unreadable(), np.zeros(10, dtype=int))
 
 
@@ -93,3 +93,61 @@ def test_the_release_does_not_depend_on_the_training_precision():
         releases.append(model.release_.tensors["embedding"])
         assert model.settings_.precision == precision
     assert torch.equal(releases[0], releases[1])
+
+
+@pytest.mark.parametrize("hardware", [True, False])
+def test_auto_trains_in_bfloat16_exactly_where_the_device_computes_it_in_hardware(monkeypatch, hardware):
+    """precision="auto": bfloat16 autocast on a device with bfloat16 hardware, plain float32 elsewhere (where torch
+    would emulate it, slower than float32)."""
+    import mmdsynth.training as training
+
+    monkeypatch.setattr(training, "native_bfloat16", lambda device: hardware)
+    assert training.step_dtype("auto", "cpu") == ("bfloat16" if hardware else "float32")
+    assert training.step_dtype("float32", "cpu") == "float32" and training.step_dtype("bfloat16", "cpu") == "bfloat16"
+    _, fmap, losses = _train("auto", iterations=5)
+    assert {on for on, _, _ in fmap.seen} == {hardware}
+    assert {dtype for _, dtype, _ in fmap.seen} == {torch.bfloat16 if hardware else torch.float32}
+    assert all(np.isfinite(losses))
+
+
+def test_native_bfloat16_follows_torchs_own_checks_of_the_processor(monkeypatch):
+    from mmdsynth.runtime import native_bfloat16
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert native_bfloat16("cpu") is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert native_bfloat16("cpu") is True and native_bfloat16(torch.device("cpu")) is True
+    assert native_bfloat16("meta") is False                               # no autocast claim for other devices
+
+
+def test_dp_ntk_images_default_to_auto_and_everything_else_to_float32():
+    """The measured default (MNIST, benchmarks/log/2026-11-29.md#bf16-amx): DP-NTK on images only."""
+    from mmdsynth import DPHP, DPMEPF, DPMERF, DPRandConv
+
+    assert DPNTK(epsilon=1.0).settings_for("image").precision == "auto"
+    assert DPNTK(epsilon=1.0).settings_for("table").precision == "float32"
+    assert DPNTK(epsilon=1.0, precision="float32").settings_for("image").precision == "float32"   # given: kept
+    for cls in (DPMERF, DPHP):
+        for kind in ("image", "table"):
+            assert cls(epsilon=1.0).settings_for(kind).precision == "float32", (cls, kind)
+    for cls in (DPRandConv, DPMEPF):
+        assert cls(epsilon=1.0).settings_for("image").precision == "float32", cls
+
+
+@pytest.mark.parametrize("hardware", [True, False])
+def test_the_fit_summary_says_which_arithmetic_auto_chose(monkeypatch, hardware):
+    import mmdsynth.training as training
+
+    monkeypatch.setattr(training, "native_bfloat16", lambda device: hardware)
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 1, 4, 4)).astype(np.float32), np.arange(64) % 2
+    model = DPNTK(epsilon=1.0, n_classes=2, ntk_width=8, iterations=3, batch_size=16,
+                  generator={"name": "fc", "hidden": [8]}, progress=False).fit(x, y)
+    line = model.fit_summary("tiny", "runs/x")[0]
+    assert model.settings_.precision == "auto"
+    assert ("in bfloat16 (precision auto: this device computes bfloat16 in hardware)" in line) == hardware
+    assert ("in float32 (precision auto: no bfloat16 hardware here)" in line) == (not hardware)
+    plain = DPNTK(epsilon=1.0, n_classes=2, ntk_width=8, iterations=3, batch_size=16, precision="float32",
+                  generator={"name": "fc", "hidden": [8]}, progress=False).fit(x, y)
+    assert "precision" not in plain.fit_summary("tiny", "runs/x")[0]
