@@ -23,15 +23,15 @@ class _Probe(ENTKFeatures):
         return super().mmd_loss(target, x, weights)
 
 
-def _train(precision, iterations=60, loss="direct", config=None):
+def _train(precision, iterations=60, loss="direct"):
     torch.manual_seed(0)
     fmap = _Probe(16, "fc_1l", (32,), n_outputs=3, seed=1)
     x = torch.rand(300, 16)
     y = torch.arange(300) % 3
     target = fmap.weighted_sum(x, torch.nn.functional.one_hot(y, 3).float() / 300).detach()
     gen = FCGenerator((1, 4, 4), n_classes=3, code_dim=4, hidden=(32,))
-    losses = train_generator(gen, fmap, target, config or TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
-                                                                      lr_step=1000, precision=precision, loss=loss),
+    losses = train_generator(gen, fmap, target, TrainConfig(iterations=iterations, batch_size=120, lr=0.01,
+                                                            lr_step=1000, precision=precision, loss=loss),
                              device="cpu")
     return gen, fmap, losses
 
