@@ -1,8 +1,8 @@
 """The table default (``hybrid``) fitted once per split, its post-processing run several ways on that one release.
 
-Each variant sets post-processing options only (``steps``, ``stall_stop``, ``cover``: what the reweighting and the
-covering rows read), so the variants share the release, its noise and the pool drawn from its graphical model, and
-differ only in what is done with them: a paired comparison that fresh releases (whose noise differs run to run)
+Each variant sets post-processing options only (``pool``, ``max_pool``, ``steps``, ``stall_stop``, ``cover``: how many
+rows are drawn from the graphical model, what the reweighting and the covering rows read), so the variants share
+the release, its noise and its graphical model, and differ only in what is done with them: a paired comparison that fresh releases (whose noise differs run to run)
 cannot give. The release is fitted with the first variant's options; each variant sets the options it names, the
 others at their defaults. Each variant's rows are written as
 ``synth_hybrid_eps{E}{tag}{name}.csv`` for ``evaluate_peers.py --method hybrid --tag {tag}{name}``; one JSON line per
@@ -26,8 +26,9 @@ from mmdsynth.methods import Hybrid
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _rows import emit  # noqa: E402
 
-#: the options the post-processing reads (the reweighting, the covering rows); anything else changes the release
-POST_PROCESSING = ("steps", "stall_stop", "cover")
+#: the options the post-processing reads (the pool drawn from the model, the reweighting, the covering rows);
+#: anything else changes the release
+POST_PROCESSING = ("pool", "max_pool", "steps", "stall_stop", "cover")
 #: their defaults: a variant sets what it names, the rest as a user's fit would
 DEFAULTS = {k: v for k, v in Hybrid().get_params().items() if k in POST_PROCESSING}
 
@@ -77,16 +78,19 @@ def main():
                   privacy_unit=data.privacy_unit)
         fit_s = time.perf_counter() - t
         for k, (vname, params) in enumerate(variants.items()):
-            if k:                                      # the same release and pool, post-processed again
+            post_s = None
+            if k:                                      # the same release and model, post-processed again
                 for key, value in {**DEFAULTS, **params}.items():
                     setattr(model, key, value)
                 model.settings_ = model.settings_for("table")
                 model.pool_ = None
+                t = time.perf_counter()
                 model._reweight()
+                post_s = round(time.perf_counter() - t, 1)
             csv = folder / f"synth_hybrid_eps{args.epsilon:g}{args.tag}{vname}.csv"
             model.sample(len(data.train)).to_csv(csv, index=False)
             row = {"folder": folder.name, "epsilon": args.epsilon, "variant": vname, "params": params,
-                   "fit_s": round(fit_s, 1), "synth_csv": csv.name, "reweighting": model.reweighting_}
+                   "fit_s": round(fit_s, 1), "post_s": post_s, "synth_csv": csv.name, "reweighting": model.reweighting_}
             emit(row, args.out)
 
 

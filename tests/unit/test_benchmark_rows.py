@@ -44,8 +44,8 @@ def test_check_taken_refuses_what_a_chosen_method_does_not_take(capsys):
     (["table_utility.py", "--method", "dp-kip", "--iterations", "5"], "dp-kip takes no 'iterations'"),
     (["table_utility.py", "--method", "dp-ntk", "--set", "n_features=10"], "dp-ntk takes no 'n_features'"),
     (["nulls_dates.py", "--methods", "mst", "dp-merf", "--set", 'grid="released"'], "dp-merf takes no 'grid'"),
-    (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:pool=3"],
-     "'pool' is not a post-processing option"),
+    (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:n_features=10"],
+     "'n_features' is not a post-processing option"),
     (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:steps=1", "a:steps=2"],
      "each NAME once"),
 ])

@@ -278,6 +278,24 @@ def test_sampling_on_the_junction_tree_gives_mbis_rows():
         np.testing.assert_array_equal(rows[0][a], rows[1][a], err_msg=a)
 
 
+def test_potentials_on_the_tree_expand_onto_their_own_cliques_for_free():
+    """mbi's sampler expands the potentials onto the junction tree again; the on-tree potentials hand back their own
+    tables for their own cliques (in any order; no factor operation), and any other cliques get mbi's expansion."""
+    from mmdsynth.methods.marginal import _on_junction_tree, mbi
+
+    lib = mbi()
+    _, model = _model_with_a_cycle(seed=2, n_attributes=8)
+    potentials = _on_junction_tree(model).potentials
+    again = potentials.expand(list(reversed(potentials.cliques)))
+    assert type(again) is lib.CliqueVector and set(again.cliques) == set(potentials.cliques)
+    assert all(again[c] is potentials[c] for c in potentials.cliques)
+    other = [("x0", "x1", "x2"), ("x3", "x4", "x5", "x6"), ("x7",)]
+    ours = potentials.expand(other)
+    theirs = lib.CliqueVector(potentials.domain, potentials.cliques, dict(potentials.tables)).expand(other)
+    for c in other:
+        np.testing.assert_array_equal(np.asarray(ours[c].datavector()), np.asarray(theirs[c].datavector()))
+
+
 def test_released_grid_is_cut_from_the_release_and_travels_with_the_model(tmp_path):
     """``grid="released"``: each numeric column's cells are cut where its released fine 1-way marginal puts equal
     mass. The model's domain is a function of the release alone (recomputed from its fine 1-way tensors, it is
