@@ -93,7 +93,7 @@ class Hybrid(MST):
     }
 
     def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
-                 pool: int = 5, max_pool: int = 150_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
+                 pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
                  grid: str = "public", stall_stop: bool = False, seed: int = 0, noise_seed: int | None = None,
