@@ -2,8 +2,8 @@
 
 Each variant sets post-processing options only (``pool``, ``max_pool``, ``steps``, ``stall_stop``, ``cover``: how many
 rows are drawn from the graphical model, what the reweighting and the covering rows read), so the variants share
-the release, its noise and its graphical model, and differ only in what is done with them: a paired comparison that fresh releases (whose noise differs run to run)
-cannot give. The release is fitted with the first variant's options; each variant sets the options it names, the
+the release, its noise and its graphical model, and differ only in what is done with them: a paired comparison that
+fresh releases (whose noise differs run to run) cannot give. The release is fitted with the first variant's options; each variant sets the options it names, the
 others at their defaults. Each variant's rows are written as
 ``synth_hybrid_eps{E}{tag}{name}.csv`` for ``evaluate_peers.py --method hybrid --tag {tag}{name}``; one JSON line per
 variant (fit time, how the reweighting stopped) goes to ``--out``. An option that is not post-processing, or a

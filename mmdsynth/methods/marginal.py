@@ -18,6 +18,7 @@ selection randomness, no compression of rare cells (the public grid has at most 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -126,30 +127,26 @@ def _on_junction_tree(model):
                                  constraints=model.constraints)
 
 
-_TREE_POTENTIALS: list = []
-
-
+@functools.cache
 def _tree_potentials_class():
     """mbi's CliqueVector whose expansion onto its own cliques returns its tables as they are. mbi's sampler expands
     the potentials onto the junction tree again (the identity here), op by op: adding a zero factor and
     broadcasting, each compiled for each clique's shape (about 7 s of intrusion's 40 cliques). The tables are the
     same either way (x + 0 and an expansion onto a factor's own domain change no value); any other cliques take
     mbi's expansion."""
-    if not _TREE_POTENTIALS:
-        lib = mbi()
-        import jax
+    lib = mbi()
+    import jax
 
-        @jax.tree_util.register_dataclass
-        @dataclasses.dataclass
-        class TreePotentials(lib.CliqueVector):
-            def expand(self, cliques):
-                cliques = [tuple(c) for c in cliques]
-                if set(cliques) != set(self.cliques):
-                    return super().expand(cliques)
-                return lib.CliqueVector(self.domain, cliques, {c: self.tables[c] for c in cliques})
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class TreePotentials(lib.CliqueVector):
+        def expand(self, cliques):
+            cliques = [tuple(c) for c in cliques]
+            if set(cliques) != set(self.cliques):
+                return super().expand(cliques)
+            return lib.CliqueVector(self.domain, cliques, {c: self.tables[c] for c in cliques})
 
-        _TREE_POTENTIALS.append(TreePotentials)
-    return _TREE_POTENTIALS[0]
+    return TreePotentials
 
 
 class _Factor:
