@@ -66,6 +66,25 @@ def tune_allocator() -> bool:
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
 
 
+def mapped_zeros(shape: tuple, dtype) -> "np.ndarray":
+    """A zeroed array in its own anonymous memory map, on the kernel's small pages: numpy advises transparent huge
+    pages for every large array, and where the kernel compacts memory on a fault to find them (``defrag`` set to
+    ``madvise``, as on this project's VM), the first write of a fresh large block waits for it. Measured here
+    (``benchmarks/log/2026-11-29.md#small-pages``): the hybrid's 1 GB block of pool features took 2.1 s to write
+    the first time in a process, 0.2 s the second, 0.4 s on small pages, and products over it run as fast. Freed
+    with the array (the map is its base). Values are the same either way: only where the memory comes from."""
+    import mmap
+
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size == 0 or not hasattr(mmap, "MAP_PRIVATE"):         # Windows: no private anonymous maps
+        return np.zeros(shape, dtype)
+    block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(block, dtype=dtype).reshape(shape)
+
+
 def _sse_env():
     """(libm, its ``fenv_t`` as read now) on x86-64 Linux with glibc; None elsewhere."""
     if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):

@@ -38,6 +38,7 @@ from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
+from ..runtime import mapped_zeros
 from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
 from .contract import register
@@ -270,7 +271,8 @@ class Hybrid(MST):
             if dense_rest is None:
                 frac = np.bincount(rest.indices, minlength=rest.shape[1]) / rest.shape[0]
                 dense_rest, sparse_rest = np.nonzero(frac > DENSE_FRACTION)[0], np.nonzero(frac <= DENSE_FRACTION)[0]
-                dense = np.empty((n, gauss.shape[1] + len(dense_rest)), dtype=np.float32)   # one copy: N x dense
+                # one copy: N x dense, on small pages (its first write on huge pages waits for compaction here)
+                dense = mapped_zeros((n, gauss.shape[1] + len(dense_rest)), np.float32)
             np.multiply(gauss, np.float32(1.0 / sigma), out=dense[s:s + len(gauss), :gauss.shape[1]])
             dense[s:s + len(gauss), gauss.shape[1]:] = rest[:, dense_rest].toarray() / sigma
             part = (rest[:, sparse_rest] / sigma).tocoo()

@@ -148,3 +148,41 @@ def test_off_x86_there_is_no_flush_mode_and_no_torch_call(monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "arm64")
     monkeypatch.setattr(torch, "set_flush_denormal", lambda *a: pytest.fail("torch asked off x86"))
     assert flush_subnormals() is False and subnormals_flushed() is False
+
+
+def _vm_flags(address: int) -> set:
+    """The kernel's VmFlags of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
+    with open("/proc/self/smaps") as fh:
+        inside = False
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return set(line.split()[1:])
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux's /proc")
+def test_mapped_zeros_are_zeros_on_a_mapping_without_huge_page_advice():
+    """``mapped_zeros`` (the hybrid's block of pool features): a writable zeroed array of the shape and dtype asked,
+    on a private mapping of its own that numpy's transparent-huge-page advice ("hg") never reached, which lives as
+    long as the array does."""
+    import numpy as np
+
+    from mmdsynth.runtime import mapped_zeros
+
+    a = mapped_zeros((4096, 1024), np.float32)           # 16 MiB
+    assert a.shape == (4096, 1024) and a.dtype == np.float32 and a.flags.writeable and not a.any()
+    a[123, 45] = 2.5
+    assert float(a.sum()) == 2.5
+    flags = _vm_flags(a.ctypes.data + a.nbytes // 2)
+    assert "hg" not in flags and "sh" not in flags         # private memory, never advised to huge pages
+    plain = np.empty((4096, 1024), np.float32)
+    if np._core.multiarray._get_madvise_hugepage():       # what numpy does to its own large arrays (their middle)
+        assert "hg" in _vm_flags(plain.ctypes.data + plain.nbytes // 2)
+    view = a[10:20]
+    del a
+    assert float(view.sum()) == 0.0                       # the map lives on with any view of it
+    assert mapped_zeros((0, 3), np.float64).shape == (0, 3)
