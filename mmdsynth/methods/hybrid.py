@@ -312,9 +312,9 @@ class Hybrid(MST):
         pool = self._pool()
         effective = 1.0 / float((pool["w"] ** 2).sum())
         if n > 2 * effective:
+            m = int(self.release_.dataset["n_records"])
             warnings.warn(f"{n} rows drawn from a reweighted pool of effective size {effective:.0f}: many rows will "
-                          f"repeat. Fit with a larger max_pool (now {self._s.max_pool}) for more distinct rows.",
-                          UserWarning, stacklevel=2)
+                          f"repeat. {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning, stacklevel=2)
         rng = np.random.default_rng(self._s.seed if seed is None else seed)
         idx = rng.permutation(systematic(pool["w"], int(n), rng))
         return encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax",
@@ -341,6 +341,15 @@ class Hybrid(MST):
         model.pool_ = load_file(str(directory / POOL_FILE))
         model.reweighting_ = meta.get("reweighting")
         return model
+
+
+def larger_pool(pool: int, max_pool: int, m: int) -> str:
+    """The fix for a pool too small for the rows asked: whichever of ``pool`` (rows per training row, ``m`` training
+    rows) and ``max_pool`` set its size."""
+    if pool * m < max_pool:
+        return (f"Fit with a larger pool (now {pool} rows per training row: {pool * m:,} rows; max_pool caps it at "
+                f"{max_pool:,}) for more distinct rows.")
+    return f"Fit with a larger max_pool (now {max_pool:,} rows, below pool x training rows) for more distinct rows."
 
 
 def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng: np.random.Generator) -> np.ndarray:

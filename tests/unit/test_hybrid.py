@@ -15,7 +15,7 @@ from mmdsynth.errors import InvalidParameterError
 from mmdsynth.features import build_feature_map
 from mmdsynth.generators.reweight import Targets, reweight, reweight_eg, systematic
 from mmdsynth.methods import MST, Hybrid
-from mmdsynth.methods.hybrid import by_class
+from mmdsynth.methods.hybrid import by_class, larger_pool
 from mmdsynth.methods.tables import encoder_of
 from mmdsynth.privacy import zcdp
 from mmdsynth.privacy.budget import BudgetFile
@@ -51,6 +51,20 @@ def test_one_plan_both_parts_and_a_round_trip(tmp_path):
     assert type(again) is Hybrid and again.reweighting_ == h.reweighting_
     pd.testing.assert_frame_equal(again.sample(300, seed=3), h.sample(300, seed=3))
     assert h.reweighting_["pool"] == 3 * 600 and 0 < h.reweighting_["effective_fraction"] <= 1
+
+
+def test_a_pool_too_small_for_the_rows_asked_says_which_option_to_raise(tmp_path):
+    """Rows drawn from a pool whose weights sit on few rows repeat; the warning names the option that set the pool's
+    size: ``pool`` below ``max_pool``, else ``max_pool``."""
+    assert "larger pool (now 5 rows per training row: 46,000 rows" in larger_pool(5, 120_000, 9_200)
+    assert "larger max_pool (now 120,000 rows" in larger_pool(5, 120_000, 80_000)
+    h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(toy_table(600), label="y", schema=SCHEMA)
+    w = np.zeros_like(h.pool_["w"])
+    w[:20] = 1 / 20
+    h.pool_["w"] = w
+    with pytest.warns(UserWarning, match=r"effective size 20: many rows will repeat\. Fit with a larger pool "
+                                         r"\(now 3 rows per training row: 1,800 rows"):
+        h.sample(400, seed=1)
 
 
 def _xor_rate(t):
