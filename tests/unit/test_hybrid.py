@@ -53,7 +53,7 @@ def test_one_plan_both_parts_and_a_round_trip(tmp_path):
     assert h.reweighting_["pool"] == 3 * 600 and 0 < h.reweighting_["effective_fraction"] <= 1
 
 
-def test_a_pool_too_small_for_the_rows_asked_says_which_option_to_raise(tmp_path):
+def test_a_pool_too_small_for_the_rows_asked_says_which_option_to_raise():
     """Rows drawn from a pool whose weights sit on few rows repeat; the warning names the option that set the pool's
     size: ``pool`` below ``max_pool``, else ``max_pool``."""
     assert "larger pool (now 5 rows per training row: 46,000 rows" in larger_pool(5, 120_000, 9_200)
