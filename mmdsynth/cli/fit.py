@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_ROWS, SHORT_TRAINING_ROWS, table_default, table_default_params
+from ..choice import HYBRID_MIN_ROWS, sized_settings, table_default, table_default_params
 from . import _catalog
 from ._types import existing_file
 
@@ -59,8 +59,7 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
         why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
                if chosen == "dp-merf" else "measured marginals and a kernel embedding in one plan")
         if sized:
-            why += (f"; {sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows, where more fit "
-                    f"the noise")
+            why += f"; {sized_settings(sized)}"
         print(f"method: {chosen} (the table default for {why}; --method chooses another)")
     return data, fit_kwargs, defaults, facts
 

@@ -5,7 +5,7 @@ import logging
 
 import pandas as pd
 
-from ..choice import HYBRID_MIN_ROWS, SHORT_TRAINING_ROWS, table_default, table_default_params
+from ..choice import HYBRID_MIN_ROWS, sized_settings, table_default, table_default_params
 from ..errors import InvalidParameterError
 from .contract import METHODS
 
@@ -18,7 +18,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
     one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
-    1,000 rows (:func:`mmdsynth.choice.table_default_params`; an ``iterations=`` given wins), logged. ``params`` are
+    1,000 rows and the hybrid's numeric columns on 16 cells under 15,000 (:func:`mmdsynth.choice.table_default_params`;
+    a parameter given wins), logged. ``params`` are
     the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
@@ -39,7 +40,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         sized = {k: v for k, v in table_default_params(n).items() if k not in params}     # a parameter given wins
         params = {**sized, **params}
         logger.info("method: %s (the table default for %s rows; hybrid from %d)%s", method, n, HYBRID_MIN_ROWS,
-                    f"; {sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows" if sized else "")
+                    f"; {sized_settings(sized)}" if sized else "")
     if method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)

@@ -286,7 +286,7 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
     from mmdsynth.methods import DPMERF
 
     assert SHORT_TRAINING_ROWS == 1_000
-    assert [table_default_params(n) for n in (None, 999, 1_000, 4_999, 5_000)] == [{}, {"iterations": 250}, {}, {}, {}]
+    assert [table_default_params(n) for n in (None, 999, 1_000, 4_999)] == [{}, {"iterations": 250}, {}, {}]
     small = toy_table(300)
     model = mmdsynth.fit(small, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, n_features=200)
     assert type(model) is DPMERF and model.get_params()["iterations"] == 250 and len(model.losses_) == 250
@@ -308,6 +308,25 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
     assert json.loads((tmp_path / "b" / "model.json").read_text())["iterations_done"] == 30
 
 
+def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_under_15000_rows():
+    """The size rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS): 16 cells from 5,000 rows (where the
+    hybrid starts) to 14,999, the marginal methods' 32 from 15,000; a max_cells given wins; the line that says which
+    method a table got says so."""
+    from mmdsynth.choice import COARSE_CELLS_ROWS, sized_settings, table_default_params
+    from mmdsynth.data.discrete import DEFAULT_CELLS
+
+    assert COARSE_CELLS_ROWS == 15_000 and DEFAULT_CELLS == 32
+    assert [table_default_params(n) for n in (5_000, 14_999, 15_000, 80_000)] == [
+        {"max_cells": 16}, {"max_cells": 16}, {}, {}]
+    assert sized_settings({"max_cells": 16}) == ("numeric columns on 16 cells under 15,000 rows, where finer cells "
+                                                 "hold fewer rows than their noise")
+    assert sized_settings({"iterations": 250}).startswith("250 generator iterations under 1,000 rows")
+    big = toy_table(5_000, seed=3)
+    given = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, max_cells=8, **FAST)
+    assert given.get_params()["max_cells"] == 8
+    assert Hybrid().get_params()["max_cells"] == 32                 # the method named keeps its own default
+
+
 def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     """No method named: a table of 5,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
     `mmdsynth fit`, which says which and why); images are asked for a method."""
@@ -323,6 +342,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     big = toy_table(HYBRID_MIN_ROWS, seed=3)
     model = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
     assert type(model) is Hybrid and model.release_.ledger.total() == (1.0, 1e-5)
+    assert model.get_params()["max_cells"] == 16 and model.domain_().sizes["score"] <= 16    # coarse cells when small
     small = mmdsynth.fit(toy_table(300), label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, iterations=20)
     assert type(small) is DPMERF
     with pytest.raises(InvalidParameterError, match="method="):
@@ -335,7 +355,9 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
                                 "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
     assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
-    assert json.loads((tmp_path / "big" / "model.json").read_text())["method"] == "hybrid"
+    assert "; numeric columns on 16 cells under 15,000 rows" in fit.stdout.splitlines()[0]
+    saved = json.loads((tmp_path / "big" / "model.json").read_text())
+    assert saved["method"] == "hybrid" and saved["params"]["max_cells"] == 16
     toy_table(300).to_csv(tmp_path / "small.csv", index=False)
     fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
                                 str(tmp_path / "small")], capture_output=True, text=True)
