@@ -120,7 +120,7 @@ def main():
                 synth = train if method == "real" else read_table(csv, schema, label="Origin")
                 _score(args, folder, seed, name, method, train, test, schema, synth, None, None, "")
                 continue
-            sized = table_default_params(len(train)) if name == "default" else {}   # as `fit` without --method
+            sized = table_default_params(len(train), args.epsilon) if name == "default" else {}   # as `fit` does
             stages = staged_fits(
                 lambda staged: METHODS[method](epsilon=args.epsilon, delta=args.delta, seed=seed, progress=False,
                                                **{**sized, **overrides, **staged}),

@@ -28,26 +28,29 @@ SHORT_TRAINING_ROWS = 1_000
 SHORT_TRAINING_ITERATIONS = 250
 
 
-#: under this many rows the table default (the hybrid, from HYBRID_MIN_ROWS) puts each numeric column on COARSE_CELLS
-#: cells of its public grid, not the marginal methods' 32. Measured (benchmarks/log/2026-11-29.md#epileptic-cells:
-#: fresh releases, eps 1): on epileptic (7,982-8,183 training rows x 178 numeric columns; 6 releases at 16 cells against
-#: 21 at 32) the 2-way TVD falls from 0.342 to 0.333 and the ROC AUC rises from 0.745 to 0.759; a 2-way marginal
-#: there holds about 8 rows per cell at 32 cells (32 x 32) against count noise of many rows. On census's 20,097 rows
-#: 16 cells were level with 32 (ROC 0.888, 2-way 0.056 on 3 seeds, within the default's spread). Between 8,183 and
-#: 20,097 rows nothing was measured: the line is 15,000.
-COARSE_CELLS_ROWS = 15_000
+#: where rows x epsilon is under this, the table default (the hybrid, from HYBRID_MIN_ROWS rows) puts each numeric
+#: column on COARSE_CELLS cells of its public grid, not the marginal methods' 32: a cell's count grows with the rows,
+#: its noise falls with epsilon. Measured (benchmarks/log/2026-11-29.md#epileptic-cells, fresh releases): on epileptic
+#: (7,982-8,183 training rows x 178 numeric columns) at eps 1, 9 releases at 16 cells against 22 at 32, the ROC AUC
+#: rises from 0.746 to 0.760 and the 2-way TVD falls from 0.342 to 0.333 (a 2-way marginal of 32 x 32 cells holds
+#: about 8 rows a cell there, under count noise of many rows); at eps 10 (rows x epsilon about 82,000) 16 cells lose
+#: (2-way TVD 0.146 against 0.131, 3 seeds). On census's 20,097 rows at eps 1, 16 cells were level with 32 (ROC 0.888,
+#: 2-way 0.056, within the default's spread). Between 8,183 and 20,097 nothing was measured: the line is 15,000.
+COARSE_CELLS_ROWS_EPSILON = 15_000
 COARSE_CELLS = 16
 
 
-def table_default_params(n_records: int | None) -> dict:
-    """The settings the table default uses for a table of ``n_records`` rows, beyond its method's defaults (a
-    parameter the user gives wins): DP-MERF under ``SHORT_TRAINING_ROWS`` rows trains ``SHORT_TRAINING_ITERATIONS``
-    iterations; the hybrid under ``COARSE_CELLS_ROWS`` rows puts numeric columns on ``COARSE_CELLS`` cells."""
+def table_default_params(n_records: int | None, epsilon: float | None = None) -> dict:
+    """The settings the table default uses for a table of ``n_records`` rows at ``epsilon``, beyond its method's
+    defaults (a parameter the user gives wins): DP-MERF under ``SHORT_TRAINING_ROWS`` rows trains
+    ``SHORT_TRAINING_ITERATIONS`` iterations; the hybrid puts numeric columns on ``COARSE_CELLS`` cells where rows x
+    epsilon is under ``COARSE_CELLS_ROWS_EPSILON`` (an unknown epsilon: not)."""
     if n_records is None:
         return {}
     if table_default(n_records) == "dp-merf":
         return {"iterations": SHORT_TRAINING_ITERATIONS} if n_records < SHORT_TRAINING_ROWS else {}
-    return {"max_cells": COARSE_CELLS} if n_records < COARSE_CELLS_ROWS else {}
+    coarse = epsilon is not None and n_records * epsilon < COARSE_CELLS_ROWS_EPSILON
+    return {"max_cells": COARSE_CELLS} if coarse else {}
 
 
 def sized_settings(sized: dict) -> str:
@@ -57,6 +60,6 @@ def sized_settings(sized: dict) -> str:
         words.append(f"{sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows, where more fit "
                      f"the noise")
     if "max_cells" in sized:
-        words.append(f"numeric columns on {sized['max_cells']} cells under {COARSE_CELLS_ROWS:,} rows, where finer "
-                     f"cells hold fewer rows than their noise")
+        words.append(f"numeric columns on {sized['max_cells']} cells where rows x epsilon is under "
+                     f"{COARSE_CELLS_ROWS_EPSILON:,}: finer cells would hold fewer rows than their noise")
     return "; ".join(words)

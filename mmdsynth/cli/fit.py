@@ -53,7 +53,8 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
         if args.dataset:
             defaults = _method(args).dataset_defaults(args.dataset, "table")
     given = _method_options(args, _catalog.methods()[chosen])
-    sized = {k: v for k, v in table_default_params(n).items() if k not in given}     # a flag given wins
+    epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")    # a --dataset preset's
+    sized = {k: v for k, v in table_default_params(n, epsilon).items() if k not in given}     # a flag given wins
     defaults = {**defaults, **sized}
     if not args.quiet:
         why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"

@@ -18,8 +18,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
     one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
-    1,000 rows and the hybrid's numeric columns on 16 cells under 15,000 (:func:`mmdsynth.choice.table_default_params`;
-    a parameter given wins), logged. ``params`` are
+    1,000 rows and the hybrid's numeric columns on 16 cells where rows x epsilon is under 15,000
+    (:func:`mmdsynth.choice.table_default_params`; a parameter given wins), logged. ``params`` are
     the method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
@@ -37,7 +37,8 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
                                         f"one: method=... ({', '.join(METHODS)}).")
         n = len(data) if isinstance(data, pd.DataFrame) else data.n_records
         method = table_default(n)
-        sized = {k: v for k, v in table_default_params(n).items() if k not in params}     # a parameter given wins
+        sized = table_default_params(n, epsilon)
+        sized = {k: v for k, v in sized.items() if k not in params}     # a parameter given wins
         params = {**sized, **params}
         logger.info("method: %s (the table default for %s rows; hybrid from %d)%s", method, n, HYBRID_MIN_ROWS,
                     f"; {sized_settings(sized)}" if sized else "")
