@@ -43,8 +43,9 @@ FIT_EPILOG = "{epilog}"
 
 def _choose_table_default(args, data, fit_kwargs, defaults, facts):
     """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below
-    (with table_default_params' settings for the size); a --dataset preset's settings are then the chosen method's
-    (the rows read are the same for every method); the flags given are checked against the chosen method and win.
+    (with table_default_params' settings for the size and epsilon: --epsilon, else the --dataset preset's); a
+    --dataset preset's settings are then the chosen method's (the rows read are the same for every method); the
+    flags given are checked against the chosen method and win.
     Says which method and why."""
     n = data[0].n_records if args.shards else len(data[0])     # shards: the declared count; else the rows read
     chosen = table_default(n)
