@@ -22,6 +22,7 @@ import functools
 import itertools
 import logging
 import math
+import threading
 from pathlib import Path
 
 import networkx as nx
@@ -111,42 +112,80 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
         mbi_domain, loss, known_total=float(n_records), iters=int(iters), warm_start=warm_start)
 
 
-def _on_junction_tree(model):
-    """The same distribution with its potentials already on the junction tree's cliques, expanded in one compiled
-    program. mbi's sampler expands them itself, op by op (each add and broadcast on each clique's shape compiled
-    separately: about 7 s of adult's fit); given potentials on the tree's cliques its expansion is the identity, and
-    :func:`_tree_potentials_class` makes it cost nothing."""
+def draw_codes(model, calibrated: "ModelMarginals", n: int) -> dict:
+    """``n`` rows of codes drawn by mbi's sampler (its randomized rounding, from numpy's global generator) from
+    ``model``, handed the junction tree's counts from ``calibrated`` (:class:`ModelMarginals`: calibrated in numpy)
+    where mbi would run its HUGIN pass, compiled for each tree: the same marginals, nothing compiled. That pass
+    took about 65 s of compiling in a fit on epileptic (177 cliques) and, with the expansion and projections mbi
+    compiles op by op, about 3 s of adult's. Post-processing. Models fitted under mbi constraints (none here) take
+    mbi's own path."""
     lib = mbi()
-    import jax
+    from mbi import markov_random_field as mrf
 
-    tree, _ = lib.junction_tree.make_junction_tree(model.domain, [tuple(c) for c in model.cliques])
-    nodes = list(tree.nodes)
-    potentials = jax.jit(lambda p: p.expand(nodes))(model.potentials)
-    on_tree = _tree_potentials_class()(potentials.domain, potentials.cliques, potentials.tables)
-    return lib.MarkovRandomField(potentials=on_tree, marginals=model.marginals, total=model.total,
-                                 constraints=model.constraints)
+    if model.constraints:
+        return model.synthetic_data(rows=int(n)).to_dict()
+    counts = _TreeCounts(calibrated)
+    sampler = lib.MarkovRandomField(potentials=_structure_class()(model.potentials.domain, model.potentials.cliques,
+                                                                  model.potentials.tables),
+                                    marginals=model.marginals, total=model.total)
+    with _SAMPLER_ORACLE:
+        oracles = mrf.marginal_oracles                 # the module as mbi's sampler sees it; put back below
+        mrf.marginal_oracles = _Oracles(counts)
+        try:
+            return sampler.synthetic_data(rows=int(n)).to_dict()
+        finally:
+            mrf.marginal_oracles = oracles
+
+
+#: one sampler at a time sees the numpy oracle (:func:`draw_codes` swaps it in for the call)
+_SAMPLER_ORACLE = threading.Lock()
+
+
+class _Oracles:
+    """What mbi's sampler asks of its ``marginal_oracles`` module: the junction tree's counts, here already
+    computed in numpy."""
+
+    def __init__(self, counts: "_TreeCounts"):
+        self._counts = counts
+
+    def message_passing_stable(self, potentials, total):
+        return self._counts
+
+
+class _TreeCounts:
+    """The junction tree's clique counts in mbi's interface for its sampler (``project(attrs).datavector()``)."""
+
+    def __init__(self, calibrated: "ModelMarginals"):
+        self._calibrated = calibrated
+
+    def project(self, attrs) -> "_Counts":
+        attrs = (attrs,) if isinstance(attrs, str) else tuple(attrs)
+        return _Counts(self._calibrated.inside_a_clique(attrs))
+
+
+class _Counts:
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def datavector(self, flatten: bool = True) -> np.ndarray:
+        return self.values.reshape(-1) if flatten else self.values
 
 
 @functools.cache
-def _tree_potentials_class():
-    """mbi's CliqueVector whose expansion onto its own cliques returns its tables as they are. mbi's sampler expands
-    the potentials onto the junction tree again (the identity here), op by op: adding a zero factor and
-    broadcasting, each compiled for each clique's shape (about 7 s of intrusion's 40 cliques). The tables are the
-    same either way (x + 0 and an expansion onto a factor's own domain change no value); any other cliques take
-    mbi's expansion."""
+def _structure_class():
+    """mbi's CliqueVector that stands for the model's cliques only: mbi's sampler expands the potentials onto the
+    junction tree (op by op, each compiled) and hands them to its marginal oracle, which :func:`draw_codes`
+    answers from numpy without reading them; so the expansion is skipped."""
     lib = mbi()
     import jax
 
     @jax.tree_util.register_dataclass
     @dataclasses.dataclass
-    class TreePotentials(lib.CliqueVector):
+    class Structure(lib.CliqueVector):
         def expand(self, cliques):
-            cliques = [tuple(c) for c in cliques]
-            if set(cliques) != set(self.cliques):
-                return super().expand(cliques)
-            return lib.CliqueVector(self.domain, cliques, {c: self.tables[c] for c in cliques})
+            return self
 
-    return TreePotentials
+    return Structure
 
 
 class _Factor:
@@ -199,11 +238,25 @@ class ModelMarginals:
         clique = tuple(clique)
         return self.total * self._probabilities(clique).reshape(-1)
 
+    def inside_a_clique(self, clique) -> np.ndarray:
+        """The model's counts on ``clique`` (attributes inside one of the junction tree's cliques), one axis per
+        attribute in ``clique``'s order; refused otherwise."""
+        probabilities = self._inside(tuple(clique))
+        if probabilities is None:
+            raise InvalidParameterError(f"{clique} lies in no clique of the model's junction tree.")
+        return self.total * probabilities
+
+    def _inside(self, clique) -> np.ndarray | None:
+        for c, f in self.beliefs.items():
+            if set(clique) <= set(c):
+                return f.reduce(set(clique)).expand(clique, self.sizes)
+        return None
+
     def _probabilities(self, clique) -> np.ndarray:
         sizes, bel = self.sizes, self.beliefs
-        for c, f in bel.items():
-            if set(clique) <= set(c):
-                return f.reduce(set(clique)).expand(clique, sizes)
+        inside = self._inside(clique)
+        if inside is not None:
+            return inside
         if len(clique) != 2:
             raise InvalidParameterError(f"ModelMarginals answers 1- and 2-way queries (asked {clique}).")
         a, b = clique
@@ -470,13 +523,13 @@ class MST(Method):
                                    self._final_iters)
         return self._model
 
-    def _sampling_model(self):
-        """The model with its potentials on its junction tree (:func:`_on_junction_tree`), built once per model:
-        each later :meth:`sample` reuses it instead of compiling the expansion again."""
+    def _calibrated(self) -> "ModelMarginals":
+        """The model's junction tree calibrated in numpy (:class:`ModelMarginals`), once per model: each later
+        :meth:`sample` reuses it."""
         model = self.model_()
-        if getattr(self, "_on_tree", (None,))[0] is not model:
-            self._on_tree = (model, _on_junction_tree(model))
-        return self._on_tree[1]
+        if getattr(self, "_calibration", (None,))[0] is not model:
+            self._calibration = (model, ModelMarginals(model))
+        return self._calibration[1]
 
     def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
         """``n`` synthetic rows (post-processing): drawn from the graphical model, each numeric cell's value
@@ -487,11 +540,11 @@ class MST(Method):
 
     def _model_codes(self, n: int, seed: int) -> np.ndarray:
         """(n, attributes) codes drawn from the graphical model (mbi's randomized rounding, public seed)."""
-        model = self._sampling_model()
+        calibrated = self._calibrated()
         state = np.random.get_state()                    # mbi draws from numpy's global generator: public, seeded
         try:
             np.random.seed(seed)
-            rows = model.synthetic_data(rows=int(n)).to_dict()
+            rows = draw_codes(self.model_(), calibrated, n)
         finally:
             np.random.set_state(state)
         return np.stack([np.asarray(rows[a], dtype=np.int64) for a in self.domain_().attributes], 1)

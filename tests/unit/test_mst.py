@@ -30,9 +30,9 @@ def test_fit_sample_and_the_ledger(tmp_path):
     assert len(pairs) == d - 1
     syn = m.sample(500, seed=1)
     assert list(syn.columns) == list(df.columns) and len(syn) == 500
-    on_tree = m._sampling_model()
-    pd.testing.assert_frame_equal(m.sample(500, seed=1), syn)      # a later sample reuses the model on its tree
-    assert m._sampling_model() is on_tree
+    calibrated = m._calibrated()
+    pd.testing.assert_frame_equal(m.sample(500, seed=1), syn)      # a later sample reuses the calibrated tree
+    assert m._calibrated() is calibrated
     assert syn["age"].between(17, 90).all() and set(syn["colour"]) <= {"red", "green", "blue"}
     assert set(syn["y"]) <= {"neg", "pos"}
     again = mmdsynth.load(tmp_path / "run")
@@ -261,39 +261,50 @@ def test_label_pairs_is_refused_where_it_cannot_apply():
         Hybrid(epsilon=1.0, marginals="aim", label_pairs=True).fit(toy_table(100), label="y", schema=SCHEMA)
 
 
-def test_sampling_on_the_junction_tree_gives_mbis_rows():
-    """Before mbi's sampler the model's potentials are put on its junction tree in one compiled program (mbi would
-    expand them op by op); the distribution is the same, and so are the rows: for one seed, array by array, on a
-    model whose cliques form a cycle (so the tree has fill-in) plus a separate component."""
-    from mmdsynth.methods.marginal import _on_junction_tree
+def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothing():
+    """mbi's sampler is handed the junction tree's counts calibrated in numpy (ModelMarginals) where it would
+    compile its HUGIN pass (65 s on epileptic): for one seed the rows are mbi's own, array by array, on a model
+    whose cliques form a cycle (so the tree has fill-in) plus a separate component; no program is compiled for the
+    draw; and mbi's oracles are its own again afterwards, also after a failed draw."""
+    import jax.monitoring
+    from mbi import markov_random_field as mrf
+
+    from mmdsynth.methods.marginal import ModelMarginals, draw_codes, mbi
 
     sizes, model = _model_with_a_cycle(seed=1, n_attributes=8)
-    on_tree = _on_junction_tree(model)
-    assert set(map(frozenset, on_tree.cliques)) != set(map(frozenset, model.cliques))     # really re-expressed
-    rows = []
-    for m in (model, on_tree):
-        np.random.seed(3)
-        rows.append(m.synthetic_data(rows=2000).to_dict())
+    calibrated = ModelMarginals(model)
+    compiled, listening = [], [True]                  # JAX keeps its listeners: this one stops after the draw
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: compiled.append(kw.get("fun_name"))
+        if listening[0] and "backend_compile" in event else None)
+    np.random.seed(3)
+    ours = draw_codes(model, calibrated, 2000)
+    listening[0] = False
+    assert compiled == []                             # (drawn first: mbi's own draw below compiles its programs)
+    np.random.seed(3)
+    theirs = model.synthetic_data(rows=2000).to_dict()
     for a in sizes:
-        np.testing.assert_array_equal(rows[0][a], rows[1][a], err_msg=a)
+        np.testing.assert_array_equal(ours[a], theirs[a], err_msg=a)
+    assert mrf.marginal_oracles is mbi().marginal_oracles
+    calibrated.beliefs = {}                             # nothing to answer from: the draw fails, mbi is restored
+    with pytest.raises(InvalidParameterError, match="no clique"):
+        draw_codes(model, calibrated, 10)
+    assert mrf.marginal_oracles is mbi().marginal_oracles
 
 
-def test_potentials_on_the_tree_expand_onto_their_own_cliques_for_free():
-    """mbi's sampler expands the potentials onto the junction tree again; the on-tree potentials hand back their own
-    tables for their own cliques (in any order; no factor operation), and any other cliques get mbi's expansion."""
-    from mmdsynth.methods.marginal import _on_junction_tree, mbi
+def test_the_calibration_answers_any_set_inside_a_clique_in_the_order_asked():
+    """The sampler asks for the counts of a parent set and a column in any order; each answer is mbi's own
+    marginal with the axes in the order asked, and a set in no clique of the tree is refused."""
+    from mmdsynth.methods.marginal import ModelMarginals
 
-    lib = mbi()
-    _, model = _model_with_a_cycle(seed=2, n_attributes=8)
-    potentials = _on_junction_tree(model).potentials
-    again = potentials.expand(list(reversed(potentials.cliques)))
-    assert type(again) is lib.CliqueVector and set(again.cliques) == set(potentials.cliques)
-    assert all(again[c] is potentials[c] for c in potentials.cliques)
-    other = [("x0", "x1", "x2"), ("x3", "x4", "x5", "x6"), ("x7",)]
-    ours = potentials.expand(other)
-    theirs = lib.CliqueVector(potentials.domain, potentials.cliques, dict(potentials.tables)).expand(other)
-    for c in other:
-        np.testing.assert_array_equal(np.asarray(ours[c].datavector()), np.asarray(theirs[c].datavector()))
+    sizes, model = _model_with_a_cycle(seed=2, n_attributes=8)
+    ours = ModelMarginals(model)
+    for q in [("x2", "x0", "x1"), ("x6", "x4"), ("x5", "x6", "x4"), ("x7",)]:
+        theirs = np.asarray(model.project(tuple(sorted(q))).datavector(flatten=False))
+        order = [sorted(q).index(a) for a in q]
+        np.testing.assert_allclose(ours.inside_a_clique(q), np.transpose(theirs, order), rtol=1e-8, atol=1e-8)
+    with pytest.raises(InvalidParameterError, match="no clique"):
+        ours.inside_a_clique(("x0", "x7"))
 
 
 def test_released_grid_is_cut_from_the_release_and_travels_with_the_model(tmp_path):
