@@ -60,10 +60,11 @@ from .validation import check_delta, check_epsilon, check_positive
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection", "person-release")
+MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection", "tree-selection",
+              "person-release")
 #: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms;
 #: the person release reads a table through the person reduction: about 10 ms)
-DEFAULT_TRIALS = {"selection": 2000, "person-release": 2000}
+DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000}
 #: rows of the person-release audit's canary: one person with this many rows (the others have one to three)
 CANARY_ROWS = 500
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
@@ -796,11 +797,15 @@ class _SelectionTarget:
 
         for neighbour in (False, True):
             self._run(Recording(self.epsilon, self.delta, private=False).open("audit: noise-free scores"), neighbour)
-        (s0, sens), (s1, _) = seen
+        (s0, sens), (s1, _) = seen[::len(seen) // 2]      # each run's first draw: the one the attacker sees
         self.scores, self.sensitivity = (s0, s1), sens
         gap = float(np.abs(s1 - s0).max()) / sens
+        self.description = self._describe(s0, s1, sens, gap)
+        return gap
+
+    def _describe(self, s0, s1, sens: float, gap: float) -> str:
         fmt = lambda s: ", ".join(f"{v:g}" for v in s)          # noqa: E731
-        self.description = (
+        return (
             f"the private selection (the Select stage of run_stages through a ZCDPEngine filter opened for each run: "
             f"one exponential-mechanism draw spending the filter's whole rho {self.rho:.4g}, i.e. epsilon0 = "
             f"sqrt(8 rho) = {self.epsilon0:.3f}, which alone is {self.epsilon0:.3f}-DP (pure); the claim "
@@ -808,7 +813,6 @@ class _SelectionTarget:
             f"{self.n_records}-record table; the canary moves their L1 scores from ({fmt(s0)}) on D to ({fmt(s1)}) on "
             f"D' (sensitivity {sens:g}); its exact epsilon at epsilon0 is {self.optimal(gap):.3f}; the attacker sees "
             f"which candidate was selected)")
-        return gap
 
     def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:
         engine = _fresh_filter(self._template).open("privacy audit of the selection")
@@ -848,6 +852,64 @@ class _SelectionTarget:
                     f"canary's epsilon then {self._canary_epsilon(hi):.3f}) would have been flagged in >= "
                     f"{self.POWER_SHARE:.0%} of audits of {trials:,} runs (exact binomial; the honest one runs at "
                     f"epsilon0 {self.epsilon0:.3f})"), hi / self.epsilon0
+
+
+class _TreeSelectionTarget(_SelectionTarget):
+    """The hybrid's tree of pairs scored by dependence: the whole ``SelectTree`` stage with ``score="dependence"`` as
+    :func:`~mmdsynth.privacy.marginals.run_stages` runs it, through a filter calibrated to the claim and opened for
+    each run. Three attributes ``a``, ``b``, ``c`` (values p, q) and the candidates (a, c), (a, b): the tree takes two
+    rounds of rho / 2 each; the attacker sees the first round's pick (the second takes the other pair, whatever
+    the data: it tells nothing). epsilon0 of the round = sqrt(8 rho / 2).
+
+    The table: record 0 = (p, q, q) and the other m - 1 records (q, q, p). On D, b is constant, so (a, b) scores 0
+    (independent), and c copies a, so (a, c) scores 4 (m - 1) / m. The canary (p, p, p) swaps the two: each score
+    moves by 4 (m - 1) / m (3.6 at m = 10), within the declared 6 + 4/m, and the gap between them by twice that
+    (found by an exhaustive search over 10-record tables as the largest move of the gap). Its exact epsilon at the
+    round's epsilon0 is :meth:`optimal`."""
+
+    #: in this order the canary's D' favours the second (index 1), as the attack's test expects ("D'" when above)
+    CANDIDATES = (("a", "c"), ("a", "b"))
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        import pandas as pd
+
+        from .data import Schema
+        from .data.discrete import Domain
+        from .data.encoding import TableEncoder
+        from .privacy.engine import ZCDPEngine
+        from .privacy.marginals import dependence_sensitivity
+
+        self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
+        self._template = ZCDPEngine(epsilon, delta)
+        self.rho = self._template.rho
+        self.epsilon0 = math.sqrt(8 * self.rho / 2)              # the attacked round spends half the filter's rho
+        self.sigma = 2.0 / self.epsilon0
+        self.sensitivity = dependence_sensitivity(n_records)   # as declared by the stage: prepare() reads it
+        schema = Schema.from_dict({"columns": [{"name": c, "type": "categorical", "categories": ["p", "q"]}
+                                               for c in ("a", "b", "c")]})
+        self.domain, self.encoder = Domain.of(schema), TableEncoder(schema, ["a", "b", "c"])
+        D = pd.DataFrame([("p", "q", "q")] + [("q", "q", "p")] * (n_records - 1), columns=["a", "b", "c"])
+        D2 = D.copy()
+        D2.loc[0] = ["p", "p", "p"]                            # the canary
+        self.tables = (D, D2)
+        self.description = "the tree selection by dependence"   # completed by prepare()
+
+    def _run(self, engine, neighbour: bool):
+        from .privacy.marginals import SelectTree, run_stages
+
+        def planner():
+            return (yield SelectTree(("a", "b", "c"), self.CANDIDATES, {}, engine.remaining, score="dependence"))
+        return run_stages(engine, self.tables[neighbour], self.domain, self.encoder, planner())[0]
+
+    def _describe(self, s0, s1, sens: float, gap: float) -> str:
+        fmt = lambda s: ", ".join(f"{v:g}" for v in s)          # noqa: E731
+        return (f"the tree selection by dependence (the SelectTree stage with score \"dependence\" of run_stages "
+                f"through a ZCDPEngine filter opened for each run: two rounds of rho / 2 = {self.rho / 2:.4g}, the "
+                f"first an exponential-mechanism draw at epsilon0 = sqrt(8 rho / 2) = {self.epsilon0:.3f}; the claim "
+                f"({self.epsilon:g}, {self.delta:g}) is the filter's total) between the pairs (a, c) and (a, b) of a "
+                f"{self.n_records}-record table; the canary moves their dependence scores from ({fmt(s0)}) on D to "
+                f"({fmt(s1)}) on D' (sensitivity 6 + 4/m = {sens:g}); its exact epsilon at epsilon0 is "
+                f"{self.optimal(gap):.3f}; the attacker sees the first round's pick)")
 
 
 def _decide(target, neg_all: np.ndarray, pos_all: np.ndarray, delta: float, alpha: float) -> dict:
@@ -935,10 +997,12 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     subsampled release of dp-randconv's ``sample_rate``, whole; ``neighbouring="add_remove"`` audits its
     add/remove accounting on zero-out neighbours, m public, as its ledger entry states) or ``"selection"`` (the
     private selection of MST and AIM: a ``Select`` stage run by a zCDP filter spending its whole rho on one
-    exponential-mechanism draw between two cliques, the canary moving their score gap by twice the sensitivity) or
+    exponential-mechanism draw between two cliques, the canary moving their score gap by twice the sensitivity),
+    ``"tree-selection"`` (the hybrid's tree of pairs scored by dependence: a ``SelectTree`` stage of two rounds, the
+    canary swapping the two pairs' dependence scores; :class:`_TreeSelectionTarget`) or
     ``"person-release"`` (the mean-embedding release of a table whose privacy unit is a person, ``n_records``
     persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three).
-    ``trials``: runs on each dataset (default 20,000; the selection 2,000). The noise (and for a fit the sample)
+    ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and for a fit the sample)
     is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
@@ -969,6 +1033,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _SampledReleaseTarget(epsilon, delta, n_records, seed, neighbouring)
     elif mechanism == "selection":
         target = _SelectionTarget(epsilon, delta, n_records, seed)
+    elif mechanism == "tree-selection":
+        target = _TreeSelectionTarget(epsilon, delta, n_records, seed)
     elif mechanism == "person-release":
         target = _PersonReleaseTarget(epsilon, delta, n_records, seed)
     else:

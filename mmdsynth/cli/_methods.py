@@ -444,6 +444,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                   'iters': 3000,
                                   'label_pairs': False,
                                   'grid': 'public',
+                                  'tree_score': 'model',
                                   'seed': 0,
                                   'noise_seed': None,
                                   'progress': None},
@@ -454,7 +455,11 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                               'label_pairs': "also measure the label's 2-way marginal with every column (a public "
                                              'choice; the budget splits in four parts instead of three)',
                               'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
-                                      'mass of the released 1-way marginals: post-processing, no extra budget)'},
+                                      'mass of the released 1-way marginals: post-processing, no extra budget)',
+                              'tree_score': '"model" (MST\'s: a pair\'s distance from the model of the 1-way '
+                                            'marginals) or "dependence" (its distance from independence; about 3 '
+                                            "times the noise, but no column gathers the tree's edges because its own "
+                                            '1-way estimate is poor)'},
                      'shared_defaults': {}},
              'aim': {'method': 'aim',
                      'summary': 'rounds of private selection and measured marginals with a graphical model (AIM, mbi '
@@ -484,7 +489,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                               'iters': 'mirror-descent iterations of the graphical model (post-processing)',
                               'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
                                       'mass of the released 1-way marginals: post-processing, no extra budget)'},
-                     'shared_defaults': {'label_pairs': False}},
+                     'shared_defaults': {'label_pairs': False, 'tree_score': 'model'}},
              'hybrid': {'method': 'hybrid',
                         'summary': "MST's marginals and DP-MERF's kernel embedding in one plan; model rows "
                                    'reweighted to match both',
@@ -507,6 +512,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'label_pairs': None,
                                      'cover': 1,
                                      'grid': 'public',
+                                     'tree_score': 'dependence',
                                      'stall_stop': False,
                                      'seed': 0,
                                      'noise_seed': None,
@@ -539,6 +545,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at '
                                          'equal mass of the released 1-way marginals: post-processing, no extra '
                                          'budget)',
+                                 'tree_score': '"dependence" (a pair\'s distance from independence: no column '
+                                               "gathers the tree's edges because its own 1-way estimate is poor) or "
+                                               '"model" (MST\'s) for the tree of pairs (with marginals "mst")',
                                  'stall_stop': 'also stop the reweighting once 10 iterations improve its fit by less '
                                                "than the releases' noise can tell apart (better 2- and 3-way "
                                                "marginals on wide numeric tables such as epileptic's, slightly worse "

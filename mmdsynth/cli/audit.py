@@ -50,14 +50,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                                                "(default 1)")
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
     s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit", "sampled-release",
-                                                        "selection", "person-release"],
+                                                        "selection", "tree-selection", "person-release"],
                    help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
                         "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
                         "worst-case canary at a public start point, the attacker sees every iterate); sampled-release: "
                         "dp-randconv's subsampled release (--sample-rate), whole, with its secret sampler; selection: "
                         "the private selection of MST and AIM (a Select stage through the zCDP filter: one exponential-"
                         "mechanism draw between two cliques spending the whole rho, a canary moving their score gap "
-                        "by twice the sensitivity; the attacker sees which was selected); person-release: the release of a table "
+                        "by twice the sensitivity; the attacker sees which was selected); tree-selection: the hybrid's "
+                        "tree of pairs scored by dependence (a SelectTree stage of two rounds, the canary swapping the "
+                        "two pairs' scores; the attacker sees the first pick); person-release: the release of a table "
                         "whose privacy unit is a person (--privacy-unit), the canary one person with 500 rows)")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
@@ -70,7 +72,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--records", type=int, default=None, help="records in the audited dataset (default 10; "
                    "dpsgd-fit: 40, one expected per step)")
     s.add_argument("--trials", type=int, default=None, help="runs on each of D and D' (default 20000; selection: "
-                                                            "2000, about 20 s)")
+                                                            "2000, about 20 s; tree-selection: 4000)")
     s.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bound (default 0.95)")
     s.add_argument("--out", help="also write the result as JSON to this file")
     s.add_argument("--json", action="store_true", help="print one JSON object")

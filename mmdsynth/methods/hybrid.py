@@ -4,8 +4,8 @@ One zCDP plan (:class:`~mmdsynth.privacy.engine.ZCDPEngine`, its total calibrate
 before any read) holds two parts:
 
 * MST's releases (:class:`~mmdsynth.methods.marginal.MST`) with ``marginal_share`` of rho: the 1-way marginals of
-  every column, a private spanning tree of pairs, their 2-way marginals, and (``label_pairs``, the default) the
-  label's 2-way marginals with every column;
+  every column, a private spanning tree of pairs (by default scored by each pair's dependence, ``tree_score``), their
+  2-way marginals, and (``label_pairs``, the default) the label's 2-way marginals with every column;
 * DP-MERF's table release (:class:`~mmdsynth.methods.kernel.DPMERF`, no generator trained) with the rest: the
   class-conditional random-feature embedding (numeric columns' random Fourier features, per-class category
   frequencies, pairwise marginals and numeric x categorical histograms), the class proportions and the numeric
@@ -69,7 +69,11 @@ class Hybrid(MST):
     reweighting's most iterations; ``n_features``, ``rff_seed``, ``proportions_share``, ``numeric_share``: the
     kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``, ``label_pairs``: the marginal part's;
     ``cover``: rows per (class, category) the reweighted rows would otherwise miss; ``stall_stop``: also stop the
-    reweighting when it stalls above the releases' noise level (:func:`~mmdsynth.generators.reweight.reweight`)."""
+    reweighting when it stalls above the releases' noise level (:func:`~mmdsynth.generators.reweight.reweight`);
+    ``tree_score``: how MST's tree scores a pair (:class:`~mmdsynth.privacy.marginals.SelectTree`), by default its
+    distance from independence, not MST's distance from the model of the 1-way marginals (on wide numeric tables
+    MST's score can put most of the tree's edges on the column whose 1-way estimate is worst: slow fits, no better
+    marginals; benchmarks/log/2026-11-29.md#tree-hubs)."""
 
     method = "hybrid"
     summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
@@ -86,6 +90,9 @@ class Hybrid(MST):
         "proportions_share": "the class proportions' share of the kernel part",
         "numeric_share": "the numeric columns' released CDFs' share of the kernel part",
         "marginals": '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s rounds, at AIM\'s defaults)',
+        "tree_score": '"dependence" (a pair\'s distance from independence: no column gathers the tree\'s edges '
+                      'because its own 1-way estimate is poor) or "model" (MST\'s) for the tree of pairs (with '
+                      'marginals "mst")',
         "label_pairs": "also measure the label's 2-way marginal with every column (default: with marginals \"mst\"; "
                        "the marginal part's budget then splits in four parts instead of three)",
         "cover": "rows added for every category the reweighted rows hold in a class at less than one record's "
@@ -97,10 +104,10 @@ class Hybrid(MST):
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
-                 grid: str = "public", stall_stop: bool = False, seed: int = 0, noise_seed: int | None = None,
-                 progress: bool | None = None):
+                 grid: str = "public", tree_score: str = "dependence", stall_stop: bool = False, seed: int = 0,
+                 noise_seed: int | None = None, progress: bool | None = None):
         super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, grid=grid,
-                         seed=seed, noise_seed=noise_seed, progress=progress)
+                         tree_score=tree_score, seed=seed, noise_seed=noise_seed, progress=progress)
         self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed

@@ -26,6 +26,18 @@ from ..errors import InvalidParameterError
 
 #: the L1 distance between a clique's counts and a public vector moves by at most this when one record is replaced
 L1_SENSITIVITY = 2.0
+#: how :class:`SelectTree` scores a pair: "model" (MST's: the L1 distance of its counts from the public estimate) or
+#: "dependence" (the L1 distance of its counts from the product of their own margins: :func:`dependence_sensitivity`)
+TREE_SCORES = ("model", "dependence")
+
+
+def dependence_sensitivity(m: int) -> float:
+    """The most one replaced record moves a pair's dependence score ||C - r c^T / m||_1, where C is the pair's
+    counts (summing to the public m), r and c its row and column sums. Replacing a record moves C by -e_ij + e_kl
+    (L1 <= 2), r by -e_i + e_k and c by -e_j + e_l, so r c^T / m by (r dc^T + dr c^T + dr dc^T) / m, whose L1 is at
+    most (2m + 2m + 4) / m: 6 + 4/m in all (a record of a person table weighs 1 / its person's rows, m counts the
+    persons, and the same bound holds: dr and dc have L1 at most 2)."""
+    return 6.0 + 4.0 / m
 
 
 def clique_key(clique) -> str:
@@ -51,8 +63,12 @@ class Measure:
 class SelectTree:
     """MST's selection: ``len(attributes) - 1`` rounds of the exponential mechanism, each costing ``rho / rounds``,
     each choosing among the ``candidates`` (pairs of attributes) that join two parts of the tree built so far the one
-    whose counts are far (L1) from the public ``estimates`` (the model fitted to earlier releases). Result: the
-    chosen pairs, in order."""
+    scored highest. ``score`` "model" (MST's): the L1 distance of the pair's counts from the public ``estimates`` (the
+    model fitted to earlier releases; sensitivity 2); "dependence": the L1 distance of its counts from the product
+    of their own margins, how far the pair is from independent (``estimates`` unused; sensitivity
+    :func:`dependence_sensitivity`, about 3 times MST's, so more noise at the same rho). MST's score favours a column
+    whose own 1-way estimate is poor with every partner, and on wide tables its tree can gather most edges on that
+    one column; the dependence score does not look at the estimates. Result: the chosen pairs, in order."""
 
     attributes: tuple
     candidates: tuple
@@ -60,6 +76,7 @@ class SelectTree:
     rho: float
     #: the domain to count in (as :class:`Measure`'s)
     domain: object = field(default=None, repr=False)
+    score: str = "model"
 
 
 @dataclass(frozen=True)
@@ -144,17 +161,41 @@ def _l1_scores(counts: dict, estimates: dict, cliques) -> np.ndarray:
                        for c in cliques])
 
 
+def _dependence_scores(counts: dict, domain, cliques, m: int) -> np.ndarray:
+    """Each pair's ||C - r c^T / m||_1 (C its counts as a matrix, r and c their sums over its rows and columns)."""
+    out = []
+    for a, b in cliques:
+        C = counts[clique_key((a, b))].reshape(domain.sizes[a], domain.sizes[b])
+        out.append(np.abs(C - np.outer(C.sum(axis=1), C.sum(axis=0)) / m).sum())
+    return np.asarray(out)
+
+
+def _tree_scores(stage: SelectTree, source, domain, encoder) -> tuple[dict, float, str]:
+    """({pair: score}, its sensitivity, the score in words) for a tree selection: one read of every candidate."""
+    counts = clique_counts(source, domain, encoder, stage.candidates)      # every candidate pair, one read
+    if stage.score == "dependence":
+        m = source.n_records
+        return (dict(zip(stage.candidates, _dependence_scores(counts, domain, stage.candidates, m))),
+                dependence_sensitivity(m),
+                "farthest (L1) from the product of its own 1-way counts")
+    return (dict(zip(stage.candidates, _l1_scores(counts, stage.estimates, stage.candidates))), L1_SENSITIVITY,
+            "farthest (L1) from the model of the 1-way marginals")
+
+
 def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: dict):
     domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.candidates)
     if any(len(c) != 2 for c in stage.candidates):
         raise InvalidParameterError("SelectTree's candidates are pairs of attributes.")
+    if stage.score not in TREE_SCORES:
+        raise InvalidParameterError(f"SelectTree's score must be one of {TREE_SCORES}; got {stage.score!r}.")
     rounds = len(stage.attributes) - 1
     if rounds < 1:
         return []
-    counts = clique_counts(source, domain, encoder, stage.candidates)      # every candidate pair, one read
-    error = dict(zip(stage.candidates, _l1_scores(counts, stage.estimates, stage.candidates)))
-    del counts
+    error, sensitivity, words = _tree_scores(stage, source, domain, encoder)
+    why = ("2: replacing a record moves one count down and one up" if stage.score == "model" else
+           f"6 + 4/m = {sensitivity:.6g}: replacing a record moves the counts by 2 in L1 and the product of their "
+           f"sums over m by at most 4 + 4/m")
     part = {a: a for a in stage.attributes}                               # union-find over the attributes (public)
 
     def root(a):
@@ -168,10 +209,10 @@ def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: di
         if not open_:
             break
         pick = open_[engine.exponential(
-            "selection", [error[c] for c in open_], L1_SENSITIVITY, rho=stage.rho / rounds,
-            description=f"MST tree edge {r + 1} of {rounds}: the pair whose counts are farthest (L1) from the model "
-                        f"of the 1-way marginals, among {len(open_)} joining two parts of the tree",
-            assumed={**assumed, "score sensitivity": "2: replacing a record moves one count down and one up"},
+            "selection", [error[c] for c in open_], sensitivity, rho=stage.rho / rounds,
+            description=f"tree edge {r + 1} of {rounds} by {stage.score}: the pair whose counts are {words}, among "
+                        f"{len(open_)} joining two parts of the tree",
+            assumed={**assumed, "score sensitivity": why},
             n_records=source.n_records, computation=source.describe())]
         part[root(pick[0])] = root(pick[1])
         chosen.append(pick)

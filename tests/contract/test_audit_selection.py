@@ -148,3 +148,39 @@ def test_cli_audits_the_selection(monkeypatch, capsys, honest):
 def test_selection_runs_2000_trials_unless_told(monkeypatch):
     monkeypatch.setattr(_SelectionTarget, "observe", lambda self, neighbour: (np.array([float(neighbour)]), "stub"))
     assert audit(1.0, 1e-5, mechanism="selection").trials == 2000
+
+
+# -- the tree selection by dependence (the hybrid's default tree) -------------------------------------------------
+def test_tree_selection_audit_stays_within_the_claim():
+    """`--mechanism tree-selection`: the SelectTree stage scored by dependence, two rounds of rho / 2, the canary
+    swapping the scores of the pairs (a, c) and (a, b), (3.6, 0) <-> (0, 3.6), at the declared sensitivity 6 + 4/10."""
+    from mmdsynth.audit import _TreeSelectionTarget
+
+    r = audit(1.0, 1e-5, mechanism="tree-selection", trials=400)
+    assert r.passed and 0 <= r.epsilon_lower <= 1.0 and r.sensitivity_ok
+    assert r.sensitivity == pytest.approx(6.4) and r.canary_gap == pytest.approx(3.6 / 6.4)
+    eps0 = math.sqrt(8 * zcdp.rho_for_epsilon(1.0, 1e-5) / 2)
+    assert f"epsilon0 = sqrt(8 rho / 2) = {eps0:.3f}" in r.description and "(3.6, 0) on D" in r.description
+    # two candidates: the first pick's log-odds are eps0 x gap / (2 x 6.4), -+ eps0 x 3.6 / 12.8 on D and D', and
+    # each outcome's log-probability ratio is half the log-odds' move
+    assert r.optimal_epsilon == pytest.approx(eps0 * 3.6 / 12.8, rel=1e-9)
+    t = _TreeSelectionTarget(1.0, 1e-5, 10, 0)
+    t.prepare()
+    np.testing.assert_allclose(t.scores, [[3.6, 0.0], [0.0, 3.6]], atol=1e-12)
+
+
+def test_tree_selection_audit_catches_an_understated_dependence_sensitivity(monkeypatch):
+    monkeypatch.setattr(marginals, "dependence_sensitivity", lambda m: 1.0)
+    r = audit(1.0, 1e-5, mechanism="tree-selection", trials=100)
+    assert r.canary_gap == pytest.approx(3.6) and not r.sensitivity_ok and not r.passed
+    assert "SENSITIVITY EXCEEDED" in r.format()
+
+
+def test_tree_selection_audit_catches_too_little_noise(monkeypatch):
+    """The round's epsilon0 30x too large (10.5 for a claimed 1; this canary's epsilon then 2.95): caught with 400
+    runs (the audit's own power at 400 runs: epsilon0 4.9, in its power note)."""
+    original = zcdp.exponential_epsilon
+    monkeypatch.setattr(zcdp, "exponential_epsilon", lambda rho: 30 * original(rho))
+    r = audit(1.0, 1e-5, mechanism="tree-selection", trials=400)
+    assert r.sensitivity_ok and r.epsilon_lower > 1.0 and not r.passed
+    assert "ABOVE THE CLAIM" in r.format()

@@ -261,6 +261,35 @@ def test_label_pairs_is_refused_where_it_cannot_apply():
         Hybrid(epsilon=1.0, marginals="aim", label_pairs=True).fit(toy_table(100), label="y", schema=SCHEMA)
 
 
+def test_a_tree_scored_by_dependence_joins_the_dependent_pairs_and_says_so(tmp_path):
+    """``tree_score="dependence"`` (MST and the hybrid): the tree's rounds score each pair by its distance from
+    independence, at the sensitivity 6 + 4/m the ledger states; at a large epsilon the tree joins the pairs that
+    depend (smoker copies colour's blue; y depends on age and colour) and not the independent score column to
+    anything but one partner. A name the engine does not know is refused before the budget is touched."""
+    from mmdsynth.methods import Hybrid
+
+    df = toy_table(2000, seed=2)
+    df["smoker"] = np.where(df["colour"] == "blue", "yes", "no")
+    m = MST(epsilon=200.0, iters=200, tree_score="dependence", noise_seed=0).fit(df, label="y", schema=SCHEMA)
+    trees = [e for e in m.release_.ledger.entries if e.mechanism == "exponential"]
+    assert len(trees) == 4 and all("product of its own 1-way counts" in e.description for e in trees)
+    assert [e.sensitivity for e in trees] == pytest.approx([6 + 4 / 2000] * 4)
+    pairs = {frozenset(x["clique"]) for x in m.release_.feature_spec["measurements"] if len(x["clique"]) == 2}
+    assert frozenset(("colour", "smoker")) in pairs and frozenset(("age", "y")) in pairs
+    assert sum("score" in p for p in pairs) == 1
+    plain = MST(epsilon=200.0, iters=200, noise_seed=0).fit(df, label="y", schema=SCHEMA)
+    assert all(e.sensitivity == 2.0 for e in plain.release_.ledger.entries if e.mechanism == "exponential")
+    h = Hybrid(epsilon=1.0, pool=2, steps=5, tree_score="dependence", noise_seed=0).fit(toy_table(600), label="y",
+                                                                                         schema=SCHEMA)
+    assert any("product of its own 1-way counts" in e.description for e in h.release_.ledger.entries)
+    budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
+    for method in (MST, Hybrid):
+        with pytest.raises(InvalidParameterError, match="tree_score must be one of"):
+            method(epsilon=1.0, tree_score="mutual information").fit(toy_table(100), label="y", schema=SCHEMA,
+                                                                     budget=budget)
+    assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+
+
 def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothing():
     """mbi's sampler is handed the junction tree's counts calibrated in numpy (ModelMarginals) where it would
     compile its HUGIN pass (65 s on epileptic): for one seed the rows are mbi's own, array by array, on a model
