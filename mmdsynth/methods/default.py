@@ -18,9 +18,9 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
     one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
-    1,000 rows and the hybrid's numeric columns on 16 cells where rows x epsilon is under 15,000
-    (:func:`mmdsynth.choice.table_default_params`; a parameter given wins), logged. ``params`` are
-    the method's (``mmdsynth fit --method NAME --help`` lists them)::
+    1,000 rows and the hybrid's numeric columns on 16 cells cut at equal released mass where rows x epsilon is under
+    15,000 (:func:`mmdsynth.choice.table_default_params`; a parameter given wins), logged. ``params`` are the
+    method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
         synthetic = model.sample(len(df))

@@ -309,26 +309,31 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
 
 
 def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_epsilon_is_small():
-    """The rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS_EPSILON): 16 cells where rows x epsilon is
-    under 15,000 (from 5,000 rows, where the hybrid starts), the marginal methods' 32 otherwise or with no epsilon
-    known; a max_cells given wins; the line that says which method a table got says so."""
+    """The rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS_EPSILON): 16 cells cut at equal released
+    mass where rows x epsilon is under 15,000 (from 5,000 rows, where the hybrid starts), the marginal methods' 32 on
+    the public grid otherwise or with no epsilon known; a max_cells or grid given wins; the line that says which
+    method a table got says so."""
     from mmdsynth.choice import COARSE_CELLS_ROWS_EPSILON, sized_settings, table_default_params
     from mmdsynth.data.discrete import DEFAULT_CELLS
 
     assert COARSE_CELLS_ROWS_EPSILON == 15_000 and DEFAULT_CELLS == 32
-    assert [table_default_params(n, 1.0) for n in (5_000, 14_999, 15_000, 80_000)] == [
-        {"max_cells": 16}, {"max_cells": 16}, {}, {}]
-    assert [table_default_params(8_000, e) for e in (0.5, 1.0, 1.9, 10.0, None)] == [
-        {"max_cells": 16}, {"max_cells": 16}, {}, {}, {}]
-    assert table_default_params(20_000, 0.5) == {"max_cells": 16}
-    assert sized_settings({"max_cells": 16}) == ("numeric columns on 16 cells where rows x epsilon is under 15,000: "
-                                                 "finer cells would hold fewer rows than their noise")
+    coarse = {"max_cells": 16, "grid": "released"}
+    assert [table_default_params(n, 1.0) for n in (5_000, 14_999, 15_000, 80_000)] == [coarse, coarse, {}, {}]
+    assert [table_default_params(8_000, e) for e in (0.5, 1.0, 1.9, 10.0, None)] == [coarse, coarse, {}, {}, {}]
+    assert table_default_params(20_000, 0.5) == coarse
+    assert sized_settings(coarse) == ("numeric columns on 16 cells cut at equal mass of the released 1-way marginals "
+                                      "where rows x epsilon is under 15,000: finer cells would hold fewer rows than "
+                                      "their noise")
     assert sized_settings({"iterations": 250}).startswith("250 generator iterations under 1,000 rows")
+    assert sized_settings({"grid": "released"}) == ("numeric columns' cells cut at equal mass of the released 1-way "
+                                                    "marginals where rows x epsilon is under 15,000")
     big = toy_table(5_000, seed=3)
-    given = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, max_cells=8, **FAST)
-    assert given.get_params()["max_cells"] == 8
+    given = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, max_cells=8, grid="public", **FAST)
+    assert given.get_params()["max_cells"] == 8 and given.get_params()["grid"] == "public"
+    chosen = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
+    assert chosen.get_params()["grid"] == "released" and chosen.domain_().grid == "released"
     looser = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=3.0, noise_seed=0, **FAST)     # 5,000 x 3: not
-    assert looser.get_params()["max_cells"] == 32
+    assert looser.get_params()["max_cells"] == 32 and looser.get_params()["grid"] == "public"
     assert Hybrid().get_params()["max_cells"] == 32                 # the method named keeps its own default
 
 
@@ -360,9 +365,11 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
                                 "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
     assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
-    assert "; numeric columns on 16 cells where rows x epsilon is under 15,000" in fit.stdout.splitlines()[0]
+    assert ("; numeric columns on 16 cells cut at equal mass of the released 1-way marginals where rows x epsilon is "
+            "under 15,000") in fit.stdout.splitlines()[0]
     saved = json.loads((tmp_path / "big" / "model.json").read_text())
     assert saved["method"] == "hybrid" and saved["params"]["max_cells"] == 16
+    assert saved["params"]["grid"] == "released"
     toy_table(300).to_csv(tmp_path / "small.csv", index=False)
     fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
                                 str(tmp_path / "small")], capture_output=True, text=True)
