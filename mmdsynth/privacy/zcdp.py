@@ -50,6 +50,8 @@ def cks_delta(rho: float, epsilon: float) -> float:
     lo, hi = 1.0 + 1e-9, max((epsilon + 1) / (2 * rho) + 2, 2.0)
     for _ in range(200):
         a = (lo + hi) / 2
+        if a in (lo, hi):          # the interval holds no float between its ends: more rounds change nothing
+            break
         if (2 * a - 1) * rho - epsilon + math.log1p(-1 / a) < 0:
             lo = a
         else:
@@ -63,6 +65,8 @@ def cks_epsilon(rho: float, delta: float) -> float:
     lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta)) + 1e-12
     for _ in range(200):
         mid = (lo + hi) / 2
+        if mid in (lo, hi):        # as in cks_delta: the float interval is exhausted
+            break
         if cks_delta(rho, mid) <= delta:
             hi = mid
         else:
