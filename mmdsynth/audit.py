@@ -746,34 +746,44 @@ class _SelectionTarget:
     #: the power statement: the flagged share of audits required, and the largest epsilon0 searched
     POWER_SHARE, POWER_MAX = 0.9, 50.0
 
-    def __init__(self, epsilon, delta, n_records: int, seed: int):
-        import pandas as pd
+    #: the table's two-valued columns, and how many rounds share the filter's rho (the attacked draw spends one share)
+    COLUMNS, ROUNDS = ("a", "b"), 1
 
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
         from .data import Schema
         from .data.discrete import Domain
         from .data.encoding import TableEncoder
         from .privacy.engine import ZCDPEngine
-        from .privacy.marginals import L1_SENSITIVITY
 
         self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
         self._template = ZCDPEngine(epsilon, delta)            # calibrated once (rho_for_epsilon); no budget file
         self.rho = self._template.rho
         # the audit's own reference: the bounded-range cost rho = eps0^2 / 8 (not the engine's conversion, which
-        # the audit checks)
-        self.epsilon0 = math.sqrt(8 * self.rho)
+        # the audit checks), for the attacked draw's share of rho
+        self.epsilon0 = math.sqrt(8 * self.rho / self.ROUNDS)
         self.sigma = 2.0 / self.epsilon0                       # the Gumbel noise's scale / the sensitivity (ledger)
-        self.sensitivity = L1_SENSITIVITY                      # as declared by the stage: prepare() reads it
+        self.sensitivity = self._declared_sensitivity()       # as declared by the stage: prepare() reads it
         schema = Schema.from_dict({"columns": [{"name": c, "type": "categorical", "categories": ["p", "q"]}
-                                               for c in ("a", "b")]})
-        self.domain, self.encoder = Domain.of(schema), TableEncoder(schema, ["a", "b"])
-        rest = np.where(np.random.default_rng(seed).random(n_records - 1) < 0.5, "p", "q")
+                                               for c in self.COLUMNS]})
+        self.domain, self.encoder = Domain.of(schema), TableEncoder(schema, list(self.COLUMNS))
+        self.tables = self._tables(seed)
+        self.description = "the private selection"             # completed by prepare()
+
+    def _declared_sensitivity(self) -> float:
+        from .privacy.marginals import L1_SENSITIVITY
+        return L1_SENSITIVITY
+
+    def _tables(self, seed: int) -> tuple:
+        """(D, D') and the public estimates that make the canary's move the largest (see the class)."""
+        import pandas as pd
+
+        rest = np.where(np.random.default_rng(seed).random(self.n_records - 1) < 0.5, "p", "q")
         D = pd.DataFrame({"a": ["p", *rest], "b": ["p", *rest]})
         D2 = D.copy()
         D2.loc[0] = ["q", "q"]                                 # the canary
-        self.tables = (D, D2)
         counts = {c: np.array([(D[c] == v).sum() for v in ("p", "q")], dtype=np.float64) for c in ("a", "b")}
         self.estimates = {("a",): counts["a"], ("b",): counts["b"] + np.array([-2.0, 2.0])}
-        self.description = "the private selection"             # completed by prepare()
+        return D, D2
 
     def _run(self, engine, neighbour: bool):
         from .privacy.marginals import Select, run_stages
@@ -869,30 +879,19 @@ class _TreeSelectionTarget(_SelectionTarget):
 
     #: in this order the canary's D' favours the second (index 1), as the attack's test expects ("D'" when above)
     CANDIDATES = (("a", "c"), ("a", "b"))
+    COLUMNS, ROUNDS = ("a", "b", "c"), 2
 
-    def __init__(self, epsilon, delta, n_records: int, seed: int):
+    def _declared_sensitivity(self) -> float:
+        from .privacy.marginals import dependence_sensitivity
+        return dependence_sensitivity(self.n_records)
+
+    def _tables(self, seed: int) -> tuple:
         import pandas as pd
 
-        from .data import Schema
-        from .data.discrete import Domain
-        from .data.encoding import TableEncoder
-        from .privacy.engine import ZCDPEngine
-        from .privacy.marginals import dependence_sensitivity
-
-        self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
-        self._template = ZCDPEngine(epsilon, delta)
-        self.rho = self._template.rho
-        self.epsilon0 = math.sqrt(8 * self.rho / 2)              # the attacked round spends half the filter's rho
-        self.sigma = 2.0 / self.epsilon0
-        self.sensitivity = dependence_sensitivity(n_records)   # as declared by the stage: prepare() reads it
-        schema = Schema.from_dict({"columns": [{"name": c, "type": "categorical", "categories": ["p", "q"]}
-                                               for c in ("a", "b", "c")]})
-        self.domain, self.encoder = Domain.of(schema), TableEncoder(schema, ["a", "b", "c"])
-        D = pd.DataFrame([("p", "q", "q")] + [("q", "q", "p")] * (n_records - 1), columns=["a", "b", "c"])
+        D = pd.DataFrame([("p", "q", "q")] + [("q", "q", "p")] * (self.n_records - 1), columns=list(self.COLUMNS))
         D2 = D.copy()
         D2.loc[0] = ["p", "p", "p"]                            # the canary
-        self.tables = (D, D2)
-        self.description = "the tree selection by dependence"   # completed by prepare()
+        return D, D2
 
     def _run(self, engine, neighbour: bool):
         from .privacy.marginals import SelectTree, run_stages
@@ -1002,8 +1001,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     canary swapping the two pairs' dependence scores; :class:`_TreeSelectionTarget`) or
     ``"person-release"`` (the mean-embedding release of a table whose privacy unit is a person, ``n_records``
     persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three).
-    ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and for a fit the sample)
-    is the library's default secure source, fresh for every run."""
+    ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and
+    for a fit the sample) is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
         raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")

@@ -170,16 +170,20 @@ def _dependence_scores(counts: dict, domain, cliques, m: int) -> np.ndarray:
     return np.asarray(out)
 
 
-def _tree_scores(stage: SelectTree, source, domain, encoder) -> tuple[dict, float, str]:
-    """({pair: score}, its sensitivity, the score in words) for a tree selection: one read of every candidate."""
+def _tree_scores(stage: SelectTree, source, domain, encoder) -> tuple[dict, float, str, str]:
+    """({pair: score}, its sensitivity, the score in words, why that sensitivity) for a tree selection: one read of
+    every candidate."""
     counts = clique_counts(source, domain, encoder, stage.candidates)      # every candidate pair, one read
     if stage.score == "dependence":
         m = source.n_records
-        return (dict(zip(stage.candidates, _dependence_scores(counts, domain, stage.candidates, m))),
-                dependence_sensitivity(m),
-                "farthest (L1) from the product of its own 1-way counts")
+        sensitivity = dependence_sensitivity(m)
+        return (dict(zip(stage.candidates, _dependence_scores(counts, domain, stage.candidates, m))), sensitivity,
+                "farthest (L1) from the product of its own 1-way counts",
+                f"6 + 4/m = {sensitivity:.6g}: replacing a record moves the counts by 2 in L1 and the product of "
+                f"their sums over m by at most 4 + 4/m")
     return (dict(zip(stage.candidates, _l1_scores(counts, stage.estimates, stage.candidates))), L1_SENSITIVITY,
-            "farthest (L1) from the model of the 1-way marginals")
+            "farthest (L1) from the model of the 1-way marginals",
+            "2: replacing a record moves one count down and one up")
 
 
 def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: dict):
@@ -192,10 +196,7 @@ def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: di
     rounds = len(stage.attributes) - 1
     if rounds < 1:
         return []
-    error, sensitivity, words = _tree_scores(stage, source, domain, encoder)
-    why = ("2: replacing a record moves one count down and one up" if stage.score == "model" else
-           f"6 + 4/m = {sensitivity:.6g}: replacing a record moves the counts by 2 in L1 and the product of their "
-           f"sums over m by at most 4 + 4/m")
+    error, sensitivity, words, why = _tree_scores(stage, source, domain, encoder)
     part = {a: a for a in stage.attributes}                               # union-find over the attributes (public)
 
     def root(a):
