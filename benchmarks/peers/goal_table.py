@@ -3,7 +3,8 @@ JSON lines the runs wrote (``evaluate_peers.py`` scores, ``run_mmdsynth.py`` fit
 with each cell's verdict against the goal (2-way TVD <= the best peer's, ML efficacy >= max(AIM, DP-MERF), fit <= a
 tenth of AIM's). Nothing here is typed in: every number is a mean, median or range of stored lines.
 
-    python benchmarks/peers/goal_table.py > /tmp/goal.md
+    python benchmarks/peers/goal_table.py                               # prints it
+    python benchmarks/peers/goal_table.py --write benchmarks/RESULTS.md  # replaces its block there
 
 Which lines make each row is declared in ``ROWS`` below (file, method, tag): the default's newest settings, the
 peers as measured. Where AIM has no model, the better MST stands in on 2-way TVD (and no time is asked).
@@ -184,10 +185,12 @@ def _fmt(v, digits):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def main():
-    print("| table, eps | method | n (seeds) | ML efficacy | 1-way TVD | 2-way TVD | 3-way TVD | fit s (min / median / "
-          "max) |")
-    print("|---|---|---|---|---|---|---|---|")
+BEGIN, END = "<!-- goal_table.py: begin -->", "<!-- goal_table.py: end -->"
+
+
+def render() -> str:
+    lines = ["| table, eps | method | n (seeds) | ML efficacy | 1-way TVD | 2-way TVD | 3-way TVD | "
+             "fit s (min / median / max) |", "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for dataset, eps in ROWS:
         s = summarise(dataset, eps)
@@ -197,11 +200,27 @@ def main():
             r = s[role]
             label = f"{name} ({ROWS[(dataset, eps)]['default_is']})" if role == "default" else name
             fit = "-" if r["fit"] is None else " / ".join(f"{t:,.0f}" for t in r["fit"])
-            print(f"| {dataset}, {eps} | {label} | {r['n']} ({r['seeds']}) | {_fmt(r['ml'], 3)} | "
-                  f"{_fmt(r['tvd1'], 3)} | {_fmt(r['tvd2'], 4)} | {_fmt(r['tvd3'], 3)} | {fit} |")
+            lines.append(f"| {dataset}, {eps} | {label} | {r['n']} ({r['seeds']}) | {_fmt(r['ml'], 3)} | "
+                         f"{_fmt(r['tvd1'], 3)} | {_fmt(r['tvd2'], 4)} | {_fmt(r['tvd3'], 3)} | {fit} |")
         verdicts.append(f"- {dataset}, eps {eps}: {verdict(dataset, eps, s)}")
-    print()
-    print("\n".join(verdicts))
+    return "\n".join(lines + [""] + verdicts)
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", metavar="MARKDOWN", help="replace the text between the file's goal_table.py markers "
+                    "with the table instead of printing it (benchmarks/RESULTS.md)")
+    args = ap.parse_args()
+    text = render()
+    if not args.write:
+        print(text)
+        return
+    doc = Path(args.write).read_text()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{args.write} has no {BEGIN} ... {END} block to replace")
+    head, rest = doc.split(BEGIN, 1)
+    Path(args.write).write_text(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
 
 
 if __name__ == "__main__":
