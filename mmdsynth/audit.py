@@ -774,7 +774,8 @@ class _SelectionTarget:
         return L1_SENSITIVITY
 
     def _tables(self, seed: int) -> tuple:
-        """(D, D') and the public estimates that make the canary's move the largest (see the class)."""
+        """(D, D'): the canary's neighbouring tables; also sets ``self.estimates``, the public 1-way estimates that
+        make the canary's move of the L1 scores the largest (see the class)."""
         import pandas as pd
 
         rest = np.where(np.random.default_rng(seed).random(self.n_records - 1) < 0.5, "p", "q")
@@ -897,7 +898,7 @@ class _TreeSelectionTarget(_SelectionTarget):
         from .privacy.marginals import SelectTree, run_stages
 
         def planner():
-            return (yield SelectTree(("a", "b", "c"), self.CANDIDATES, {}, engine.remaining, score="dependence"))
+            return (yield SelectTree(self.COLUMNS, self.CANDIDATES, {}, engine.remaining, score="dependence"))
         return run_stages(engine, self.tables[neighbour], self.domain, self.encoder, planner())[0]
 
     def _describe(self, s0, s1, sens: float, gap: float) -> str:

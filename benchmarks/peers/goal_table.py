@@ -11,6 +11,7 @@ peers as measured. Where AIM has no model, the better MST stands in on 2-way TVD
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -102,9 +103,11 @@ NO_AIM = {("census", 10): "AIM not run: about 8x its eps-1 time (3,006-3,814 s) 
           ("intrusion", 10): "AIM not run: 5-6 h a seed"}
 
 
-def _lines(name: str) -> list[dict]:
+@functools.lru_cache(maxsize=None)
+def _lines(name: str) -> tuple[dict, ...]:
+    """The JSON lines of ``benchmarks/out/NAME.jsonl``, read once per run (several rows read the same file)."""
     path = OUT / f"{name}.jsonl"
-    return [json.loads(line) for line in open(path) if line.strip()] if path.exists() else []
+    return tuple(json.loads(line) for line in open(path) if line.strip()) if path.exists() else ()
 
 
 def _folder(x: dict) -> str:
@@ -116,16 +119,14 @@ def _tag(x: dict) -> str:
 
 
 def _scored(score_file: str, fit_file: str | None, method: str, tag: str, dataset: str, eps: float) -> list[dict]:
-    """One dict per scored release: ml, tvd1/2/3, fit (s or None), seed. The last line for a (folder, CSV) wins."""
+    """One dict per scored release: ml, tvd1/2/3, fit (s or None), folder. For the evaluator's lines the last one for a
+    (folder, CSV) wins; each of the cars' lines is its own release."""
     lines = _lines(score_file)
-    out = {}
     if score_file.startswith("nulls_dates"):            # the cars' lines carry scores and fit time together
-        for x in lines:
-            if (x.get("method") == method and float(x["epsilon"]) == eps and _folder(x).startswith(dataset + "_s")):
-                key = (_folder(x), x.get("date"), len(out))
-                out[key] = {"ml": x["mean"]["f1"], "tvd1": x["tvd_1way"], "tvd2": x["tvd_2way"],
-                            "tvd3": x["tvd_3way"], "fit": x.get("fit_s"), "folder": _folder(x)}
-        return list(out.values())
+        return [{"ml": x["mean"]["f1"], "tvd1": x["tvd_1way"], "tvd2": x["tvd_2way"], "tvd3": x["tvd_3way"],
+                 "fit": x.get("fit_s"), "folder": _folder(x)} for x in lines
+                if x.get("method") == method and float(x["epsilon"]) == eps and _folder(x).startswith(dataset + "_s")]
+    out = {}
     fits: dict = {}
     for f in _lines(fit_file) if fit_file else []:
         if "fit_s" in f and f.get("method") == method and float(f.get("epsilon", -1)) == eps:
@@ -174,7 +175,7 @@ def verdict(dataset: str, eps: float, s: dict) -> str:
     gap2 = d["tvd2"] - best2
     parts.append(f"2-way {'met' if gap2 <= 0 else 'missed'} ({gap2:+.4f} against "
                  f"{'AIM' if aims else 'the better MST'})")
-    if aims and d["fit"] and s["aim"].get("fit"):
+    if d["fit"] and s.get("aim", {}).get("fit"):
         ratio = s["aim"]["fit"][1] / d["fit"][1]
         parts.append(f"time: AIM's median / the default's = {ratio:.1f} (unpaired runs)")
     elif not aims:
