@@ -417,14 +417,15 @@ class KernelGeneratorMethod(Method):
                 f"iterations={self._s.iterations} is fewer than the {done} the checkpoint in {out} already trained; "
                 f"resuming would do nothing. Give iterations > {done} to train longer (no privacy is spent), or "
                 f"use the model as it is.")
-        if resume and has_checkpoint(out):
+        saved = resume and has_checkpoint(out)
+        if saved:
             # continue the generator the checkpoint holds, even if this version's defaults differ;
             # a checkpoint without a spec predates the options in the class's LEGACY_SPEC
             legacy = getattr(GENERATORS.get(spec["name"]), "LEGACY_SPEC", {})
             spec = checkpoint_generator_spec(out) or {k: v for k, v in spec.items() if k not in legacy}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self._s.seed)
-            self.generator_ = build_generator(spec)
+            self.generator_ = build_generator(spec, saved=saved)
         fmap = build_feature_map(self.release_.feature_spec)
         selection = self._selection()
         self.losses_ = train_generator(
@@ -537,12 +538,12 @@ class KernelGeneratorMethod(Method):
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
         model = read_model_folder(cls, directory, meta)
-        model.generator_ = build_generator(meta["generator_spec"])
+        model.generator_ = build_generator(meta["generator_spec"], saved=True)
         model.generator_.load_state_dict(load_file(str(directory / GENERATOR_FILE)))
         model.generator_.eval()
         files = meta.get("files")          # None: written before model.json listed its files
         if FINAL_GENERATOR_FILE in files if files is not None else (directory / FINAL_GENERATOR_FILE).exists():
-            model.final_generator_ = build_generator(meta["generator_spec"])
+            model.final_generator_ = build_generator(meta["generator_spec"], saved=True)
             model.final_generator_.load_state_dict(load_file(str(directory / FINAL_GENERATOR_FILE)))
             model.final_generator_.eval()
         model.selection_ = meta.get("selection")

@@ -47,13 +47,24 @@ def test_conv_generators_saved_before_the_architecture_options_rebuild_unchanged
     old = ConvGenerator((1, 28, 28), 10, upsample="nearest", relu_after_fc=True)
     spec = old.spec()
     legacy = {k: v for k, v in spec.items() if k not in ("upsample", "relu_after_fc")}   # an older model.json
-    again = build_generator(legacy)
+    again = build_generator(legacy, saved=True)
     assert again.spec() == spec and [type(m).__name__ for m in again.fc][-1] == "ReLU"
     again.load_state_dict(old.state_dict())
     z = torch.randn(4, 15)
     assert torch.equal(again.eval()(z), old.eval()(z))
     with pytest.raises(InvalidParameterError, match="upsample must be 'nearest' \\(default\\) or 'bilinear'"):
         ConvGenerator(upsample="bicubic")
+
+
+def test_a_partial_generator_spec_from_the_user_takes_todays_defaults_not_the_legacy_ones(digits):
+    """Only a spec read back from a file takes LEGACY_SPEC's values for the keys it lacks; a user's
+    {"name": "conv", "code_dim": 7} gets the current architecture (no ReLU after the second BN)."""
+    fresh = build_generator({"name": "conv", "image_shape": [1, 28, 28], "n_classes": 10, "code_dim": 7})
+    assert not fresh.relu_after_fc and fresh.upsample == "nearest" and fresh.code_dim == 7
+    assert [type(m).__name__ for m in fresh.fc][-1] == "BatchNorm1d"
+    m = DPNTK(epsilon=4, ntk_width=20, **{**TINY, "iterations": 2}, generator={"name": "conv", "code_dim": 7})
+    m.fit(digits.x_train, digits.y_train)
+    assert m.generator_.spec() == {**ConvGenerator((1, 8, 8), 10).spec(), "code_dim": 7}
 
 
 @pytest.mark.parametrize("k", [3, 5, 7])
