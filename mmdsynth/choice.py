@@ -1,7 +1,13 @@
 """Which method a table gets when none is named (`mmdsynth fit` without --method, ``mmdsynth.fit``): a rule on
 public facts only, importable without torch (the command line decides before it loads the methods).
+
+Every decision of a plan is a function of one :class:`PublicFacts` value: the public count of records (rows under a
+row unit; **persons** under a person unit, never their rows), the unit, epsilon and delta (issue 80). The command line
+and Python build it with :func:`public_facts` and choose with :func:`choose_table_default`: one rule, one place.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 #: the table default's size rule (`mmdsynth fit` without --method, ``mmdsynth.fit``): from this many rows up the hybrid
 #: (measured marginals and a kernel embedding in one plan), below it DP-MERF, whose one release keeps the whole budget.
@@ -13,7 +19,8 @@ HYBRID_MIN_ROWS = 5_000
 
 
 def table_default(n_records: int | None) -> str:
-    """The method a table of ``n_records`` rows is fitted with when none is named (unknown size: the hybrid)."""
+    """The method a table of ``n_records`` records (rows, or persons under a person unit: the public count) is
+    fitted with when none is named (unknown size: the hybrid)."""
     return "dp-merf" if n_records is not None and n_records < HYBRID_MIN_ROWS else "hybrid"
 
 
@@ -64,13 +71,75 @@ def sized_settings(sized: dict) -> str:
     """What :func:`table_default_params` set, in words, for the line that says which method a table got."""
     words = []
     if "iterations" in sized:
-        words.append(f"{sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} rows, where more fit "
+        words.append(f"{sized['iterations']} generator iterations under {SHORT_TRAINING_ROWS:,} records, where more fit "
                      f"the noise")
     if "max_cells" in sized:
         cut = " cut at equal mass of the released 1-way marginals" if sized.get("grid") == "released" else ""
-        words.append(f"numeric columns on {sized['max_cells']} cells{cut} where rows x epsilon is under "
+        words.append(f"numeric columns on {sized['max_cells']} cells{cut} where records x epsilon is under "
                      f"{COARSE_CELLS_ROWS_EPSILON:,}: finer cells would hold fewer rows than their noise")
     elif sized.get("grid") == "released":                 # the cells given, their cut not
-        words.append(f"numeric columns' cells cut at equal mass of the released 1-way marginals where rows x epsilon "
+        words.append(f"numeric columns' cells cut at equal mass of the released 1-way marginals where records x epsilon "
                      f"is under {COARSE_CELLS_ROWS_EPSILON:,}")
     return "; ".join(words)
+
+
+@dataclass(frozen=True)
+class PublicFacts:
+    """What a table's plan may depend on: the public count of records (``n_records``: the rows under a row unit, the
+    persons under a person unit, never their rows; None when unknown), the privacy unit's column (None: one row),
+    epsilon and delta. Nothing else about the data: a plan computed from it is the same for every pair of
+    neighbouring tables."""
+
+    n_records: int | None
+    unit: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+
+    @property
+    def records(self) -> str:
+        """The count in words: "1,000 persons" or "4,967 rows"."""
+        noun = "persons" if self.unit else "rows"
+        return f"{self.n_records:,} {noun}" if self.n_records is not None else f"unknown {noun}"
+
+
+def public_facts(data, schema=None, epsilon: float | None = None, delta: float | None = None) -> PublicFacts:
+    """The :class:`PublicFacts` of a table given to a fit: ``data`` a DataFrame or table shards (whose ``n_records``
+    is declared by the user), ``schema`` its schema (a privacy unit there makes the count the persons: the distinct
+    IDs of the person column, each read by itself as the schema reads IDs). The row count of a person table is never
+    used: it is not public (one person's rows change it)."""
+    unit = getattr(schema, "privacy_unit", None)
+    declared = getattr(data, "n_records", None)
+    if declared is not None:                       # shards: the declared count (persons under a unit)
+        return PublicFacts(int(declared), unit, epsilon, delta)
+    if unit is None:
+        return PublicFacts(len(data), None, epsilon, delta)
+    import pandas as pd
+
+    if unit not in data.columns:
+        from .errors import InvalidParameterError
+        raise InvalidParameterError(f"the privacy unit's column {unit!r} is not in the data; its columns are "
+                                    f"{[str(c) for c in data.columns]}.")
+    return PublicFacts(int(pd.unique(schema.person_ids(data)).size), unit, epsilon, delta)
+
+
+@dataclass(frozen=True)
+class TableDefault:
+    """The table default chosen from public facts: the method, the settings sized for the facts (a parameter the
+    user gave wins: left out here) and why, in words."""
+
+    method: str
+    params: dict = field(default_factory=dict)
+    why: str = ""
+
+
+def choose_table_default(facts: PublicFacts, given=()) -> TableDefault:
+    """The table default for ``facts`` (:func:`table_default` and :func:`table_default_params` on its public count
+    and epsilon), without the settings named in ``given``."""
+    n = facts.n_records
+    method = table_default(n)
+    sized = {k: v for k, v in table_default_params(n, facts.epsilon).items() if k not in given}
+    why = (f"{facts.records}, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
+           if method == "dp-merf" else f"{facts.records}: measured marginals and a kernel embedding in one plan")
+    if sized:
+        why += f"; {sized_settings(sized)}"
+    return TableDefault(method, sized, why)

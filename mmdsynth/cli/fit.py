@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_ROWS, sized_settings, table_default, table_default_params
+from ..choice import HYBRID_MIN_ROWS, choose_table_default, public_facts, table_default
 from . import _catalog
 from ._types import existing_file
 
@@ -42,27 +42,23 @@ FIT_EPILOG = "{epilog}"
 
 
 def _choose_table_default(args, data, fit_kwargs, defaults, facts):
-    """The table default for the rows read (public: their count): hybrid from HYBRID_MIN_ROWS rows up, dp-merf below
-    (with table_default_params' settings for the size and epsilon: --epsilon, else the --dataset preset's); a
-    --dataset preset's settings are then the chosen method's (the rows read are the same for every method); the
-    flags given are checked against the chosen method and win.
-    Says which method and why."""
-    n = data[0].n_records if args.shards else len(data[0])     # shards: the declared count; else the rows read
-    chosen = table_default(n)
+    """The table default for the data's public facts (:func:`~mmdsynth.choice.public_facts`: the rows read, the
+    declared --n-records of shards, or under --privacy-unit the persons, never their rows; --epsilon, else the
+    --dataset preset's), chosen by :func:`~mmdsynth.choice.choose_table_default` as in Python; a --dataset preset's
+    settings are then the chosen method's (the rows read are the same for every method); the flags given are
+    checked against the chosen method and win. Says which method and why."""
+    epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")    # a --dataset preset's
+    public = public_facts(data[0], fit_kwargs.get("schema"), epsilon)
+    chosen = table_default(public.n_records)
     if chosen != args.method:
         args.method = chosen
         if args.dataset:
             defaults = _method(args).dataset_defaults(args.dataset, "table")
     given = _method_options(args, _catalog.methods()[chosen])
-    epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")    # a --dataset preset's
-    sized = {k: v for k, v in table_default_params(n, epsilon).items() if k not in given}     # a flag given wins
-    defaults = {**defaults, **sized}
+    plan = choose_table_default(public, given)                # a flag given wins
+    defaults = {**defaults, **plan.params}
     if not args.quiet:
-        why = (f"{n:,} rows, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
-               if chosen == "dp-merf" else "measured marginals and a kernel embedding in one plan")
-        if sized:
-            why += f"; {sized_settings(sized)}"
-        print(f"method: {chosen} (the table default for {why}; --method chooses another)")
+        print(f"method: {plan.method} (the table default for {plan.why}; --method chooses another)")
     return data, fit_kwargs, defaults, facts
 
 

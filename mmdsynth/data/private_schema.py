@@ -23,6 +23,9 @@ rest is post-processing of its output.
 * **Sensitivity.** A record adds one count to one bin (or value) of every inferred column,
   so replacing a record moves at most two counts per column by 1: L2 sensitivity
   sqrt(2 c) for c inferred columns, jointly.
+* **Persons.** Under a privacy unit a record is a person: their rows' numeric bins weigh 1 in all,
+  and each person adds **one** value per categorical column at weight 1 (the value most of their
+  rows hold; :func:`person_values`), so the threshold's delta holds per person as it does per row.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import torch
 from scipy.stats import norm
 
 from ..engines import as_source, unweighted
+from ..engines.persons import PersonShards, PersonTable
 from ..errors import SchemaError
 from .schema import RESOLUTION_SECONDS, Schema
 
@@ -86,10 +90,17 @@ class SchemaCounts:
     """The statistic schema inference sums, for :meth:`~mmdsynth.engines.Source.total`: of one batch
     of a table checked by :meth:`Schema.validate` (numbers finite, missing values only in nullable
     columns, where they are not counted), the per-bin
-    counts of each numeric column to infer and the count of every value of each categorical one."""
+    counts of each numeric column to infer and the count of every value of each categorical one.
 
-    def __init__(self, inference: "SchemaInference"):
-        self.inference = inference
+    Under a privacy unit (a batch of :class:`~mmdsynth.engines.Weighted` rows, ``ids`` the schema's reading of the
+    person column): numeric bins sum the rows' weights (each person's rows weigh 1 in all), and a categorical
+    column's counts are kept per person, ``{person: {value: rows}}`` (integers: exact across shards, added key by
+    key), so that :func:`person_values` can give each person **one** value at weight 1. Weighting a person's K
+    distinct values by 1/K each would let a heavy person propose K candidate values, each clearing the keep-threshold
+    with about the delta meant for one record (issue 80)."""
+
+    def __init__(self, inference: "SchemaInference", ids=None):
+        self.inference, self.ids = inference, ids
 
     def __call__(self, batch) -> dict:
         df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
@@ -101,24 +112,47 @@ class SchemaCounts:
             idx = np.clip(np.searchsorted(edges, values[keep], side="right") - 1, 0, len(edges) - 2)
             out[name] = np.bincount(idx, weights=None if weights is None else weights[keep],
                                     minlength=len(edges) - 1).astype(np.float64)
+        if self.inference.categorical and weights is not None and self.ids is None:
+            raise RuntimeError("category inference over persons needs the person column's reader (ids); nothing "
+                               "was released.")
+        persons = self.ids(df) if weights is not None and self.inference.categorical else None
         for name in self.inference.categorical:
-            if weights is None:
-                out[name] = {str(k): float(v) for k, v in df[name].dropna().astype(str).value_counts(sort=False).items()}
-            else:
-                col = df[name]
-                keep = col.notna().to_numpy()
-                sums = pd.Series(weights[keep]).groupby(col[keep].astype(str).to_numpy()).sum()
-                out[name] = {str(k): float(v) for k, v in sums.items()}
+            col = df[name]
+            keep = col.notna().to_numpy()
+            if persons is None:
+                out[name] = {str(k): float(v) for k, v in col[keep].astype(str).value_counts(sort=False).items()}
+            else:                                   # rows per (person, value): each person's value chosen later
+                rows = pd.Series(1, index=pd.MultiIndex.from_arrays(
+                    [persons[keep].to_numpy(), col[keep].astype(str).to_numpy()])).groupby(level=[0, 1]).sum()
+                nested: dict = {}
+                for (person, value), n in rows.items():
+                    nested.setdefault(person, {})[str(value)] = int(n)
+                out[name] = nested
         return out
 
 
+def person_values(rows: dict) -> dict[str, float]:
+    """Category counts with each person counted once: ``rows`` is ``{person: {value: rows}}`` (summed over every
+    shard); each person adds 1 to the value most of their rows hold (ties: the first in text order), a function of
+    that person's rows alone. Replacing a person moves two counts by 1: the sensitivity of one record, and a value
+    held by one person only is a candidate with count 1, whatever their number of rows."""
+    counts: dict[str, float] = {}
+    for values in rows.values():
+        top = min(values.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        counts[top] = counts.get(top, 0.0) + 1.0
+    return counts
+
+
 def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,
-                              threshold_delta: float = 0.0) -> dict[str, dict]:
+                              threshold_delta: float = 0.0, ids=None) -> dict[str, dict]:
     """Noisy counts for the columns to infer (data-touching: reads ``data``, a DataFrame already
     checked by :meth:`Schema.validate`, or a table :class:`~mmdsynth.engines.Source` whose shards
     are checked as they are read; the counts are summed on its engine, the noise added by
     ``engine``, a :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan holds a ``"schema"``
     release).
+
+    ``ids``: the schema's reading of the person column (:meth:`Schema.person_ids`) when ``data`` is a person table
+    (each person then adds one value per categorical column, :func:`person_values`).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
     columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
@@ -127,7 +161,9 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
     this only to :func:`complete_schema`.
     """
     source = as_source(data)
-    totals = source.total(SchemaCounts(inference))
+    totals = source.total(SchemaCounts(inference, ids))
+    if isinstance(source, (PersonTable, PersonShards)):                             # a person table: each person one value per column, at weight 1
+        totals.update({name: person_values(totals[name]) for name in inference.categorical})
     exact, values = {}, {}
     for name in inference.numeric:
         exact[name] = torch.as_tensor(totals[name], dtype=torch.float64)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataValidationError, SchemaError
-from .values import category_text, category_texts, date_seconds, dates, numbers
+from .values import category_text, category_texts, date_seconds, dates, marked_missing, numbers
 
 
 #: the resolutions a datetime column may declare (pandas frequency aliases)
@@ -358,7 +358,9 @@ class Schema:
         for col in self.columns + ([Column(self.label, "categorical", categories=self.label_categories)]
                                    if self.label and require_label else []):
             s = out[col.name]
-            missing = s.isna() | s.isin(self.missing_values) if self.missing_values else s.isna()
+            # a cell is missing iff it is NaN / None or its own canonical text is a declared marker: per value,
+            # never by the column's dtype (an int64 -1 and a text "-1" are one marker)
+            missing = s.isna() | marked_missing(s, self.missing_values) if self.missing_values else s.isna()
             if missing.any():
                 if not col.nullable:
                     raise DataValidationError(

@@ -20,7 +20,7 @@ import pandas as pd
 from ..engines import Engine, Source, StreamEngine, get_engine
 from ..errors import DataValidationError, MmdsynthError, InvalidParameterError
 from .schema import Schema
-from .user import check_listed, read_csv_text
+from .user import check_listed, csv_read_error, read_csv_text
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -49,13 +49,21 @@ def shard_files(spec, suffixes: tuple[str, ...]) -> list[Path]:
 
 @contextmanager
 def _reading(path: Path, where: str = ""):
-    """Errors while reading a shard's file become a DataValidationError naming it (mmdsynth's own pass)."""
+    """Errors while reading a shard's file become a DataValidationError naming it (mmdsynth's own pass) and the
+    rule, never quoting the reader's own text where it may hold the file's bytes, values or line numbers: a file
+    that is not text in its encoding, a malformed CSV line, any other reader error (only its type is named; file
+    system errors keep their message, which names paths only)."""
     try:
         yield
     except MmdsynthError:
         raise
-    except Exception as exc:
+    except (UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise csv_read_error(f"shard {path}", exc) from None
+    except OSError as exc:
         raise DataValidationError(f"shard {path} cannot be read{where}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise DataValidationError(f"shard {path} cannot be read{where} ({type(exc).__name__}: the file is corrupt or "
+                                  f"not in its format; check it with the tool that wrote it).") from None
 
 
 def _require(path: Path, key: str, names) -> None:
@@ -140,10 +148,10 @@ class ShardedTable(_Sharded):
             yield rb.to_pandas()
 
     def batches(self, i: int):
-        path, start = self.files[i], 0
+        path = self.files[i]
         raw = self._raw_batches(path)
         while True:
-            with _reading(path, f" after row {start}"):   # a corrupt or unreadable file: name it
+            with _reading(path):                          # a corrupt or unreadable file: name it
                 df = next(raw, None)
             if df is None:
                 return
@@ -151,8 +159,7 @@ class ShardedTable(_Sharded):
                 check_listed(df, self.schema, path, self.drop_unlisted)
                 df = self.schema.validate(df.reset_index(drop=True))
             except MmdsynthError as exc:
-                raise type(exc)(f"shard {path}, rows {start}-{start + len(df) - 1}: {exc}") from None
-            start += len(df)
+                raise type(exc)(f"shard {path}: {exc}") from None     # the shard, never a row number
             yield df, len(df)
 
 

@@ -94,6 +94,16 @@ def read_csv_text(path, encoding: str = "utf-8", **kwargs):
     except pd.errors.EmptyDataError:
         raise DataValidationError(f"{path} is empty (no header, no rows); give a CSV file with a header line and "
                                   f"at least one row.") from None
-    except UnicodeDecodeError as exc:
-        raise DataValidationError(f"{path} is not {encoding} text (byte {exc.start} cannot be decoded); give its "
-                                  f"encoding (CLI --encoding, e.g. --encoding latin-1; Python encoding=...).") from None
+    except (UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise csv_read_error(path, exc, encoding) from None
+
+
+def csv_read_error(path, exc: Exception, encoding: str = "utf-8") -> DataValidationError:
+    """The typed error for a CSV file that cannot be read as text cells, naming the file and the rule, never a
+    byte, a value or a line number (the decoder's and the parser's own messages quote them)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return DataValidationError(f"{path} is not {encoding} text (some bytes cannot be decoded); give its encoding "
+                                   f"(CLI --encoding, e.g. --encoding latin-1; Python encoding=...).")
+    return DataValidationError(f"{path} is not a well-formed CSV file: a line has more fields than the header, or a "
+                               f"quote is not closed; fix the file (every line as many comma-separated cells as the "
+                               f"header, text with commas in double quotes).")

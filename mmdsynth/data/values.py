@@ -184,6 +184,28 @@ def _floats(read: list) -> np.ndarray:
     return np.asarray([np.nan if v is None else v for v in read], dtype=np.float64)
 
 
+def marked_missing(s: pd.Series, markers) -> np.ndarray:
+    """Which values of ``s`` are declared missing-value markers: a value is one iff its own
+    :func:`category_text` is the text of a marker (``-1``, ``-1.0`` and ``"-1"`` all match the marker
+    ``"-1"``), whatever the column's dtype. A pure function of (the markers, each value): one record's
+    marker never changes how another is read. Missing values (NaN, None) are not markers (they are missing
+    anyway). Numeric columns are read once per distinct number (the same function, value by value)."""
+    wanted = {category_text(m) for m in markers}
+    if not wanted or len(s) == 0:
+        return np.zeros(len(s), dtype=bool)
+    if _plain_numbers(s) and isinstance(s.dtype, np.dtype) and s.dtype.itemsize == 8:
+        # int64 / float64: one text per distinct number (pd.factorize groups equal numbers; -0.0 and 0.0
+        # read "0" alike), the same per-value function spread back
+        codes, uniques = pd.factorize(s, use_na_sentinel=True)
+        hit = np.asarray([category_text(u) in wanted for u in uniques.tolist()] + [False], dtype=bool)
+        return hit[codes]
+    present = ~s.isna().to_numpy()
+    out = np.zeros(len(s), dtype=bool)
+    if present.any():
+        out[present] = np.asarray([t in wanted for t in _each(s[present], category_text)], dtype=bool)
+    return out
+
+
 def numbers(s: pd.Series) -> tuple[pd.Series, np.ndarray]:
     """(every non-missing value of ``s`` as a float64 :func:`number`, mask of those that are not
     finite numbers)."""

@@ -2,24 +2,26 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pandas as pd
 
-from ..choice import HYBRID_MIN_ROWS, sized_settings, table_default, table_default_params
+from ..choice import choose_table_default, public_facts
+from ..data.schema import Schema
 from ..errors import InvalidParameterError
 from .contract import METHODS
 
 logger = logging.getLogger(__name__)
 
 
-
 def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float | None = None, delta: float = 1e-5,
         method: str | None = None, out=None, budget=None, dataset: str = "", **params):
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
-    named gets the table default: ``"hybrid"`` from ``HYBRID_MIN_ROWS`` (5,000) rows up, ``"dp-merf"`` below (its
-    one release keeps the whole budget; :func:`mmdsynth.choice.table_default`), with 250 generator iterations under
-    1,000 rows and the hybrid's numeric columns on 16 cells cut at equal released mass where rows x epsilon is under
-    15,000 (:func:`mmdsynth.choice.table_default_params`; a parameter given wins), logged. ``params`` are the
+    named gets the table default, chosen from public facts only (:func:`mmdsynth.choice.choose_table_default`: the
+    record count, which is the number of persons under a person unit, never their rows; epsilon): ``"hybrid"`` from
+    ``HYBRID_MIN_ROWS`` (5,000) records up, ``"dp-merf"`` below (its one release keeps the whole budget), with 250
+    generator iterations under 1,000 records and the hybrid's numeric columns on 16 cells cut at equal released mass
+    where records x epsilon is under 15,000 (a parameter given wins), logged. ``params`` are the
     method's (``mmdsynth fit --method NAME --help`` lists them)::
 
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
@@ -35,13 +37,12 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         if not table:
             raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
                                         f"one: method=... ({', '.join(METHODS)}).")
-        n = len(data) if isinstance(data, pd.DataFrame) else data.n_records
-        method = table_default(n)
-        sized = table_default_params(n, epsilon)
-        sized = {k: v for k, v in sized.items() if k not in params}     # a parameter given wins
-        params = {**sized, **params}
-        logger.info("method: %s (the table default for %s rows; hybrid from %d)%s", method, n, HYBRID_MIN_ROWS,
-                    f"; {sized_settings(sized)}" if sized else "")
+        declared = (Schema.from_json(schema) if isinstance(schema, (str, Path)) else Schema.from_dict(schema)
+                    if isinstance(schema, dict) else schema if schema is not None else getattr(data, "schema", None))
+        # the public count only: rows, the declared count of shards, or the persons under a person unit
+        plan = choose_table_default(public_facts(data, declared, epsilon, delta), params)
+        method, params = plan.method, {**plan.params, **params}
+        logger.info("method: %s (the table default for %s)", method, plan.why)
     if method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)

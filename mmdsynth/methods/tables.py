@@ -158,7 +158,8 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
             read = source.with_frame(schema.validate(source.frame))
         else:
             read = schema.validate(data) if isinstance(data, pd.DataFrame) else source
-        stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta))
+        stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta),
+                                          ids=schema.person_ids if schema.privacy_unit is not None else None)
         schema = complete_schema(schema, stats, std, tau)
         del stats
     counts, facts, maps = {}, {}, None
@@ -185,8 +186,8 @@ def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -
     need = max(NUMERIC_THRESHOLD_SIGMAS * std if numeric else 0.0, tau or 0.0)
     if need > m / 4:
         warnings.warn(
-            f"schema inference on {m} rows with noise std {std:.3g} per count: a numeric bin or a category needs "
-            f"about {need:.0f} rows to be told from the noise, more than a quarter of the table, so the inferred "
+            f"schema inference on {m} records with noise std {std:.3g} per count: a numeric bin or a category needs "
+            f"about {need:.0f} records to be told from the noise, more than a quarter of them, so the inferred "
             f"bounds and categories will mostly be noise. Declare them in the schema, give the inference a larger "
             f"share (schema_share / --infer-schema), or use more rows.", UserWarning, stacklevel=3)
 

@@ -1,7 +1,11 @@
 """A person as the privacy unit (issue 48): replacing one person with all their rows (thousands of rows, or one)
 moves every release of every method that can protect a person by at most the sensitivity its ledger entry
 records, with m the number of persons; the rows of every other person are weighted exactly as before."""
+import json
 import re
+
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -94,11 +98,25 @@ def test_replacing_one_person_moves_every_release_within_its_sensitivity(name):
         assert e.privacy_unit == unit_text("patient") == "one person (all rows with the same patient)"
         assert e.n_records == 300                       # m is the number of persons, not the 3,000+ rows
     for what, other in neighbours(df):
-        theirs = pieces(cls(epsilon=1.0, noise_seed=0, **params).fit(other, label="y", schema=SCHEMA_P).release_)
+        release = cls(epsilon=1.0, noise_seed=0, **params).fit(other, label="y", schema=SCHEMA_P).release_
+        theirs = pieces(release)
         assert theirs.keys() == got.keys()
         for d, (a, entry) in got.items():
             move = float(np.linalg.norm(a - theirs[d][0]))
             assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
+        # the plan is the same (issue 80): method, settings, stages, sensitivities, noise scales, public facts
+        assert plan_of(release) == plan_of(base), what
+
+
+def plan_of(release) -> tuple:
+    """What a release's plan is, apart from its noised values: the method and its settings, the public facts it
+    saved (without the tensors' post-processing facts), and each non-selection ledger entry's stage (what, how,
+    sensitivity, noise multiplier, m, unit, budget, what it assumed)."""
+    facts = {k: v for k, v in release.dataset.items() if k not in ("table", "numeric_sketch", "rows_per_person")}
+    entries = [(e.description, e.mechanism, e.sensitivity, e.noise_multiplier, e.n_records, e.privacy_unit,
+                e.accountant, e.epsilon, e.delta, json.dumps(e.assumed, sort_keys=True, default=str))
+               for e in release.ledger.entries if e.description in pieces(release)]
+    return json.dumps(facts, sort_keys=True, default=str), entries
 
 
 def test_the_same_neighbours_break_a_row_level_release():
@@ -167,3 +185,42 @@ def test_replacing_one_person_spread_over_shards_moves_every_release_within_its_
         for d, (a, entry) in got.items():
             move = float(np.linalg.norm(a - theirs[d][0]))
             assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
+
+
+def test_one_heavy_person_proposes_at_most_one_category_per_column(monkeypatch):
+    """Issue 80, leak 3: under a person unit, inferred categories counted each person's K distinct values at 1/K
+    each, so a person with K rows proposed K candidate values, each clearing the keep-threshold with about the delta
+    meant for one record (a value of theirs published with probability 7.6e-3 at K = 2,000, 1,524x the claimed
+    5e-6). Each person now adds one value per column at weight 1: replacing a light person by one holding 2,000
+    distinct values adds at most one candidate, whatever the path (in memory, or shards the person spans)."""
+    from mmdsynth.data import ShardedTable
+    from mmdsynth.privacy.engine import PrivacyEngine
+
+    candidates = []
+    original = PrivacyEngine.gaussian
+
+    def spy(self, name, values, *args, **kwargs):
+        if name == "schema":
+            candidates.append({k: len(v) for k, v in values.items()})
+        return original(self, name, values, *args, **kwargs)
+
+    monkeypatch.setattr(PrivacyEngine, "gaussian", spy)
+    spec = {**SCHEMA, "columns": [dict(c) for c in SCHEMA["columns"]]}
+    del spec["columns"][2]["categories"]                       # colour: inferred, with budget
+    schema = Schema.from_dict(spec).with_privacy_unit("patient")
+    df = persons_table()
+    last = df.patient.iloc[-1]
+    secret = pd.DataFrame([{**EXTREME, "colour": f"secret-{k:05d}", "patient": "q"} for k in range(HEAVY)])
+    other = pd.concat([df[df.patient != last], secret], ignore_index=True)
+    fit = dict(epsilon=1.0, noise_seed=0, iterations=1, n_features=50, schema_share=0.2, numeric_encoding="minmax")
+    for data in (df, other):
+        METHODS["dp-merf"](**fit).fit(data, label="y", schema=schema)
+    folder = Path(tempfile.mkdtemp())
+    for k, data in enumerate((df, other)):                  # 4 shards, every person's rows spread over them
+        (folder / str(k)).mkdir()
+        for i, part in enumerate(np.array_split(np.random.default_rng(1).permutation(len(data)), 4)):
+            data.iloc[part].to_csv(folder / str(k) / f"part{i}.csv", index=False)
+        METHODS["dp-merf"](**fit).fit(ShardedTable(folder / str(k) / "part*.csv", schema, n_records=300), label="y")
+    memory, shards = candidates[:2], candidates[2:]
+    assert memory == shards, (memory, shards)
+    assert memory[0]["colour"] == 3 and memory[1]["colour"] <= memory[0]["colour"] + 1, memory

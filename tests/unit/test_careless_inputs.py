@@ -160,3 +160,30 @@ def test_dp_hp_defaults_fit_a_table_with_few_encoded_inputs(tmp_path, capsys):
     code = main(["fit", "--method", "dp-hp", "--csv", str(tmp_path / "t.csv"), "--schema", str(tmp_path / "s.json"),
                  "--label", "y", "--epsilon", "1", "--iterations", "2", "-q", "--out", str(tmp_path / "m")])
     assert code == 0, capsys.readouterr().err                      # 3 encoded inputs; the table default was 5
+
+
+@pytest.mark.parametrize("fault", ["latin-1 bytes", "a malformed line"])
+@pytest.mark.parametrize("how", ["read_table", "shards"])
+def test_unreadable_csv_files_are_refused_naming_the_rule_never_a_byte_or_a_line(fault, how, tmp_path):
+    """Issue 80: a non-UTF-8 shard was refused with the decoder's text, which quotes the private byte, and a
+    malformed line escaped as pandas' error with its line number."""
+    from mmdsynth.data import Schema, ShardedTable, read_table
+    from mmdsynth.errors import DataValidationError
+
+    rows = ["x,y"] + [f"0.{k},a" for k in range(1, 40)]
+    rows[37] = "0.5,Zoë" if fault == "latin-1 bytes" else "0.5,a,extra,cells"
+    path = tmp_path / "t.csv"
+    path.write_bytes("\n".join(rows).encode("latin-1"))
+    schema = {"columns": [{"name": "x", "type": "numeric", "bounds": [0, 1]}], "label": "y",
+              "label_categories": ["a", "Zoë"]}
+    with pytest.raises(DataValidationError) as err:
+        if how == "read_table":
+            read_table(path, Schema.from_dict(schema), label="y")
+        else:
+            table = ShardedTable(path, schema, n_records=39, batch_rows=10)
+            for _ in table.batches(0):
+                pass
+    text = str(err.value)
+    assert "t.csv" in text and ("not utf-8 text" in text if fault == "latin-1 bytes" else "well-formed" in text)
+    for quoted in ("0xeb", "position", "line 38", "38", "37", "Zo", "byte 1", "byte 2", "byte 3", "byte 4"):
+        assert quoted not in text, (quoted, text)

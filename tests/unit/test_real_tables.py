@@ -110,7 +110,7 @@ def test_the_evaluator_hands_the_classifiers_float64(monkeypatch):
 def test_schema_inference_warns_when_its_noise_swamps_a_small_table():
     from support import partial_schema
 
-    with pytest.warns(UserWarning, match=r"schema inference on 200 rows with noise std .* mostly be noise"):
+    with pytest.warns(UserWarning, match=r"schema inference on 200 records with noise std .* mostly be noise"):
         DPMERF(1.0, n_features=50, iterations=2, batch_size=50, schema_share=0.1).fit(
             toy_table(200), label="y", schema=partial_schema())
     with warnings.catch_warnings():
