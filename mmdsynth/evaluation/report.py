@@ -117,19 +117,32 @@ def _heatmaps(pair: dict) -> str:
     return _png(heatmap_figure(pair))
 
 
+def _entry_in_words(e) -> str:
+    """One ledger entry as a sentence: what was released, by which mechanism (Gaussian noise, a private selection
+    by the exponential mechanism, or noisy DP-SGD steps), and the most one record can move it."""
+    unit = (f"neighbouring datasets: {html.escape(e.neighbouring.replace('_', ' '))}; one record is "
+            f"{html.escape(e.privacy_unit)}")
+    if e.mechanism == "exponential":
+        how = (f"chosen privately by the exponential mechanism (Gumbel noise of scale {e.noise_std:.4g} on scores whose "
+               f"sensitivity, the most one record can move a score, is {e.sensitivity:.4g})" if e.noise_multiplier
+               else "chosen by an exact argmax (no noise)")
+    elif e.mechanism == "dp-sgd":
+        how = (f"learned by noisy gradient steps (DP-SGD: each step's clipped gradient sum got Gaussian noise, noise "
+               f"multiplier {e.noise_multiplier:.4g} times the clip {e.sensitivity:.4g})")
+    else:
+        how = (f"Gaussian noise with standard deviation {e.noise_std:.4g} was added (noise multiplier "
+               f"{e.noise_multiplier:.4g} times sensitivity {e.sensitivity:.4g}, the most one record can move this "
+               f"statistic)")
+    return f"<li><b>{html.escape(e.description)}</b>: {how}; {unit}.</li>"
+
+
 def ledger_in_words(release) -> str:
     """The ledger as sentences a reader without DP training can follow."""
     eps, delta = release.ledger.total()
     entries = release.ledger.entries
-    items = []
-    for e in entries:
-        items.append(
-            f"<li><b>{html.escape(e.description)}</b>: Gaussian noise with standard deviation {e.noise_std:.4g} "
-            f"was added (noise multiplier {e.noise_multiplier:.4g} times sensitivity {e.sensitivity:.4g}, the most "
-            f"one record can move this statistic; neighbouring datasets: {html.escape(e.neighbouring.replace('_', ' '))}"
-            f"; one record is {html.escape(e.privacy_unit)}).</li>")
+    items = [_entry_in_words(e) for e in entries]
     shared = len({e.budget_id for e in entries}) == 1 and len(entries) > 1
-    head = (f"<p>This model was trained on {len(entries)} noisy release(s) of the private data and on nothing else. "
+    head = (f"<p>This model was trained on {len(entries)} private release(s) of the private data and on nothing else. "
             f"Together they are differentially private with <b>epsilon = {eps:g}, delta = {delta:g}</b>: no one "
             f"looking at the model or its samples can tell with confidence beyond this bound whether any one "
             f"record was in the data.")
@@ -137,6 +150,15 @@ def ledger_in_words(release) -> str:
         head += (" The releases below are <b>shares of that one budget</b>, calibrated together; they are not "
                  "separate charges.")
     return head + "</p><ul>" + "".join(items) + "</ul>"
+
+
+#: what the report says above everything computed from real rows (the test split, a real training split)
+REAL_DATA_NOTE = ("<p class='real'><b>Not covered by the privacy guarantee.</b> The sections marked <i>real data</i> "
+                  "compare the synthetic data with real rows you passed to <code>evaluate</code> or "
+                  "<code>report</code> (the test split{train}): their plots and numbers are computed from those rows "
+                  "directly, without noise. Use them to judge the model; do not publish them with the model. The "
+                  "model, its samples and the Privacy section below depend on the private training data only through "
+                  "the releases listed there.</p>")
 
 
 #: image evaluation scores, as the report names them
@@ -153,19 +175,24 @@ def _utility_html(evaluation: dict | None) -> str:
     rows = []
     if "classifiers" in evaluation and isinstance(evaluation["classifiers"], dict):
         keys = list(evaluation["mean"])
-        real = (evaluation.get("real") or {}).get("classifiers", {})
         for name, scores in evaluation["classifiers"].items():
-            cells = "".join(f"<td>{scores[k]:.3f}</td>" for k in keys)
-            cells += "".join(f"<td>{real[name][k]:.3f}</td>" for k in keys) if name in real else ""
-            rows.append(f"<tr><td>{html.escape(name)}</td>{cells}</tr>")
+            rows.append(f"<tr><td>{html.escape(name)}</td>{''.join(f'<td>{scores[k]:.3f}</td>' for k in keys)}</tr>")
         mean = "".join(f"<td><b>{evaluation['mean'][k]:.3f}</b></td>" for k in keys)
-        if real:
-            mean += "".join(f"<td><b>{evaluation['real']['mean'][k]:.3f}</b></td>" for k in keys)
-        head = "".join(f"<th>{k} (synthetic)</th>" for k in keys) + \
-            ("".join(f"<th>{k} (real)</th>" for k in keys) if real else "")
-        return (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic rows, tested on the real test "
-                f"split.</p><table><tr><th>classifier</th>{head}</tr>{''.join(rows)}"
-                f"<tr><td><b>mean</b></td>{mean}</tr></table>")
+        head = "".join(f"<th>{k}</th>" for k in keys)
+        out = (f"<p>Classifiers trained on {evaluation.get('n_synthetic')} synthetic rows, tested on the real test "
+               f"split.</p><table><tr><th>classifier</th>{head}</tr>{''.join(rows)}"
+               f"<tr><td><b>mean</b></td>{mean}</tr></table>")
+        real = evaluation.get("real") or {}
+        if real.get("classifiers"):
+            rows = "".join(f"<tr><td>{html.escape(name)}</td>{''.join(f'<td>{v[k]:.3f}</td>' for k in keys)}</tr>"
+                           for name, v in real["classifiers"].items())
+            mean = "".join(f"<td><b>{real['mean'][k]:.3f}</b></td>" for k in keys)
+            out += (f"<h3>Reference, real data: classifiers trained on the real training rows (not private)</h3>"
+                    f"<p>The same classifiers trained on the <b>real</b> training rows (<code>evaluate --real</code>), "
+                    f"tested on the same split: the ceiling the synthetic rows are measured against. These scores "
+                    f"are computed from the private rows without noise and are not covered by the guarantee.</p>"
+                    f"<table><tr><th>classifier</th>{head}</tr>{rows}<tr><td><b>mean</b></td>{mean}</tr></table>")
+        return out
     named = [(label, evaluation[k]) for k, label in IMAGE_SCORES.items() if isinstance(evaluation.get(k), (int, float))]
     rest = [(k, v) for k, v in evaluation.items() if k not in IMAGE_SCORES and k not in ("epsilon", "delta", "n_synthetic")
             and isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -195,7 +222,7 @@ def _table_sections(model, test, seed: int, n: int) -> str:
         cats = col.categories if col is not None else encoder.schema.label_categories
         plots.append(_marginal_plot(name, marg[name]["kind"], real[name], synth[name], cats))
     return (
-        f"<h2>Fidelity</h2><p>Against {len(real)} real rows ({html.escape(fid['reference'])}). Mean numeric "
+        f"<h2>Fidelity (real data: the test split)</h2><p>Against {len(real)} real rows ({html.escape(fid['reference'])}). Mean numeric "
         f"TV {fmt(fid['mean_numeric_tv'])}, mean numeric W1 {fmt(fid['mean_numeric_wasserstein'])}, mean categorical TV "
         f"{fmt(fid['mean_categorical_tv'])}, pairwise dependence error {fid['pairwise']['mean_abs_error']:.3f} "
         f"(max {fid['pairwise']['max_abs_error']:.3f}).</p>"
@@ -257,7 +284,11 @@ def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_d
         parts.append(_table_sections(model, test, seed, n))
     else:
         parts.append(_image_section(model, seed))
-    parts.append(f"<h2>Utility</h2>{_utility_html(evaluation)}")
+    trained_on_real = bool(((evaluation or {}).get("real") or {}).get("classifiers"))
+    if model.encoder_ is not None or evaluation:
+        parts.insert(1, REAL_DATA_NOTE.format(train=" and the real training rows" if trained_on_real else ""))
+    parts.append(f"<h2>Utility (real data: the test split{', and the real training rows' if trained_on_real else ''})"
+                 f"</h2>{_utility_html(evaluation)}")
     parts.append(f"<h2>Privacy</h2>{ledger_in_words(model.release_)}")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mmdsynth report</title><style>{STYLE}"
             f"</style></head><body>{''.join(parts)}</body></html>")

@@ -94,6 +94,13 @@ def test_replacing_one_person_moves_every_release_within_its_sensitivity(name):
     got = pieces(base)
     assert "rows per person: a histogram over 11 public cells of the 300 persons' row counts" in got
     assert len(got) >= 2, sorted(got)
+    # the rows-per-person histogram's share of the plan, as docs/privacy.md states it: 5 % (of 1/sigma^2, or of rho
+    # in a zCDP plan), the hybrid's 5 % of its kernel half
+    weight = lambda e: e.rho if e.rho is not None else 1.0 / e.noise_multiplier ** 2       # noqa: E731
+    rows = next(e for e in base.ledger.entries if e.description.startswith("rows per person"))
+    share = weight(rows) / sum(weight(e) for e in base.ledger.entries if e.plan == rows.plan or e.rho is not None)
+    if name != "dp-kip":
+        assert share == pytest.approx(0.025 if name == "hybrid" else 0.05, rel=1e-9), share
     for e in base.ledger.entries:
         assert e.privacy_unit == unit_text("patient") == "one person (all rows with the same patient)"
         assert e.n_records == 300                       # m is the number of persons, not the 3,000+ rows

@@ -300,7 +300,7 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
            "--epsilon", "1", "--csv", str(tmp_path / "small.csv"), "--n-features", "200"]
     fit = subprocess.run(run + ["--out", str(tmp_path / "a")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert "; 250 generator iterations under 1,000 rows" in fit.stdout.splitlines()[0]
+    assert "; 250 generator iterations under 1,000 records" in fit.stdout.splitlines()[0]
     saved = json.loads((tmp_path / "a" / "model.json").read_text())
     assert saved["params"]["iterations"] == 250 and saved["iterations_done"] == 250
     fit = subprocess.run(run + ["--iterations", "30", "--out", str(tmp_path / "b")], capture_output=True, text=True)
@@ -322,11 +322,11 @@ def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_ep
     assert [table_default_params(8_000, e) for e in (0.5, 1.0, 1.9, 10.0, None)] == [coarse, coarse, {}, {}, {}]
     assert table_default_params(20_000, 0.5) == coarse
     assert sized_settings(coarse) == ("numeric columns on 16 cells cut at equal mass of the released 1-way marginals "
-                                      "where rows x epsilon is under 15,000: finer cells would hold fewer rows than "
+                                      "where records x epsilon is under 15,000: finer cells would hold fewer rows than "
                                       "their noise")
-    assert sized_settings({"iterations": 250}).startswith("250 generator iterations under 1,000 rows")
+    assert sized_settings({"iterations": 250}).startswith("250 generator iterations under 1,000 records")
     assert sized_settings({"grid": "released"}) == ("numeric columns' cells cut at equal mass of the released 1-way "
-                                                    "marginals where rows x epsilon is under 15,000")
+                                                    "marginals where records x epsilon is under 15,000")
     big = toy_table(5_000, seed=3)
     given = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, max_cells=8, grid="public", **FAST)
     assert given.get_params()["max_cells"] == 8 and given.get_params()["grid"] == "public"
@@ -364,8 +364,8 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     fit = subprocess.run(run + ["--csv", str(tmp_path / "big.csv"), "--iters", "100", "--pool", "1", "--n-features",
                                 "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
-    assert ("; numeric columns on 16 cells cut at equal mass of the released 1-way marginals where rows x epsilon is "
+    assert fit.stdout.startswith("method: hybrid (the table default for 5,000 rows: measured marginals")
+    assert ("; numeric columns on 16 cells cut at equal mass of the released 1-way marginals where records x epsilon is "
             "under 15,000") in fit.stdout.splitlines()[0]
     saved = json.loads((tmp_path / "big" / "model.json").read_text())
     assert saved["method"] == "hybrid" and saved["params"]["max_cells"] == 16
@@ -575,7 +575,7 @@ def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
                           "--epsilon", "1", "--iters", "100", "--pool", "1", "--n-features", "100",
                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
     assert fit.returncode == 0, fit.stderr[-1500:]
-    assert fit.stdout.startswith("method: hybrid (the table default for measured marginals")
+    assert fit.stdout.startswith("method: hybrid (the table default for 5,000 rows: measured marginals")
     model = mmdsynth.load(tmp_path / "run")
     assert type(model) is Hybrid and model.release_.dataset["computation"]["shards"] == 2
     np.savez(tmp_path / "arr0.npz", x=np.zeros((10, 4), dtype=np.float32), y=np.zeros(10, dtype=np.int64))

@@ -50,6 +50,29 @@ def test_table_report_is_self_contained_and_says_what_it_shows(table_run, capsys
     for needle in ("shares of that one budget", "epsilon = 2", "numeric-column distributions",
                    "logistic_regression", "Pairwise dependence", "Marginals, real vs synthetic"):
         assert needle in page, needle
+    # issue 80: scores of classifiers trained on the private rows are not shown as what the release supports: the
+    # page says up front which sections are real data outside the guarantee, and the real-trained scores sit in
+    # their own section, after the synthetic ones
+    assert page.index("Not covered by the privacy guarantee") < page.index("<h2>Fidelity (real data")
+    assert "and the real training rows" in page.split("<h2>")[0] + page.split("<h2>")[1]
+    utility = page.split("<h2>Utility (real data")[1].split("<h2>")[0]
+    synthetic, real = utility.split("Reference, real data: classifiers trained on the real training rows (not private)")
+    assert f"<td><b>{evaluation['mean'][next(iter(evaluation['mean']))]:.3f}</b></td>" in synthetic
+    assert f"<td><b>{evaluation['real']['mean'][next(iter(evaluation['mean']))]:.3f}</b></td>" in real
+
+
+def test_the_privacy_section_names_each_release_by_its_mechanism():
+    """Issue 80: the report called the exponential mechanism's selections "Gaussian noise"."""
+    from types import SimpleNamespace
+
+    from mmdsynth.evaluation.report import _entry_in_words
+
+    base = dict(description="d", noise_std=2.0, noise_multiplier=1.5, sensitivity=3.0, neighbouring="replace_one",
+                privacy_unit="one row")
+    said = {m: _entry_in_words(SimpleNamespace(mechanism=m, **base)) for m in ("gaussian", "exponential", "dp-sgd")}
+    assert "Gaussian noise with standard deviation 2" in said["gaussian"]
+    assert "exponential mechanism" in said["exponential"] and "Gaussian" not in said["exponential"]
+    assert "DP-SGD" in said["dp-sgd"]
 
 
 def test_report_without_test_rows_for_a_user_table_says_how(table_run, capsys):
@@ -144,6 +167,6 @@ def test_image_model_report_has_the_sample_grid(digits, tmp_path, capsys):
     logreg = json.loads((tmp_path / "img" / "evaluation.json").read_text())["logreg_acc"]
     assert main(["report", str(tmp_path / "img")]) == 0
     page = (tmp_path / "img" / "report.html").read_text()
-    utility = page.split("<h2>Utility</h2>")[1].split("<h2>")[0]
+    utility = page.split("<h2>Utility")[1].split("<h2>")[0]
     assert "No utility numbers yet" not in utility
     assert f"<td>LogisticRegression accuracy</td><td><b>{logreg:.3f}</b></td>" in utility
