@@ -61,10 +61,10 @@ from .validation import check_delta, check_epsilon, check_positive
 logger = logging.getLogger(__name__)
 
 MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection", "tree-selection",
-              "person-release")
+              "person-release", "person-marginals")
 #: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms;
 #: the person release reads a table through the person reduction: about 10 ms)
-DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000}
+DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000, "person-marginals": 2000}
 #: rows of the person-release audit's canary: one person with this many rows (the others have one to three)
 CANARY_ROWS = 500
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
@@ -345,6 +345,68 @@ class _PersonReleaseTarget(_ProjectionTarget):
         rel = release_mean_embedding(self.fmap, self.sources[int(neighbour)], encoder=self.encoder, n_classes=2,
                                      epsilon=self.epsilon, delta=self.delta)
         return rel.tensors["embedding"].flatten(), rel.ledger.entries[0].noise_source
+
+
+class _PersonMarginalTarget(_ProjectionTarget):
+    """The measured 1-way marginals of a table whose privacy unit is a person, as MST, AIM and the hybrid measure
+    them: a ``Measure`` stage of :func:`~mmdsynth.privacy.marginals.run_stages` on a
+    :class:`~mmdsynth.engines.persons.PersonTable`, through a zCDP filter calibrated to the claim and opened for
+    each run (the stage spends its whole rho). D holds ``n_records`` persons of one to three rows over two columns
+    (values p, q); person 0's rows are all (p, p). D' replaces person 0 by one canary person with ``CANARY_ROWS``
+    rows, all (q, q): with each person's rows weighing 1 in all, each column's counts move by (-1, +1), the
+    release by exactly its recorded sensitivity sqrt(2 x 2 cliques) = 2; without the person reduction they would
+    move by ``CANARY_ROWS`` times that. The attacker projects the noisy counts on the difference of the exact ones."""
+
+    neighbouring = "replace_one"
+    CLIQUES = (("a",), ("b",))
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        import pandas as pd
+
+        from .data.discrete import Domain
+        from .data.encoding import TableEncoder
+        from .data.schema import Schema
+        from .engines.persons import PersonTable
+        from .privacy.engine import ZCDPEngine
+        from .privacy.marginals import clique_counts, clique_key
+
+        self.epsilon, self.delta = epsilon, delta
+        self._template = ZCDPEngine(epsilon, delta)            # calibrated once; no budget file
+        self.sensitivity = math.sqrt(2 * len(self.CLIQUES))
+        self.output_sensitivity = self.sensitivity
+        self.sigma = 1.0 / math.sqrt(2 * self._template.rho)  # std / sensitivity of a Gaussian release spending rho
+        schema = Schema.from_dict({"columns": [{"name": "a", "type": "categorical", "categories": ["p", "q"]},
+                                               {"name": "b", "type": "categorical", "categories": ["p", "q"]},
+                                               {"name": "person", "type": "id"}], "privacy_unit": "person"})
+        learned = schema.without_ids()
+        self.domain, self.encoder = Domain.of(learned), TableEncoder(learned, ["a", "b", "person"])
+        rng = np.random.default_rng(seed)
+        sizes = rng.integers(1, 4, n_records)
+        rows = int(sizes.sum())
+        values = np.where(rng.random((rows, 2)) < 0.5, "p", "q")
+        values[:sizes[0]] = "p"                                # person 0: all (p, p)
+        df = pd.DataFrame({"a": values[:, 0], "b": values[:, 1],
+                           "person": np.repeat([f"u{i}" for i in range(n_records)], sizes)})
+        canary = pd.DataFrame({"a": ["q"] * CANARY_ROWS, "b": ["q"] * CANARY_ROWS, "person": ["canary"] * CANARY_ROWS})
+        df2 = pd.concat([df[df.person != "u0"], canary], ignore_index=True)
+        self.sources = (PersonTable(df, "person"), PersonTable(df2, "person"))
+        self.stats = tuple(torch.as_tensor(np.concatenate(
+            [clique_counts(src, self.domain, self.encoder, self.CLIQUES)[clique_key(c)] for c in self.CLIQUES]))
+            for src in self.sources)
+        self.description = (f"the measured 1-way marginals of a person table (privacy unit: a person; a Measure stage "
+                            f"of run_stages on a PersonTable, through a zCDP filter spending its whole rho "
+                            f"{self._template.rho:.4g}), {n_records} persons, canary: one person with {CANARY_ROWS} "
+                            f"rows replacing a person of {sizes[0]}")
+
+    def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
+        from .privacy.marginals import Measure, clique_key, run_stages
+
+        engine = _fresh_filter(self._template).open("privacy audit of the person-level marginals")
+
+        def planner():
+            return (yield Measure(self.CLIQUES, engine.remaining, what="1-way marginals"))
+        noisy, _ = run_stages(engine, self.sources[int(neighbour)], self.domain, self.encoder, planner())
+        return torch.as_tensor(np.concatenate([noisy[c] for c in self.CLIQUES])), engine.entries[-1].noise_source
 
 
 class _DPSGDTarget(_ProjectionTarget):
@@ -1001,7 +1063,9 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     ``"tree-selection"`` (the hybrid's tree of pairs scored by dependence: a ``SelectTree`` stage of two rounds, the
     canary swapping the two pairs' dependence scores; :class:`_TreeSelectionTarget`) or
     ``"person-release"`` (the mean-embedding release of a table whose privacy unit is a person, ``n_records``
-    persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three).
+    persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three) or
+    ``"person-marginals"`` (the measured 1-way marginals of such a table: a ``Measure`` stage on the person table,
+    :class:`_PersonMarginalTarget`).
     ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and
     for a fit the sample) is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
@@ -1037,6 +1101,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _TreeSelectionTarget(epsilon, delta, n_records, seed)
     elif mechanism == "person-release":
         target = _PersonReleaseTarget(epsilon, delta, n_records, seed)
+    elif mechanism == "person-marginals":
+        target = _PersonMarginalTarget(epsilon, delta, n_records, seed)
     else:
         target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
     canary_gap = target.prepare()

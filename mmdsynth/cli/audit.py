@@ -50,7 +50,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                                                "(default 1)")
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
     s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit", "sampled-release",
-                                                        "selection", "tree-selection", "person-release"],
+                                                        "selection", "tree-selection", "person-release",
+                                                        "person-marginals"],
                    help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
                         "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
                         "worst-case canary at a public start point, the attacker sees every iterate); sampled-release: "
@@ -60,7 +61,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "by twice the sensitivity; the attacker sees which was selected); tree-selection: the hybrid's "
                         "tree of pairs scored by dependence (a SelectTree stage of two rounds, the canary swapping the "
                         "two pairs' scores; the attacker sees the first pick); person-release: the release of a table "
-                        "whose privacy unit is a person (--privacy-unit), the canary one person with 500 rows)")
+                        "whose privacy unit is a person (--privacy-unit), the canary one person with 500 rows; "
+                        "person-marginals: the measured 1-way marginals of such a table (MST's, AIM's and the "
+                        "hybrid's Measure stage), the same canary person)")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
     s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
