@@ -61,10 +61,11 @@ from .validation import check_delta, check_epsilon, check_positive
 logger = logging.getLogger(__name__)
 
 MECHANISMS = ("release", "dpsgd-step", "dpsgd-fit", "sampled-release", "selection", "tree-selection",
-              "person-release", "person-marginals")
+              "person-release", "person-marginals", "person-selection")
 #: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms;
 #: the person release reads a table through the person reduction: about 10 ms)
-DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000, "person-marginals": 2000}
+DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000, "person-marginals": 2000,
+                  "person-selection": 2000}
 #: rows of the person-release audit's canary: one person with this many rows (the others have one to three)
 CANARY_ROWS = 500
 #: slack on the measured sensitivity (floating-point rounding of a clip or a norm bound)
@@ -927,6 +928,32 @@ class _SelectionTarget:
                     f"epsilon0 {self.epsilon0:.3f})"), hi / self.epsilon0
 
 
+class _PersonSelectionTarget(_SelectionTarget):
+    """The same ``Select`` stage on a table whose privacy unit is a person (a
+    :class:`~mmdsynth.engines.persons.PersonTable`, as AIM's and MST's rounds read one): every record of
+    :class:`_SelectionTarget`'s table is a person of one row, and the canary is one person with ``CANARY_ROWS`` rows of
+    (q, q) replacing person 0. With each person's rows weighing 1 in all, the scores move as the row-level canary's
+    do (by the sensitivity, in opposite directions); without the person reduction they would move by ``CANARY_ROWS``
+    times that."""
+
+    def _tables(self, seed: int) -> tuple:
+        import pandas as pd
+
+        from .data.encoding import TableEncoder
+        from .engines.persons import PersonTable
+
+        D, _ = super()._tables(seed)
+        D = D.assign(person=[f"u{i}" for i in range(len(D))])
+        canary = pd.DataFrame({"a": ["q"] * CANARY_ROWS, "b": ["q"] * CANARY_ROWS, "person": ["canary"] * CANARY_ROWS})
+        D2 = pd.concat([D.iloc[1:], canary], ignore_index=True)
+        self.encoder = TableEncoder(self.domain.schema, ["a", "b", "person"])    # the person column is never read
+        return PersonTable(D, "person"), PersonTable(D2, "person")
+
+    def _describe(self, s0, s1, sens: float, gap: float) -> str:
+        return (super()._describe(s0, s1, sens, gap).replace("the private selection", "the private selection on a "
+                "person table (privacy unit: a person; the canary one person with " + f"{CANARY_ROWS} rows)", 1))
+
+
 class _TreeSelectionTarget(_SelectionTarget):
     """The hybrid's tree of pairs scored by dependence: the whole ``SelectTree`` stage with ``score="dependence"`` as
     :func:`~mmdsynth.privacy.marginals.run_stages` runs it, through a filter calibrated to the claim and opened for
@@ -1065,7 +1092,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     ``"person-release"`` (the mean-embedding release of a table whose privacy unit is a person, ``n_records``
     persons; the canary one person with ``CANARY_ROWS`` rows replacing a person of one to three) or
     ``"person-marginals"`` (the measured 1-way marginals of such a table: a ``Measure`` stage on the person table,
-    :class:`_PersonMarginalTarget`).
+    :class:`_PersonMarginalTarget`) or ``"person-selection"`` (the selection's ``Select`` stage on such a table,
+    :class:`_PersonSelectionTarget`).
     ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and
     for a fit the sample) is the library's default secure source, fresh for every run."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
@@ -1103,6 +1131,8 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
         target = _PersonReleaseTarget(epsilon, delta, n_records, seed)
     elif mechanism == "person-marginals":
         target = _PersonMarginalTarget(epsilon, delta, n_records, seed)
+    elif mechanism == "person-selection":
+        target = _PersonSelectionTarget(epsilon, delta, n_records, seed)
     else:
         target = _DPSGDFitTarget(epsilon, delta, n_records, seed, duplicate_start=duplicate_start)
     canary_gap = target.prepare()

@@ -51,7 +51,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--delta", type=float, default=1e-5, help="the claimed delta (default 1e-5)")
     s.add_argument("--mechanism", default="release", choices=["release", "dpsgd-step", "dpsgd-fit", "sampled-release",
                                                         "selection", "tree-selection", "person-release",
-                                                        "person-marginals"],
+                                                        "person-marginals", "person-selection"],
                    help="release: the mean-embedding release (default); dpsgd-step: one full-batch DP-SGD step "
                         "of DP-KIP; dpsgd-fit: a whole DP-KIP fit (its own secret sampler and clipping, "
                         "worst-case canary at a public start point, the attacker sees every iterate); sampled-release: "
@@ -63,7 +63,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "two pairs' scores; the attacker sees the first pick); person-release: the release of a table "
                         "whose privacy unit is a person (--privacy-unit), the canary one person with 500 rows; "
                         "person-marginals: the measured 1-way marginals of such a table (MST's, AIM's and the "
-                        "hybrid's Measure stage), the same canary person)")
+                        "hybrid's Measure stage), the same canary person; person-selection: the selection's Select "
+                        "stage on such a table, the same canary person)")
     s.add_argument("--duplicate-start", action="store_true",
                    help="dpsgd-fit: the public start is one point repeated (the case that broke clipping)")
     s.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
