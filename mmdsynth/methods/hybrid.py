@@ -321,11 +321,33 @@ class Hybrid(MST):
         if n > 2 * effective:
             m = int(self.release_.dataset["n_records"])
             warnings.warn(f"{n} rows drawn from a reweighted pool of effective size {effective:.0f}: many rows will "
-                          f"repeat. {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning, stacklevel=2)
+                          f"repeat their categories and cells (a repeated pool row gets fresh numeric values inside its "
+                          f"cells). {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning, stacklevel=2)
         rng = np.random.default_rng(self._s.seed if seed is None else seed)
         idx = rng.permutation(systematic(pool["w"], int(n), rng))
-        return encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax",
-                                                          rng=rng)
+        out = encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax", rng=rng)
+        return self._fresh_copies(out, idx, rng)
+
+    def _fresh_copies(self, rows: pd.DataFrame, idx: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
+        """``rows`` drawn from the pool (``idx``: their pool rows) with every second and later copy of a pool row given
+        fresh numeric values inside the same cells (the cells of every measured marginal kept, a value drawn inside
+        its coarse cell by the released fine 1-way marginal, as the pool's rows are): a pool row drawn k times is k
+        rows, not one row k times. Synthetic rows then repeat about as often as the model's cells do, not as often
+        as the reweighting concentrates its weight (issue 81: 24 % exact repeats where the real table had 0.2 %).
+        Post-processing of public rows with a public seed."""
+        numeric = list(self.domain_().grids)
+        _, first = np.unique(idx, return_index=True)
+        again = np.ones(len(idx), dtype=bool)
+        again[first] = False
+        if not numeric or not again.any():
+            return rows
+        copies = rows.loc[again]
+        codes = self.domain_().codes(self.encoder_.clean(copies))
+        fresh = self._decode(codes, int(rng.integers(2 ** 63)))
+        rows = rows.copy()
+        for name in numeric:
+            rows.loc[again, name] = fresh[name].to_numpy()
+        return rows
 
     def _pool(self) -> dict:
         if getattr(self, "pool_", None) is None:
@@ -354,9 +376,10 @@ def larger_pool(pool: int, max_pool: int, m: int) -> str:
     """The fix for a pool too small for the rows asked: whichever of ``pool`` (rows per training row, ``m`` training
     rows) and ``max_pool`` set its size."""
     if pool * m < max_pool:
-        return (f"Fit with a larger pool (now {pool} rows per training row: {pool * m:,} rows; max_pool caps it at "
-                f"{max_pool:,}) for more distinct rows.")
-    return f"Fit with a larger max_pool (now {max_pool:,} rows, below pool x training rows) for more distinct rows."
+        return (f"Fit with a larger pool (pool=, CLI --pool; now {pool} rows per training row: {pool * m:,} rows; "
+                f"max_pool caps it at {max_pool:,}) for more distinct rows.")
+    return (f"Fit with a larger max_pool (max_pool=, CLI --max-pool; now {max_pool:,} rows, below pool x training "
+            f"rows) for more distinct rows.")
 
 
 def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng: np.random.Generator) -> np.ndarray:

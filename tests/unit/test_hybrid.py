@@ -53,17 +53,41 @@ def test_one_plan_both_parts_and_a_round_trip(tmp_path):
     assert h.reweighting_["pool"] == 3 * 600 and 0 < h.reweighting_["effective_fraction"] <= 1
 
 
+def test_a_pool_row_drawn_again_gets_fresh_numeric_values_in_the_same_cells():
+    """Issue 81, item 3: n rows drawn from a reweighted pool of smaller effective size repeated pool rows exactly (24 %
+    of a 43,000-row table's rows, where the real table had 0.2 %). Every second and later copy of a pool row now gets
+    fresh numeric values inside the same cells of the marginals' grid: the rows differ, their cells do not."""
+    df = toy_table(600)
+    h = Hybrid(epsilon=1.0, noise_seed=0, **{**FAST, "pool": 1}).fit(df, label="y", schema=SCHEMA)
+    n = 3000                                            # five times the pool: most pool rows are drawn several times
+    rng = np.random.default_rng(4)
+    pool = h._pool()
+    idx = rng.permutation(systematic(pool["w"], n, rng))
+    drawn = encoder_of(h.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax", rng=rng)
+    assert drawn.astype(str).duplicated().mean() > 0.5          # as rows were drawn before
+    fresh = h._fresh_copies(drawn, idx, np.random.default_rng(5))
+    assert fresh.astype(str).duplicated().mean() < 0.05
+    domain = h.domain_()
+    cells, before = domain.codes(h.encoder_.clean(fresh)), domain.codes(h.encoder_.clean(drawn))
+    # the same cells, up to an integer value rounded across a cell's edge (as the pool's own rows are decoded)
+    assert (cells != before).mean() < 0.01 and np.abs(cells - before).max() <= 1
+    first = np.sort(np.unique(idx, return_index=True)[1])
+    pd.testing.assert_frame_equal(fresh.iloc[first], drawn.iloc[first])       # first copies untouched
+    assert h.sample(n, seed=1).astype(str).duplicated().mean() < 0.05
+
+
 def test_a_pool_too_small_for_the_rows_asked_says_which_option_to_raise():
     """Rows drawn from a pool whose weights sit on few rows repeat; the warning names the option that set the pool's
     size: ``pool`` below ``max_pool``, else ``max_pool``."""
-    assert "larger pool (now 5 rows per training row: 46,000 rows" in larger_pool(5, 120_000, 9_200)
-    assert "larger max_pool (now 120,000 rows" in larger_pool(5, 120_000, 80_000)
+    assert "larger pool (pool=, CLI --pool; now 5 rows per training row: 46,000 rows" in larger_pool(5, 120_000, 9_200)
+    assert "larger max_pool (max_pool=, CLI --max-pool; now 120,000 rows" in larger_pool(5, 120_000, 80_000)
     h = Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(toy_table(600), label="y", schema=SCHEMA)
     w = np.zeros_like(h.pool_["w"])
     w[:20] = 1 / 20
     h.pool_["w"] = w
-    with pytest.warns(UserWarning, match=r"effective size 20: many rows will repeat\. Fit with a larger pool "
-                                         r"\(now 3 rows per training row: 1,800 rows"):
+    with pytest.warns(UserWarning, match=r"effective size 20: many rows will repeat their categories and cells .*\. "
+                                         r"Fit with a larger pool \(pool=, CLI --pool; now 3 rows per training row: "
+                                         r"1,800 rows"):
         h.sample(400, seed=1)
 
 
