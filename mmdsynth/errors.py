@@ -24,6 +24,10 @@ class PrivacyBudgetError(MmdsynthError, ValueError):
     """A release would exceed the declared privacy budget."""
 
 
+class UnknownParameterError(InvalidParameterError, TypeError):
+    """A method was given a keyword it does not take (a TypeError, as Python's own, and an InvalidParameterError)."""
+
+
 class UnknownNameError(MmdsynthError, LookupError):
     """A registry lookup (dataset, method, accountant, feature map) failed."""
 

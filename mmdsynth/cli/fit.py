@@ -28,7 +28,7 @@ FLAG_PARAMS = {
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
 NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
               "label_categories", "nullable", "missing_values", "privacy_unit", "drop_unlisted", "shards",
-              "encoding", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
+              "encoding", "sep", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
               "checkpoint_every", "release_only"}
 
@@ -78,6 +78,12 @@ def _table_input(args) -> bool:
 
 def cmd_fit(args) -> int:
     catalog = _catalog.methods()
+    if args.epsilon is not None:             # refused before a file is read (a CSV may take seconds)
+        from ..privacy.calibration import check_calibrated_epsilon
+        check_calibrated_epsilon(args.epsilon)
+    if args.dataset:                         # an unknown name is said as such, with or without --method
+        from ..data import get_info
+        get_info(args.dataset)
     defaulted = args.method is None and not args.resume and _table_input(args)
     if defaulted:                          # the table default, chosen by the row count once the table is read
         args.method = table_default(None)
@@ -199,7 +205,8 @@ def _fit_inputs(args):
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
         _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
         schema = _schema(args)
-        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding)
+        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding,
+                        sep=args.sep)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, {}, {}, \
             "table"
     if not args.dataset:
@@ -246,7 +253,7 @@ def _shard_inputs(args):
     if schema is not None and args.label != schema.label:
         raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
     src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
-                      drop_unlisted=args.drop_unlisted, encoding=args.encoding)
+                      drop_unlisted=args.drop_unlisted, encoding=args.encoding, sep=args.sep)
     shards = Path(str(args.shards))
     name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
@@ -377,7 +384,7 @@ METHOD_FLAGS = {"public_init": lambda cls: cls.takes_public_init,
                 "release_only": lambda cls: cls.releases_once}
 #: `fit` flags for tables only: not shown for a method that takes images only
 TABLE_FLAGS = ("csv", "db", "query", "schema", "label", "label_categories", "nullable", "missing_values",
-               "privacy_unit", "drop_unlisted", "encoding",
+               "privacy_unit", "drop_unlisted", "encoding", "sep",
                "infer_schema", "split_seed")
 #: flags whose value is not the parameter's (their help says what they do; a default would mislead)
 FLAG_CONVERTS = ("no_early_stopping",)
@@ -591,6 +598,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "besides empty cells, e.g. '?' (the schema's \"missing_values\"); their columns must be nullable")
     s.add_argument("--encoding", default="utf-8", help="--csv / CSV --shards: the files' text encoding (default "
                    "utf-8; e.g. latin-1, cp1252)")
+    s.add_argument("--sep", metavar="TEXT", help="--csv / CSV --shards: the delimiter (default: of , ; tab |, the one "
+                   "whose split of the header line gives the most of the schema's columns)")
     s.add_argument("--drop-unlisted", action="store_true", help="--csv: drop columns the schema does not list "
                    "(default: refuse, naming them)")
     s.add_argument("--shards", help="data in many files: a folder or glob of CSV / Parquet table shards (with "

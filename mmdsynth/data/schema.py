@@ -64,7 +64,7 @@ class Column:
     categories: list | None = None
     integer: bool = False
     #: a boolean column: categorical over [False, True], generated as bool; accepts True/False,
-    #: "true"/"false" (any case) and 1/0
+    #: "true"/"false", "yes"/"no", "y"/"n", "t"/"f" (any case) and 1/0
     boolean: bool = False
     #: missing values (NaN, None, empty CSV cells) are allowed, modelled and generated at the released rate
     nullable: bool = False
@@ -408,6 +408,11 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
         text = category_texts(s, boolean=col.boolean)
         if col.categories is not None:          # (None: categories to be inferred privately)
             bad = ~text.isin({category_text(c) for c in col.categories})
+            if bad.any() and col.boolean:
+                raise DataValidationError(
+                    f"boolean column {col.name!r} has {int(bad.sum())} value(s) ({int(text[bad].nunique())} distinct) "
+                    f"that are not booleans (true/false, yes/no, y/n, t/f, 1/0, in any case); clean them, or declare "
+                    f"the column \"categorical\" with its categories.")
             if bad.any():
                 n_bad, n_distinct = int(bad.sum()), int(text[bad].nunique())
                 raise DataValidationError(

@@ -20,7 +20,7 @@ import pandas as pd
 from ..engines import Engine, Source, StreamEngine, get_engine
 from ..errors import DataValidationError, MmdsynthError, InvalidParameterError
 from .schema import Schema
-from .user import check_listed, csv_read_error, read_csv_text
+from .user import check_listed, csv_delimiter, csv_read_error, read_csv_text, table_suffix
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -33,14 +33,14 @@ def shard_files(spec, suffixes: tuple[str, ...]) -> list[Path]:
     if isinstance(spec, (list, tuple)):
         files = [Path(p) for p in spec]
     elif Path(spec).is_dir():
-        files = [p for p in Path(spec).iterdir() if p.suffix.lower() in suffixes]
+        files = [p for p in Path(spec).iterdir() if table_suffix(p) in suffixes]
     else:
         files = [Path(p) for p in glob.glob(str(spec))]
     files = sorted(p for p in files if p.is_file())
     if not files:
         raise DataValidationError(f"no shard files found at {spec!r} (a folder searched for {list(suffixes)}, "
                                   f"or a glob pattern such as 'data/part-*.parquet').")
-    odd = [p.name for p in files if p.suffix.lower() not in suffixes]
+    odd = [p.name for p in files if table_suffix(p) not in suffixes]
     if odd:
         raise InvalidParameterError(f"shard(s) {odd[:5]} are not among {list(suffixes)}; shards of one source share a "
                                     f"format.")
@@ -80,16 +80,16 @@ def _check_n_records(n_records) -> int:
 
 
 def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unlisted: bool = False,
-                encoding: str = "utf-8"):
+                encoding: str = "utf-8", sep: str | None = None):
     """A :class:`ShardedTable` (CSV / Parquet shards; needs ``schema``) or :class:`ShardedArrays`
     (.npy / .npz shards) by the shards' file type."""
     files = shard_files(spec, TABLE_SUFFIXES + ARRAY_SUFFIXES)
-    if files[0].suffix.lower() in TABLE_SUFFIXES:
+    if table_suffix(files[0]) in TABLE_SUFFIXES:
         if schema is None:
             raise InvalidParameterError(f"table shards ({files[0].name}, ...) need their schema: --schema FILE.json "
                                         f"and --label COLUMN.")
         return ShardedTable(files, schema, n_records=n_records, engine=engine, drop_unlisted=drop_unlisted,
-                            encoding=encoding)
+                            encoding=encoding, sep=sep)
     if schema is not None:
         raise InvalidParameterError("array shards (.npy / .npz) have no schema; --schema applies to CSV / Parquet "
                                     "shards.")
@@ -124,12 +124,13 @@ class ShardedTable(_Sharded):
     list instead of refusing them (as :func:`~mmdsynth.data.read_table`)."""
 
     def __init__(self, files, schema: Schema | dict | str | Path, *, n_records: int, engine="stream",
-                 drop_unlisted: bool = False, batch_rows: int = BATCH_ROWS, encoding: str = "utf-8"):
+                 drop_unlisted: bool = False, batch_rows: int = BATCH_ROWS, encoding: str = "utf-8",
+                 sep: str | None = None):
         super().__init__(files, TABLE_SUFFIXES, n_records, engine, batch_rows)
         self.schema = (schema if isinstance(schema, Schema) else Schema.from_dict(schema) if isinstance(schema, dict)
                        else Schema.from_json(schema))
         self.drop_unlisted = drop_unlisted
-        self.encoding = encoding
+        self.encoding, self.sep = encoding, sep
 
     @property
     def columns(self) -> list[str]:
@@ -137,8 +138,9 @@ class ShardedTable(_Sharded):
         return [c.name for c in self.schema.columns] + ([self.schema.label] if self.schema.label else [])
 
     def _raw_batches(self, path: Path):
-        if path.suffix.lower() == ".csv":
-            yield from read_csv_text(path, self.encoding, chunksize=self.batch_rows)
+        if table_suffix(path) == ".csv":        # each shard's delimiter from its own header line (or --sep)
+            sep = self.sep or csv_delimiter(path, self.columns, self.encoding)
+            yield from read_csv_text(path, self.encoding, sep=sep, chunksize=self.batch_rows)
             return
         try:
             import pyarrow.parquet as pq

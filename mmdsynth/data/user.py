@@ -14,10 +14,40 @@ from ..errors import DataValidationError, InvalidParameterError, SchemaError
 from .schema import Schema
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz"}
+#: compressions a CSV file may come in (``data.csv.gz``): pandas reads them by the file's last suffix
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".zip")
+#: the delimiters a CSV's header line is split by when none is given (the one giving the most declared columns wins)
+DELIMITERS = (",", ";", "\t", "|")
+
+
+def table_suffix(path) -> str:
+    """A table file's format suffix, lower case: ``.csv`` for ``data.csv`` and for ``data.csv.gz`` (any of
+    :data:`COMPRESSIONS`)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in COMPRESSIONS and Path(path.stem).suffix.lower() == ".csv":
+        return ".csv"
+    return suffix
+
+
+def csv_delimiter(path, names, encoding: str = "utf-8") -> str:
+    """The delimiter of a CSV file: of :data:`DELIMITERS`, the one whose split of the header line gives the most of
+    the declared column ``names`` (the first of equals: a comma). A function of the header (the column names, which
+    the schema declares) and the schema alone: no data row is read."""
+    wanted, best, hits = set(map(str, names)), ",", 0
+    for sep in DELIMITERS:
+        try:
+            header = pd.read_csv(path, nrows=0, sep=sep, encoding=encoding).columns
+        except Exception:                    # noqa: BLE001 - unreadable here: read_csv_text says why, typed
+            continue
+        n = len(set(map(str, header)) & wanted)
+        if n > hits:
+            best, hits = sep, n
+    return best
 
 
 def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
-               drop_unlisted: bool = False, encoding: str = "utf-8") -> pd.DataFrame:
+               drop_unlisted: bool = False, encoding: str = "utf-8", sep: str | None = None) -> pd.DataFrame:
     """Read a user table and validate it against a declared schema.
 
     A column of the file that the schema does not list is refused, naming it (it would otherwise
@@ -25,7 +55,9 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
 
     NumPy arrays have no column names: their columns are taken in schema order
     (feature columns, then the label if the schema has one). ``.npz`` files must
-    hold a single array. ``encoding``: the text encoding of a CSV file (e.g. "latin-1", "cp1252").
+    hold a single array. ``encoding``: the text encoding of a CSV file (e.g. "latin-1", "cp1252"); ``sep`` its
+    delimiter (None: the one of ``, ; tab |`` whose split of the header line gives the most declared columns). A CSV
+    may be compressed (``.csv.gz``, ``.csv.bz2``, ``.csv.xz``, ``.csv.zst``, ``.csv.zip``).
     Returns the validated DataFrame.
     """
     path = Path(path)
@@ -35,15 +67,17 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
         raise SchemaError(
             f"label {label!r} was given but the schema's label is {schema.label!r}; they must agree."
         )
-    kind = SUFFIXES.get(path.suffix.lower())
+    kind = SUFFIXES.get(table_suffix(path))
     if kind is None:
         raise InvalidParameterError(
-            f"unsupported file type {path.suffix!r} for {path}; use one of {sorted(SUFFIXES)}."
+            f"unsupported file type {path.suffix!r} for {path}; use one of {sorted(SUFFIXES)} (CSV also compressed: "
+            f"{', '.join('.csv' + c for c in COMPRESSIONS)})."
         )
     if not path.is_file():
         raise DataValidationError(f"data file {path} does not exist.")
     if kind == "csv":
-        df = read_csv_text(path, encoding)
+        names = [c.name for c in schema.columns] + ([schema.label] if schema.label else [])
+        df = read_csv_text(path, encoding, sep=sep or csv_delimiter(path, names, encoding))
     elif kind == "parquet":
         try:
             df = pd.read_parquet(path)
@@ -73,13 +107,22 @@ def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) ->
     unless ``drop_unlisted`` (then :meth:`Schema.validate` drops them)."""
     listed = {c.name for c in schema.columns} | ({schema.label} if schema.label else set())
     unlisted = [str(c) for c in df.columns if c not in listed]
+    absent = [c.name for c in schema.columns if c.name not in df.columns]
+    absent += [schema.label] if schema.label and schema.label not in df.columns else []
+    if unlisted and absent:                     # say what is missing first: dropping the others would not help
+        what = "label" if absent == [schema.label] else "column(s)"
+        raise SchemaError(
+            f"{path} lacks the declared {what} {absent[:10]}{' ...' if len(absent) > 10 else ''} and has column(s) "
+            f"{unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not list: is one of them the "
+            f"same column under another name (its case, spaces)? Use the file's name in the schema (and --label), or "
+            f"add the missing column(s) to the file.")
     if unlisted and not drop_unlisted:
         raise SchemaError(
             f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
             f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
 
 
-def read_csv_text(path, encoding: str = "utf-8", **kwargs):
+def read_csv_text(path, encoding: str = "utf-8", sep: str = ",", **kwargs):
     """A CSV file as text cells (every value read later by itself), with the errors a file can give as one
     typed line each: an empty file, a file that is not in ``encoding``, an unknown encoding."""
     import codecs
@@ -90,7 +133,7 @@ def read_csv_text(path, encoding: str = "utf-8", **kwargs):
         raise InvalidParameterError(f"unknown text encoding {encoding!r}; give one Python knows, e.g. utf-8, "
                                     f"latin-1, cp1252.") from None
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=True, encoding=encoding, **kwargs)
+        return pd.read_csv(path, dtype=str, keep_default_na=True, encoding=encoding, sep=sep, **kwargs)
     except pd.errors.EmptyDataError:
         raise DataValidationError(f"{path} is empty (no header, no rows); give a CSV file with a header line and "
                                   f"at least one row.") from None

@@ -10,8 +10,9 @@ one value)**; a column is read by applying it to each value, never by a column-w
 * :func:`category_text`: a category as text. Numbers are written by their value, whatever
   the column's dtype: ``1``, ``1.0``, ``np.int8(1)`` and the text ``"1.0"`` all read ``"1"``;
   booleans read ``"True"`` / ``"False"``; other text is kept as it is.
-* :func:`boolean_text`: a boolean column's value: ``True`` / ``"true"`` (any case) / ``1`` read
-  ``"True"``, and the same for ``False``; anything else is left for the category check to refuse.
+* :func:`boolean_text`: a boolean column's value: ``True`` / ``"true"``, ``"t"``, ``"yes"``, ``"y"`` (any case) /
+  ``1`` read ``"True"``, and the same for ``False`` (``"false"``, ``"f"``, ``"no"``, ``"n"``, ``0``); anything else is
+  left for the category check to refuse.
 * :func:`number`: a number, from a number or decimal text; ``None`` when the value is not one.
 * :func:`date_seconds`: a date as seconds since 1970-01-01 UTC: pandas / Python / NumPy
   datetimes, numbers (Unix seconds), or text: in the column's declared ``format`` (strftime)
@@ -38,7 +39,7 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _INTEGRAL_TEXT = re.compile(r"^([+-]?\d+)\.0*$")
 #: decimal numbers as text: "12", "-1.5", ".5", "1e3" (no "nan", "inf", "1_000")
 _NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_TRUE, _FALSE = {"true", "1", "1.0"}, {"false", "0", "0.0"}
+_TRUE, _FALSE = {"true", "t", "yes", "y", "1", "1.0"}, {"false", "f", "no", "n", "0", "0.0"}
 
 
 def is_missing(value) -> bool:
@@ -70,8 +71,8 @@ def category_text(value) -> str:
 
 
 def boolean_text(value) -> str:
-    """A boolean column's value as ``"True"`` / ``"False"`` (True, "true" in any case, 1, 1.0; False,
-    "false", 0, 0.0); anything else as :func:`category_text` (the category check refuses it)."""
+    """A boolean column's value as ``"True"`` / ``"False"`` (True, "true", "t", "yes", "y" in any case, 1, 1.0; False,
+    "false", "f", "no", "n", 0, 0.0); anything else as :func:`category_text` (the category check refuses it)."""
     if isinstance(value, (bool, np.bool_)):
         return "True" if value else "False"
     text = category_text(value).strip().lower()

@@ -143,6 +143,22 @@ class Method:
             return shared[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __new__(cls, *args, **kwargs):
+        # a misspelled keyword is named with the method and the closest parameter, not as Python's TypeError about
+        # a base class's __init__
+        names = cls.param_names()
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            import difflib
+
+            from ..errors import UnknownParameterError
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise UnknownParameterError(
+                f"{cls.method or cls.__name__} takes no parameter {unknown[0]!r}; {hint}its parameters: "
+                f"{', '.join(names)} (`mmdsynth fit --method {cls.method} --help` describes them).")
+        return super().__new__(cls)
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # help(cls) and inspect.signature(cls) show every parameter the class takes, through its mixins' and

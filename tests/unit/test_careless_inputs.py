@@ -19,6 +19,10 @@ def files(tmp_path):
         {"name": "amount", "type": "numeric", "bounds": [0, 1e304]}] + WIDE["columns"][1:]}))
     toy_table(60).to_csv(tmp_path / "toy.csv", index=False)
     (tmp_path / "toy.json").write_text(json.dumps(SCHEMA))
+    toy_table(60).rename(columns={"y": "Y"}).to_csv(tmp_path / "renamed.csv", index=False)
+    smoker = {**SCHEMA, "columns": SCHEMA["columns"][:3] + [{"name": "smoker", "type": "boolean"}]}
+    (tmp_path / "bool.json").write_text(json.dumps(smoker))
+    toy_table(60).assign(smoker="maybe").to_csv(tmp_path / "maybe.csv", index=False)
     return tmp_path
 
 
@@ -42,6 +46,16 @@ CASES = [  # (argv, first words of the one-line message)
     (["sample", "{d}/o", "--n", "5"], "mmdsynth sample: error: argument model: no file or folder '{d}/o'"),
     (["inspect", "{d}/o"], "mmdsynth inspect: error: argument path: no file or folder '{d}/o'"),
     (["budget", "--epsilon", "1e4", "--delta", "1e-5"], "mmdsynth: error: --epsilon 10000 is above 1000"),
+    # issue 83: what a newcomer met
+    (["fit", "--csv", "{d}/renamed.csv", "--schema", "{d}/toy.json", "--label", "y", "--epsilon", "1", "--out",
+      "{d}/o"], "mmdsynth: error: {d}/renamed.csv lacks the declared label ['y'] and has column(s) ['Y'] that the "
+                "schema does not list: is one of them the same column under another name"),
+    (["fit", "--dataset", "adultt", "--out", "{d}/o"], "mmdsynth: error: unknown dataset 'adultt'"),
+    (FIT + ["--csv", "{d}/train.csv", "--epsilon", "0", "--out", "{d}/o"],
+     "mmdsynth: error: --epsilon must be a finite number > 0"),
+    (["fit", "--method", "dp-merf", "--csv", "{d}/maybe.csv", "--schema", "{d}/bool.json", "--label", "y", "--epsilon",
+      "1", "--out", "{d}/o"], "mmdsynth: error: boolean column 'smoker' has 60 value(s) (1 distinct) that are not "
+                              "booleans (true/false, yes/no, y/n, t/f, 1/0, in any case)"),
 ]
 
 
@@ -187,3 +201,34 @@ def test_unreadable_csv_files_are_refused_naming_the_rule_never_a_byte_or_a_line
     assert "t.csv" in text and ("not utf-8 text" in text if fault == "latin-1 bytes" else "well-formed" in text)
     for quoted in ("0xeb", "position", "line 38", "38", "37", "Zo", "byte 1", "byte 2", "byte 3", "byte 4"):
         assert quoted not in text, (quoted, text)
+
+
+def test_files_people_have_are_read_as_the_plain_csv(tmp_path):
+    """Issue 83: a compressed CSV was refused, a semicolon- or tab-separated one read as one unlisted column; the
+    delimiter is the one whose split of the header line gives the declared columns (or --sep), and yes/no, y/n,
+    t/f are booleans."""
+    import pandas as pd
+
+    from mmdsynth.data import Schema, ShardedTable, read_table
+
+    df = toy_table(50).assign(smoker=lambda d: d.smoker.map({"yes": "Yes", "no": "N"}))
+    schema = Schema.from_dict({**SCHEMA, "columns": SCHEMA["columns"][:3] + [{"name": "smoker", "type": "boolean"}]})
+    df.to_csv(tmp_path / "plain.csv", index=False)
+    plain = read_table(tmp_path / "plain.csv", schema)
+    assert plain.smoker.tolist() == (df.smoker == "Yes").map({True: "True", False: "False"}).tolist()
+    for name, sep in [("t.csv.gz", ","), ("t.csv.bz2", ","), ("semi.csv", ";"), ("tab.csv", "\t"), ("pipe.csv", "|")]:
+        df.to_csv(tmp_path / name, index=False, sep=sep)
+        pd.testing.assert_frame_equal(read_table(tmp_path / name, schema), plain, obj=name)
+        shards = ShardedTable(tmp_path / name, schema, n_records=50)
+        pd.testing.assert_frame_equal(pd.concat([b for b, _ in shards.batches(0)], ignore_index=True), plain, obj=name)
+    assert read_table(tmp_path / "semi.csv", schema, sep=";").equals(plain)
+
+
+def test_a_misspelled_keyword_names_the_method_and_the_closest_parameter():
+    from mmdsynth.errors import InvalidParameterError
+    from mmdsynth.methods import DPMERF
+
+    with pytest.raises(InvalidParameterError, match=r"dp-merf takes no parameter 'iteratons'; did you mean "
+                                                    r"'iterations'\?") as err:
+        DPMERF(1.0, iteratons=5)
+    assert isinstance(err.value, TypeError)         # what Python itself raises for an unknown keyword
