@@ -118,7 +118,8 @@ def test_every_code_block_runs(page, tmp_path, monkeypatch, capsys):
 def test_site_builds_strictly(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     assert mkdocs, "mkdocs is a test dependency (pip install -e '.[test]')"
-    res = subprocess.run([mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
+    # not -q: it silences the warnings strict mode counts (a dead link passed with it, issue 83)
+    res = subprocess.run([mkdocs, "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT,
                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
