@@ -17,14 +17,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from ._legacy import current_tag
 from ._version import __version__
 from .errors import ArtifactError
 from .privacy.ledger import Ledger
+
+if TYPE_CHECKING:                       # torch is imported where tensors are read or written: `inspect` never does
+    import torch
 
 FORMAT = "mmdsynth-release"
 FORMAT_VERSION = 1
@@ -54,6 +56,8 @@ class Release:
         tmp_tensors = directory / f".{TENSOR_FILE}.tmp"
         tmp_meta = directory / f".{META_FILE}.tmp"
         try:
+            from safetensors.torch import save_file
+
             save_file(tensors, str(tmp_tensors), metadata={"format": FORMAT})
             meta = {
                 "format": FORMAT,
@@ -75,7 +79,9 @@ class Release:
         return directory
 
     @classmethod
-    def load(cls, directory) -> "Release":
+    def load(cls, directory, *, tensors: bool = True) -> "Release":
+        """The release saved in ``directory`` (its digests checked). ``tensors=False``: each tensor as its
+        :class:`TensorHeader` (name, shape, dtype from the file's header), without importing torch (`inspect`)."""
         directory = Path(directory)
         meta_path, tensor_path = directory / META_FILE, directory / TENSOR_FILE
         if not meta_path.exists() or not tensor_path.exists():
@@ -92,13 +98,41 @@ class Release:
                 f"({__version__}) reads ({FORMAT_VERSION}); upgrade mmdsynth."
             )
         check_file_digest(tensor_path, meta.get("tensors_sha256"), f"release recorded in {META_FILE}")
+        if tensors:
+            from safetensors.torch import load_file
         return cls(
-            tensors=load_file(str(tensor_path)),
+            tensors=load_file(str(tensor_path)) if tensors else tensor_headers(tensor_path),
             feature_spec=meta["feature_spec"],
             dataset=meta["dataset"],
             ledger=Ledger.from_list(meta["ledger"]),
             extra=meta.get("extra", {}),
         )
+
+
+class TensorHeader(NamedTuple):
+    """A saved tensor's shape and dtype, read from its safetensors file's header (no data, no torch)."""
+
+    shape: tuple
+    dtype: str
+
+
+#: safetensors' dtype names, as torch writes them
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+           "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def tensor_headers(path) -> dict[str, TensorHeader]:
+    """{name: TensorHeader} of a safetensors file: its header is an 8-byte little-endian length, then JSON."""
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        if not 0 < size <= 100_000_000:
+            raise ArtifactError(f"{path} is not a safetensors file (header length {size}).")
+        try:
+            header = json.loads(fh.read(size))
+        except ValueError:
+            raise ArtifactError(f"{path} has a corrupt header.") from None
+    return {k: TensorHeader(tuple(v["shape"]), _DTYPES.get(v["dtype"], v["dtype"].lower()))
+            for k, v in header.items() if k != "__metadata__"}
 
 
 def release_pin(directory) -> dict:

@@ -19,7 +19,7 @@ def cmd_inspect(args) -> int:
         from ..release import check_release_pin
 
         check_release_pin(path, read_sealed_json(model_json, "model").get("release"), f"model in {path.parent}")
-    release = Release.load(path)
+    release = Release.load(path, tensors=False)           # headers only: no torch to import
     if args.json:
         print(json.dumps({"dataset": release.dataset, "feature_spec": release.feature_spec,
                           "ledger": release.ledger.to_list(),

@@ -1,20 +1,11 @@
 """Privacy core: calibration, the Gaussian mechanism, the ledger and budget files."""
-from .budget import BudgetFile
-from .calibration import (
-    ACCOUNTANTS,
-    PrivacyPlan,
-    calibrate_sigma,
-    classical_sigma,
-    compose_plan,
-    dpsgd_sigma,
-    epsilon_for_sigma,
-    gaussian_sigma,
-    plan_sigma,
-)
 from .ledger import Ledger, LedgerEntry
 
-#: names loaded on first use: the mechanisms need torch, which the calculators (`mmdsynth budget`) never do
-_LAZY = {"NoiseSource": "mechanisms", "gaussian_mechanism": "mechanisms"}
+#: names loaded on first use: the mechanisms need torch, which the calculators (`mmdsynth budget`) never do, and
+#: calibration and the budget file dp-accounting, which reading a ledger (`mmdsynth inspect`) never does
+_LAZY = {"NoiseSource": "mechanisms", "gaussian_mechanism": "mechanisms", "BudgetFile": "budget",
+         **dict.fromkeys(["ACCOUNTANTS", "PrivacyPlan", "calibrate_sigma", "classical_sigma", "compose_plan",
+                          "dpsgd_sigma", "epsilon_for_sigma", "gaussian_sigma", "plan_sigma"], "calibration")}
 
 
 def __getattr__(name):
