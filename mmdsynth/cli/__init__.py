@@ -13,11 +13,11 @@ import warnings
 from .. import __version__
 from ..errors import MmdsynthError, TrainingInterrupted
 from ..runtime import flush_subnormals, subnormals_flushed, tune_allocator
-from . import audit, budget, datasets, demo, distill, evaluate, fit, inspect, pretrain, report, sample
+from . import audit, budget, datasets, demo, distill, evaluate, fit, inspect, pretrain, report, sample, schema
 from .fit import add_method_options, cmd_fit  # noqa: F401  (cmd_fit: re-exported for callers that parse first)
 
 #: the commands in the order `mmdsynth --help` lists them
-COMMANDS = (datasets, budget, inspect, fit, sample, distill, pretrain, evaluate, report, audit, demo)
+COMMANDS = (datasets, budget, inspect, schema, fit, sample, distill, pretrain, evaluate, report, audit, demo)
 
 
 class Parser(argparse.ArgumentParser):

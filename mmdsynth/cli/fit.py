@@ -132,7 +132,9 @@ def cmd_fit(args) -> int:
             raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
                                         f"run is --method {args.method}.")
         fit_kwargs["public_init"] = _public_init(args.public_init)
-    eps_budget = args.budget_epsilon or settings.epsilon
+    # an existing budget file keeps its totals (a draft schema may have opened it); a new one: --budget-epsilon, else
+    # this fit's epsilon
+    eps_budget = args.budget_epsilon or (None if args.budget and Path(args.budget).exists() else settings.epsilon)
     budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, settings.delta) if args.budget else None
     if args.release_only:
         if not cls.releases_once:

@@ -12,6 +12,9 @@ from ._types import existing_path
 def cmd_inspect(args) -> int:
     from ..release import Release
 
+    draft = _draft_ledger(Path(args.path))
+    if draft is not None:                                 # a schema drafted by `mmdsynth schema`: what it spent
+        return _inspect_draft(draft, args)
     path = release_folder(args.path)
     model_json = path.parent / "model.json"
     if path.name == "release" and model_json.exists():     # a model folder: its release must be the pinned one
@@ -36,6 +39,40 @@ def cmd_inspect(args) -> int:
         print(release.ledger.format())
         return 0
     print(release_summary(release, path, model_json if model_json.exists() else None))
+    return 0
+
+
+def _draft_ledger(path: Path) -> Path | None:
+    """The ledger of a drafted schema ``path`` names (the draft's .json or its .ledger.json), or None."""
+    from ..data.draft import LEDGER_SUFFIX
+
+    if not path.is_file() or not path.name.endswith(".json"):
+        return None
+    if path.name.endswith(LEDGER_SUFFIX):
+        return path
+    beside = path.with_name(path.name[:-len(".json")] + LEDGER_SUFFIX)
+    return beside if beside.is_file() else None
+
+
+def _inspect_draft(ledger_path: Path, args) -> int:
+    from .._io import read_sealed_json
+    from ..data.draft import LEDGER_FORMAT
+    from ..errors import ArtifactError
+    from ..privacy.ledger import Ledger
+
+    meta = read_sealed_json(ledger_path, "schema ledger")
+    if meta.get("format") != LEDGER_FORMAT:
+        raise ArtifactError(f"{ledger_path} is not the ledger of a drafted schema (format={meta.get('format')!r}).")
+    ledger = Ledger.from_list(meta["ledger"])
+    if args.json:
+        print(json.dumps({"schema": meta.get("schema"), "ledger": ledger.to_list()}, indent=2))
+        return 0
+    eps, delta = ledger.total()
+    print(f"schema draft {ledger_path.parent / str(meta.get('schema'))} (`mmdsynth schema`): "
+          f"{len(ledger.entries)} release(s) of the private rows")
+    print(f"privacy spent: epsilon={eps:g}, delta={delta:g}; a fit on the same rows spends on top of this "
+          f"(one --budget file keeps the total)")
+    print(ledger.format() if args.ledger else "\n".join(f"  {e.description}" for e in ledger.entries))
     return 0
 
 

@@ -347,6 +347,14 @@ class Schema:
         """
         if len(df) == 0:
             raise DataValidationError("the table is empty; pass at least one row.")
+        inferred = [self.column(n) for n in self.notes.get("dp_inferred_columns", []) if n in
+                    {c.name for c in self.columns}]
+        if any(c.bounds is not None or c.categories is not None for c in inferred):
+            # bounds and categories released with budget (private inference, `mmdsynth schema`): every value read
+            # against the declared part, then numbers clipped to the released bounds and a category not released
+            # read as "(other)", each value by itself
+            from .private_schema import conform, declared_part
+            return conform(declared_part(self).validate(df, require_label=require_label), self)
         wanted = [c.name for c in self.columns] + ([self.label] if self.label and require_label else [])
         missing = [c for c in wanted if c not in df.columns]
         if missing:

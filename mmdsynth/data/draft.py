@@ -1,0 +1,240 @@
+"""A schema drafted from a table with no codebook, paid for with privacy budget (`mmdsynth schema`).
+
+Everything a schema says that the header does not (each column's type, whether it has missing values, numeric
+bounds, categories, the label's classes) is a fact about the private rows. Here it is **released**, never read:
+
+1. **Types** (one Gaussian release, :class:`ValueKinds`): each value is put in one of :data:`KINDS` by a pure
+   function of that value alone (:func:`value_kind`: missing, a boolean word, an integer, a decimal number, an ISO
+   date, other text), and every column's count of each kind is released at once. A record adds one count to one
+   kind of every column, so replacing it moves two counts by 1 per column: L2 sensitivity sqrt(2 c) for c columns.
+   A column's type is then read off its noisy counts (post-processing, :func:`column_type`).
+2. **Bounds and categories** (one Gaussian release, thresholded): the schema inference of
+   :mod:`mmdsynth.data.private_schema`, over the typed draft: geometric bins for numeric and datetime columns,
+   thresholded value counts for categorical ones and the label (a value is kept only where its noisy count clears
+   the threshold, whose delta is reserved before calibration). Its noise multiplier is fixed by the plan; which
+   columns it covers follows from release 1 (adaptive composition, the cost fixed).
+
+Both releases are one plan (:data:`TYPES_SHARE` and the rest), calibrated and checked against the budget file before
+any row is read, charged once, and recorded in a ledger written beside the draft. The header's column names and the
+record count (rows, or persons under a privacy unit) are public. Under a privacy unit each person's rows weigh 1 in all
+in release 1, and each person adds one value per column in release 2.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..engines import unweighted
+from ..errors import SchemaError
+from .private_schema import OTHER, SchemaInference, complete_schema, release_schema_statistics
+from .schema import Column, Schema
+from .values import _FALSE, _TRUE, category_texts, date_seconds, dates, marked_missing, number, numbers
+
+#: the kinds a value is read as, in the order of the released counts
+KINDS = ("missing", "boolean", "integer", "decimal", "date", "text")
+#: the share of the plan the types release gets (the rest: bounds and categories)
+TYPES_SHARE = 0.3
+#: a column takes a type when at least this share of its present values are of it (by the noisy counts)
+TYPE_SHARE = 0.95
+#: a column is nullable when its noisy count of missing values exceeds this many noise standard deviations
+NULLABLE_SIGMAS = 1.0
+#: words read as booleans in the draft (integers 0 / 1 stay integers: a column of them is drafted numeric)
+BOOLEAN_WORDS = (_TRUE | _FALSE) - {"1", "0", "1.0", "0.0"}
+#: the file written beside a draft: its ledger
+LEDGER_SUFFIX = ".ledger.json"
+LEDGER_FORMAT = "mmdsynth-schema-ledger"
+
+
+def value_kind(value) -> int:
+    """The index in :data:`KINDS` of one value, read by itself (a pure function of that value)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return 0
+    text = str(value).strip()
+    if text == "":
+        return 0
+    if text.lower() in BOOLEAN_WORDS:
+        return 1
+    x = number(text)
+    if x is not None and math.isfinite(x):
+        return 2 if float(x).is_integer() else 3
+    if date_seconds(text) is not None:
+        return 4
+    return 5
+
+
+class ValueKinds:
+    """The statistic of the types release, for :meth:`~mmdsynth.engines.Source.total`: every column's count of
+    each of :data:`KINDS` over one batch of text cells (declared missing-value markers count as missing); under a
+    privacy unit each row weighs 1 / its person's rows."""
+
+    def __init__(self, columns, markers=()):
+        self.columns, self.markers = list(columns), list(markers)
+
+    def __call__(self, batch) -> dict:
+        df, weights = unweighted(batch)
+        out = {}
+        for name in self.columns:
+            s = df[name]
+            kinds = np.asarray([value_kind(v) for v in s.tolist()], dtype=np.int64)
+            kinds[marked_missing(s, self.markers)] = 0
+            out[name] = np.bincount(kinds, weights=weights, minlength=len(KINDS)).astype(np.float64)
+        return out
+
+
+def column_type(counts: np.ndarray, noise_std: float) -> dict:
+    """A column's declaration (without bounds or categories) from its noisy kind counts (post-processing): numeric
+    (integer unless its decimals clear the noise), datetime, boolean, where at least :data:`TYPE_SHARE` of the
+    present values are of that kind; else categorical. Nullable where the missing count clears
+    :data:`NULLABLE_SIGMAS` noise standard deviations."""
+    c = np.clip(np.asarray(counts, dtype=np.float64), 0, None)
+    missing, boolean, integer, decimal, date, _ = c
+    present = max(float(c[1:].sum()), 1e-9)
+    out: dict = {}
+    if integer + decimal >= TYPE_SHARE * present:
+        out = {"type": "numeric", "integer": bool(decimal <= NULLABLE_SIGMAS * noise_std)}
+    elif date >= TYPE_SHARE * present:
+        out = {"type": "datetime", "resolution": "s"}
+    elif boolean >= TYPE_SHARE * present:
+        out = {"type": "boolean"}
+    else:
+        out = {"type": "categorical"}
+    if missing > NULLABLE_SIGMAS * noise_std:
+        out["nullable"] = True
+    return out
+
+
+def _tolerant(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """The text cells read by the typed draft, each value by itself, a value that is not of its column's type read
+    as missing (counted nowhere in release 2: the draft is for review, the fit refuses such values by count)."""
+    out = {}
+    for col in schema.columns:
+        s = df[col.name]
+        gone = s.isna().to_numpy() | marked_missing(s, schema.missing_values)
+        if col.kind == "numeric":
+            values = (dates(s)[0] if col.datetime else numbers(s)[0]).to_numpy(dtype=np.float64).copy()
+            values[gone] = np.nan
+            out[col.name] = values
+        elif col.kind == "categorical" and not col.boolean:
+            text = category_texts(s).astype(object)
+            text[gone] = None
+            out[col.name] = text.to_numpy()
+        else:
+            out[col.name] = s.to_numpy()
+    if schema.label:
+        text = category_texts(df[schema.label]).astype(object)
+        text[df[schema.label].isna().to_numpy()] = None
+        out[schema.label] = text.to_numpy()
+    return pd.DataFrame(out, index=df.index)
+
+
+def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label: str | None = None,
+                 privacy_unit: str | None = None, missing_values=(), budget=None, noise_seed: int | None = None,
+                 dataset: str = ""):
+    """(the drafted :class:`~mmdsynth.data.schema.Schema`, its :class:`~mmdsynth.privacy.ledger.Ledger`) of a table
+    of text cells (``pd.read_csv(..., dtype=str)``): see the module. ``label``: the label column (its classes are
+    released as categories); ``privacy_unit``: the person column (an id column, never read beyond grouping rows);
+    ``missing_values``: cell texts that mean missing. ``budget``: a :class:`~mmdsynth.privacy.BudgetFile`, checked
+    before any row is read and charged once. ``noise_seed``: tests only (the ledger says it voids the guarantee)."""
+    from ..engines.persons import person_source, unit_text
+    from ..privacy.calibration import compose_plan
+    from ..privacy.engine import PrivacyEngine
+    from ..privacy.ledger import PRIVACY_UNIT
+
+    names = [str(c) for c in df.columns]
+    for given, what in ((label, "label"), (privacy_unit, "privacy unit")):
+        if given is not None and given not in names:
+            raise SchemaError(f"the {what} {given!r} is not a column of the table; its columns are {names[:20]}.")
+    if label is not None and label == privacy_unit:
+        raise SchemaError("the label cannot be the privacy unit.")
+    typed = [n for n in names if n not in (label, privacy_unit)]
+    if not typed:
+        raise SchemaError("the table has no column to draft besides the label and the privacy unit.")
+    m = len(df) if privacy_unit is None else None
+    plan, mults = compose_plan({"schema": 1.0}, {"types": TYPES_SHARE})
+    reserved = 0.5 * float(delta)                 # the categories' thresholds: reserved whatever release 1 says
+    unit = PRIVACY_UNIT if privacy_unit is None else unit_text(privacy_unit)
+    engine = PrivacyEngine(epsilon, delta, plan, multipliers=mults, budget=budget, noise_seed=noise_seed,
+                           dataset=dataset, privacy_unit=unit, reserved_delta=reserved)
+    # -- the source: rows, or persons (public: their number) -----------------------------------------------
+    id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
+    source = person_source(df, id_schema) if privacy_unit else person_source(df, None)
+    m = source.n_records
+    # -- release 1: the kinds of every column's values --------------------------------------------------------
+    sens1 = math.sqrt(2 * len(typed))
+    exact = source.total(ValueKinds(typed, missing_values))
+    import torch
+
+    noisy = engine.gaussian(
+        "types", {n: torch.as_tensor(exact[n]) for n in typed}, sens1,
+        description=f"schema draft, types: counts of {list(KINDS)} among the values of {len(typed)} column(s)",
+        assumed={"m": int(m), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one count "
+                                               f"down and one up in each column's kind counts"},
+        n_records=int(m), computation=source.describe())
+    std1 = engine.sigma * engine.multiplier("types") * sens1
+    columns = []
+    for n in typed:
+        d = column_type(noisy[n].numpy(), std1)
+        kind = d.pop("type")
+        if kind == "datetime":
+            columns.append(Column(n, "numeric", nullable=d.get("nullable", False), datetime=d["resolution"]))
+        elif kind == "boolean":
+            columns.append(Column(n, "categorical", boolean=True, nullable=d.get("nullable", False)))
+        else:
+            columns.append(Column(n, kind, integer=d.get("integer", False), nullable=d.get("nullable", False)))
+    if privacy_unit:
+        columns.append(Column(privacy_unit, "id"))
+    label_col = Column(label, "categorical", nullable=True) if label else None
+    draft = Schema(columns + ([label_col] if label_col else []), None, None, "mmdsynth schema (dp draft)",
+                   missing_values=list(missing_values), privacy_unit=privacy_unit)
+    # -- release 2: bounds and categories of the typed draft ------------------------------------------------------
+    learned = replace(draft, columns=[c for c in draft.columns if c.kind != "id"], privacy_unit=None)
+    todo = SchemaInference.of(learned)
+    std2 = engine.sigma * engine.multiplier("schema") * todo.sensitivity
+    tau = todo.category_threshold(std2, engine.delta) if todo.categorical else None
+    frame = _tolerant(df, draft)
+    if privacy_unit:
+        frame[privacy_unit] = df[privacy_unit].to_numpy()
+    read = person_source(frame, id_schema) if privacy_unit else frame
+    stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta),
+                                      ids=id_schema.person_ids if privacy_unit else None)
+    engine.charge(f"schema draft of {dataset or 'a table'}")
+    done = complete_schema(learned, stats, std2, tau)
+    cols = [c for c in done.columns if c.name != label]
+    label_categories = None
+    if label:
+        cats = [c for c in done.column(label).categories if c != OTHER]
+        if len(cats) < 2:
+            raise SchemaError(f"the label {label!r}: fewer than two classes cleared the noise (kept {cats}); draft "
+                              f"with more budget (--epsilon) or declare its classes.")
+        label_categories = cats
+    if privacy_unit:
+        cols.append(Column(privacy_unit, "id"))
+    # the columns whose bounds and categories were released: a fit clips their numbers to the bounds and reads a
+    # category not listed (one held by too few records to clear the noise) as "(other)", per value
+    notes = {"drafted": "released with budget by `mmdsynth schema` (its ledger is beside this file); review every "
+                        "line before fitting: types, nullability, bounds and categories are noisy",
+             "dp_inferred_columns": [c for c in done.notes.get("dp_inferred_columns", []) if c != label]}
+    schema = Schema(cols, label, label_categories, "mmdsynth schema (dp draft)", notes,
+                    missing_values=list(missing_values), privacy_unit=privacy_unit)
+    return schema, engine.ledger
+
+
+def write_draft(schema: Schema, ledger, out) -> tuple[Path, Path]:
+    """Write the draft (``out``) and its ledger beside it (``out`` with :data:`LEDGER_SUFFIX`)."""
+    from .._io import atomic_write, sealed
+
+    out = Path(out)
+    ledger_path = out.with_name(out.name[:-len(".json")] + LEDGER_SUFFIX if out.name.endswith(".json")
+                                else out.name + LEDGER_SUFFIX)
+    d = schema.to_dict()
+    with atomic_write(ledger_path) as tmp:
+        tmp.write_text(json.dumps(sealed({"format": LEDGER_FORMAT, "schema": out.name, "ledger": ledger.to_list()}),
+                                  indent=2))
+    with atomic_write(out) as tmp:
+        tmp.write_text(json.dumps(d, indent=2))
+    return out, ledger_path
