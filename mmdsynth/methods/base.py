@@ -36,7 +36,7 @@ from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
 from ..engines.persons import person_source
-from ..errors import ArtifactError, InvalidParameterError, unknown_name
+from ..errors import ArtifactError, InvalidParameterError, SchemaError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
@@ -305,7 +305,7 @@ class KernelGeneratorMethod(Method):
             if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
             schema = X.schema
-        schema = _as_schema(schema, label)
+        schema = _as_schema(schema, label, X)
         self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
         self.settings_.n_classes = schema.n_classes  # public: the declared label categories
         self._validate()
@@ -609,7 +609,7 @@ def _is_table(X) -> bool:
     return isinstance(X, (pd.DataFrame, ShardedTable))
 
 
-def _as_schema(schema, label) -> Schema:
+def _as_schema(schema, label, data=None) -> Schema:
     if schema is None:
         raise InvalidParameterError(
             "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
@@ -625,6 +625,14 @@ def _as_schema(schema, label) -> Schema:
         raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
     if schema.label is None:
         raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
+    if isinstance(data, pd.DataFrame):               # as read_table and the command line: nothing dropped silently
+        listed = {c.name for c in schema.columns} | {schema.label}
+        unlisted = [str(c) for c in data.columns if c not in listed]
+        if unlisted:
+            raise SchemaError(
+                f"the DataFrame has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema "
+                f"does not list; they would not be modelled. Declare them in the schema, or drop them first "
+                f"(df.drop(columns=[...])).")
     return schema
 
 

@@ -315,7 +315,7 @@ class DPKIP(Method):
             raise epsilon_required(kind)
         shares, source = {}, None
         if table:
-            schema = _as_schema(schema, label)
+            schema = _as_schema(schema, label, X)
             privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
             s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,

@@ -392,7 +392,7 @@ class MST(Method):
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a release; use a new folder.")
         s = self.settings_ = self.settings_for("table")
-        schema = _as_schema(schema, label)
+        schema = _as_schema(schema, label, X)
         require_complete(schema)
         check_epsilon(s.epsilon)
         check_delta(s.delta)

@@ -232,3 +232,16 @@ def test_a_misspelled_keyword_names_the_method_and_the_closest_parameter():
                                                     r"'iterations'\?") as err:
         DPMERF(1.0, iteratons=5)
     assert isinstance(err.value, TypeError)         # what Python itself raises for an unknown keyword
+
+
+def test_python_fit_refuses_a_column_the_schema_does_not_list_as_the_command_line_does():
+    """Issue 83: `mmdsynth.fit(df, ...)` dropped a column the schema does not list, where the CLI and read_table
+    refuse it."""
+    import mmdsynth
+    from mmdsynth.errors import SchemaError
+
+    df = toy_table(300).assign(notes="free text")
+    for method in ("dp-merf", "mst", "dp-kip"):
+        with pytest.raises(SchemaError, match=r"the DataFrame has column\(s\) \['notes'\] that the schema does not "
+                                              r"list.*df\.drop"):
+            mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, method=method)
