@@ -181,3 +181,9 @@ def restore_optimizer(optimizer, tensors: dict, meta: dict, prefix: str = "opt."
             idx, name = key[len(prefix):].split(".", 1)
             state.setdefault(int(idx), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+#: the file written beside a schema drafted by `mmdsynth schema`: its ledger (``NAME.ledger.json`` beside ``NAME.json``;
+#: here, not in mmdsynth.data, so that `inspect` reads it without importing torch)
+SCHEMA_LEDGER_SUFFIX = ".ledger.json"
+SCHEMA_LEDGER_FORMAT = "mmdsynth-schema-ledger"

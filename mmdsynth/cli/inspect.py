@@ -44,7 +44,7 @@ def cmd_inspect(args) -> int:
 
 def _draft_ledger(path: Path) -> Path | None:
     """The ledger of a drafted schema ``path`` names (the draft's .json or its .ledger.json), or None."""
-    from ..data.draft import LEDGER_SUFFIX
+    from .._io import SCHEMA_LEDGER_SUFFIX as LEDGER_SUFFIX
 
     if not path.is_file() or not path.name.endswith(".json"):
         return None
@@ -55,8 +55,7 @@ def _draft_ledger(path: Path) -> Path | None:
 
 
 def _inspect_draft(ledger_path: Path, args) -> int:
-    from .._io import read_sealed_json
-    from ..data.draft import LEDGER_FORMAT
+    from .._io import SCHEMA_LEDGER_FORMAT as LEDGER_FORMAT, read_sealed_json
     from ..errors import ArtifactError
     from ..privacy.ledger import Ledger
 

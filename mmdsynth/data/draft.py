@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .._io import SCHEMA_LEDGER_FORMAT, SCHEMA_LEDGER_SUFFIX
 from ..engines import unweighted
 from ..errors import SchemaError
 from .private_schema import OTHER, SchemaInference, complete_schema, release_schema_statistics
@@ -46,8 +47,7 @@ NULLABLE_SIGMAS = 1.0
 #: words read as booleans in the draft (integers 0 / 1 stay integers: a column of them is drafted numeric)
 BOOLEAN_WORDS = (_TRUE | _FALSE) - {"1", "0", "1.0", "0.0"}
 #: the file written beside a draft: its ledger
-LEDGER_SUFFIX = ".ledger.json"
-LEDGER_FORMAT = "mmdsynth-schema-ledger"
+LEDGER_SUFFIX, LEDGER_FORMAT = SCHEMA_LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT
 
 
 def value_kind(value) -> int:

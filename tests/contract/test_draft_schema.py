@@ -130,6 +130,12 @@ def test_the_command_writes_the_draft_and_its_ledger_charges_the_budget_and_insp
     assert [c["epsilon"] for c in budget["charges"]] == [0.5] and budget["epsilon"] == 2
     assert main(["inspect", str(tmp_path / "s.json")]) == 0
     assert "privacy spent: epsilon=0.5" in capsys.readouterr().out
+    import subprocess
+    import sys
+    shown = subprocess.run([sys.executable, "-c", "import sys; from mmdsynth.cli import main; "
+                            f"main(['inspect', {str(tmp_path / 's.json')!r}]); print('torch' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip().endswith("False"), shown.stdout + shown.stderr       # inspect imports no torch
     assert main(argv) == 2 and "exists; pass --force" in capsys.readouterr().err       # nothing replaced
     # the draft fits as it is (values outside its bounds clipped, categories it left out read as "(other)")
     assert main(["fit", "--method", "dp-merf", "--csv", str(tmp_path / "t.csv.gz"), "--schema", str(tmp_path / "s.json"),
