@@ -56,8 +56,6 @@ class Release:
         tmp_tensors = directory / f".{TENSOR_FILE}.tmp"
         tmp_meta = directory / f".{META_FILE}.tmp"
         try:
-            from safetensors.torch import save_file
-
             save_file(tensors, str(tmp_tensors), metadata={"format": FORMAT})
             meta = {
                 "format": FORMAT,
@@ -98,8 +96,6 @@ class Release:
                 f"({__version__}) reads ({FORMAT_VERSION}); upgrade mmdsynth."
             )
         check_file_digest(tensor_path, meta.get("tensors_sha256"), f"release recorded in {META_FILE}")
-        if tensors:
-            from safetensors.torch import load_file
         return cls(
             tensors=load_file(str(tensor_path)) if tensors else tensor_headers(tensor_path),
             feature_spec=meta["feature_spec"],
@@ -107,6 +103,20 @@ class Release:
             ledger=Ledger.from_list(meta["ledger"]),
             extra=meta.get("extra", {}),
         )
+
+
+def save_file(tensors: dict, path: str, metadata: dict | None = None) -> None:
+    """safetensors' writer (torch imported here, when a release is written)."""
+    from safetensors.torch import save_file as write
+
+    write(tensors, path, metadata=metadata)
+
+
+def load_file(path: str) -> dict:
+    """safetensors' reader (torch imported here, when a release's tensors are read)."""
+    from safetensors.torch import load_file as read
+
+    return read(path)
 
 
 class TensorHeader(NamedTuple):

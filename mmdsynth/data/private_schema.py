@@ -40,10 +40,8 @@ from scipy.stats import norm
 from ..engines import as_source, unweighted
 from ..engines.persons import PersonShards, PersonTable
 from ..errors import SchemaError
-from .schema import RESOLUTION_SECONDS, Schema
+from .schema import OTHER, RESOLUTION_SECONDS, Schema, conform, declared_part, inferred_columns  # noqa: F401
 
-#: catch-all category for values whose noisy count did not clear the threshold
-OTHER = "(other)"
 #: numeric bins: a bin bounds the data when its noisy count exceeds this many noise stds
 #: (about 400 bins per column: the chance that any empty bin clears it is below 1e-4)
 NUMERIC_THRESHOLD_SIGMAS = 5.0
@@ -211,39 +209,6 @@ def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,
         if values:
             constraints.append({**k, "values": values})
     return Schema(columns, schema.label, schema.label_categories, f"{schema.source}+dp-inferred", notes, constraints)
-
-
-def inferred_columns(schema: Schema) -> list[str]:
-    """Columns whose bounds or categories were released privately (empty for a public schema)."""
-    return list(schema.notes.get("dp_inferred_columns", []))
-
-
-def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
-    """A table already read against the declared part of ``schema`` (:func:`declared_part`, so every
-    value is parsed by itself: numbers and dates as floats, categories as text) fitted to the inferred
-    schema: numbers clipped to the inferred bounds and categories that were not kept mapped to
-    ``OTHER``. Applied to the private rows inside the fit (a per-record transformation, so the
-    sensitivity of later releases holds) and to real test rows before evaluation. Columns with
-    declared bounds and categories are left as is."""
-    df = df.copy()
-    for name in inferred_columns(schema):
-        col = schema.column(name)
-        if col.kind == "numeric":
-            df[name] = df[name].astype("float64").clip(*col.bounds)
-        else:
-            present = df[name].notna()
-            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, OTHER).where(present, None)
-    return df
-
-
-def declared_part(schema: Schema) -> Schema:
-    """The schema as the user declared it, before inference (to read raw tables against)."""
-    names = set(inferred_columns(schema))
-    if not names:
-        return schema
-    cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
-            else replace(c, categories=None) if c.name in names else c for c in schema.columns]
-    return replace(schema, columns=cols)
 
 
 def schema_release_description(inference: SchemaInference, threshold: float | None,

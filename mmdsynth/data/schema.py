@@ -48,6 +48,10 @@ def _date_text(seconds: float) -> str:
     return (pd.Timestamp(0) + pd.Timedelta(seconds=float(seconds))).isoformat()
 
 
+#: catch-all category of a column whose categories were released privately: a value whose noisy count did not clear
+#: the threshold reads as this (:mod:`mmdsynth.data.private_schema`)
+OTHER = "(other)"
+
 #: integer IDs are read as float64: beyond 2^52 (with room for generated IDs above) two IDs could read as one
 MAX_INTEGER_ID = 2.0 ** 52
 
@@ -353,7 +357,6 @@ class Schema:
             # bounds and categories released with budget (private inference, `mmdsynth schema`): every value read
             # against the declared part, then numbers clipped to the released bounds and a category not released
             # read as "(other)", each value by itself
-            from .private_schema import conform, declared_part
             return conform(declared_part(self).validate(df, require_label=require_label), self)
         wanted = [c.name for c in self.columns] + ([self.label] if self.label and require_label else [])
         missing = [c for c in wanted if c not in df.columns]
@@ -640,3 +643,37 @@ def schema_from_sdv(metadata: dict, *, table: str | None = None, nullable=(), la
             columns.append(Column(name, "id"))
     schema = Schema(columns, source="sdv-metadata")
     return schema.with_label(label, label_categories) if label is not None else schema
+
+
+# -- columns whose bounds and categories were released privately (private_schema, `mmdsynth schema`) --------
+def inferred_columns(schema: Schema) -> list[str]:
+    """Columns whose bounds or categories were released privately (empty for a public schema)."""
+    return list(schema.notes.get("dp_inferred_columns", []))
+
+
+def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+    """A table already read against the declared part of ``schema`` (:func:`declared_part`, so every
+    value is parsed by itself: numbers and dates as floats, categories as text) fitted to the inferred
+    schema: numbers clipped to the inferred bounds and categories that were not kept mapped to
+    ``OTHER``. Applied to the private rows inside the fit (a per-record transformation, so the
+    sensitivity of later releases holds) and to real test rows before evaluation. Columns with
+    declared bounds and categories are left as is."""
+    df = df.copy()
+    for name in inferred_columns(schema):
+        col = schema.column(name)
+        if col.kind == "numeric":
+            df[name] = df[name].astype("float64").clip(*col.bounds)
+        else:
+            present = df[name].notna()
+            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, OTHER).where(present, None)
+    return df
+
+
+def declared_part(schema: Schema) -> Schema:
+    """The schema as the user declared it, before inference (to read raw tables against)."""
+    names = set(inferred_columns(schema))
+    if not names:
+        return schema
+    cols = [replace(c, bounds=None) if c.name in names and c.kind == "numeric"
+            else replace(c, categories=None) if c.name in names else c for c in schema.columns]
+    return replace(schema, columns=cols)

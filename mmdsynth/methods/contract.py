@@ -148,7 +148,7 @@ class Method:
         # a base class's __init__
         names = cls.param_names()
         unknown = [k for k in kwargs if k not in names]
-        if unknown:
+        if unknown and cls._inits_listed():
             import difflib
 
             from ..errors import UnknownParameterError
@@ -158,6 +158,21 @@ class Method:
                 f"{cls.method or cls.__name__} takes no parameter {unknown[0]!r}; {hint}its parameters: "
                 f"{', '.join(names)} (`mmdsynth fit --method {cls.method} --help` describes them).")
         return super().__new__(cls)
+
+    @classmethod
+    def _inits_listed(cls) -> bool:
+        """Whether the constructors :meth:`param_names` reads name every parameter: not where one of them names none
+        (a test's stand-in ``lambda self, *a, **k``; the keywords are then left to it)."""
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            params = list(inspect.signature(init).parameters.values())[1:]
+            if params and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+                return False
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                return True
+        return True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
