@@ -98,8 +98,26 @@ class PublicFacts:
     @property
     def records(self) -> str:
         """The count in words: "1,000 persons" or "4,967 rows"."""
-        noun = "persons" if self.unit else "rows"
-        return f"{self.n_records:,} {noun}" if self.n_records is not None else f"unknown {noun}"
+        noun = "person" if self.unit else "row"
+        if self.n_records is None:
+            return f"unknown {noun}s"
+        return f"{self.n_records:,} {noun}{'' if self.n_records == 1 else 's'}"
+
+
+#: the fewest records (persons under a person unit) a table is fitted on: with m records one record moves every
+#: released mean by about 2/m of its range, so below this the noise is the release (and a 1-row table "converges" to
+#: copies of its row); the count is public, so the refusal tells nothing a release would not
+MIN_RECORDS = 10
+
+
+def check_enough(facts: "PublicFacts") -> None:
+    """Refuse a table of fewer than :data:`MIN_RECORDS` records (its public count), before anything is read."""
+    if facts.n_records is not None and facts.n_records < MIN_RECORDS:
+        from .errors import DataValidationError
+        raise DataValidationError(
+            f"the table holds {facts.records}; a fit needs at least {MIN_RECORDS}: one record would move every "
+            f"released statistic by about 2/{facts.n_records} of its range, so the noise that hides it would be all "
+            f"the release holds. Fit on more records.")
 
 
 def public_facts(data, schema=None, epsilon: float | None = None, delta: float | None = None) -> PublicFacts:
@@ -135,6 +153,7 @@ class TableDefault:
 def choose_table_default(facts: PublicFacts, given=()) -> TableDefault:
     """The table default for ``facts`` (:func:`table_default` and :func:`table_default_params` on its public count
     and epsilon), without the settings named in ``given``."""
+    check_enough(facts)                       # a table too small for any release: refused before a plan is chosen
     n = facts.n_records
     method = table_default(n)
     sized = {k: v for k, v in table_default_params(n, facts.epsilon).items() if k not in given}

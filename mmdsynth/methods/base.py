@@ -625,6 +625,9 @@ def _as_schema(schema, label, data=None) -> Schema:
         raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
     if schema.label is None:
         raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
+    if isinstance(data, (pd.DataFrame, ShardedTable)):     # the public count: rows, declared, or persons
+        from ..choice import check_enough, public_facts
+        check_enough(public_facts(data, schema))
     if isinstance(data, pd.DataFrame):               # as read_table and the command line: nothing dropped silently
         listed = {c.name for c in schema.columns} | {schema.label}
         unlisted = [str(c) for c in data.columns if c not in listed]

@@ -245,3 +245,24 @@ def test_python_fit_refuses_a_column_the_schema_does_not_list_as_the_command_lin
         with pytest.raises(SchemaError, match=r"the DataFrame has column\(s\) \['notes'\] that the schema does not "
                                               r"list.*df\.drop"):
             mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, method=method)
+
+
+def test_a_table_too_small_to_release_anything_is_refused(tmp_path, capsys):
+    """Issue 83: a 1-row table fitted ("converged") and sampled copies of its row. Fewer than 10 records (persons under
+    a person unit: the public count) are refused before anything is read, in Python and on the command line."""
+    import mmdsynth
+    from mmdsynth.errors import DataValidationError
+
+    with pytest.raises(DataValidationError, match=r"the table holds 9 rows; a fit needs at least 10"):
+        mmdsynth.fit(toy_table(9), label="y", schema=SCHEMA, epsilon=1.0, method="mst")
+    persons = toy_table(40).assign(pid=[f"p{i % 5}" for i in range(40)])     # 40 rows, 5 persons
+    schema = mmdsynth.Schema.from_dict(SCHEMA).with_privacy_unit("pid")
+    with pytest.raises(DataValidationError, match=r"the table holds 5 persons"):
+        mmdsynth.fit(persons, label="y", schema=schema, epsilon=1.0, method="dp-merf")
+    toy_table(1).to_csv(tmp_path / "one.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    assert main(["fit", "--csv", str(tmp_path / "one.csv"), "--schema", str(tmp_path / "s.json"), "--label", "y",
+                 "--epsilon", "1", "--out", str(tmp_path / "run")]) == 2
+    captured = capsys.readouterr()
+    assert "the table holds 1 row; a fit needs at least 10" in captured.err and "method:" not in captured.out
+    assert not (tmp_path / "run").exists()
