@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:              # torch is imported by the loaders: listing datasets (`mmdsynth datasets`) needs none
+    import torch
 
 from ..errors import ArtifactError
 from .fetch import RemoteFile, locate
@@ -88,10 +91,14 @@ IMAGE_CLASSES = {"mnist": MNIST_CLASSES, "digits": MNIST_CLASSES, "fashion-mnist
 
 
 def _to_tensor(images: np.ndarray) -> torch.Tensor:
+    import torch
+
     return torch.from_numpy(np.array(images, dtype=np.float32)).div_(255.0)
 
 
 def _load_idx_set(name: str, files, classes, data_dir, download) -> ImageData:
+    import torch
+
     _, paths = locate(name, [files], data_dir, download)
     xtr, ytr, xte, yte = (read_idx(paths[n]) for n in _IDX_NAMES)
     return ImageData(name, _to_tensor(xtr[:, None]), torch.from_numpy(ytr.astype(np.int64, copy=True)),
@@ -154,6 +161,8 @@ def load_cifar10(data_dir=None, download=None) -> ImageData:
     The JPEG export (``train/<class>/NNNN.jpg``) is lossy (quality 75); images
     are ordered by class, then by their number within the class.
     """
+    import torch
+
     which, paths = locate("cifar10", [CIFAR_BINARY, CIFAR_JPEG], data_dir, download)
     reader = _read_cifar_binary if which == 0 else _read_cifar_jpeg
     xtr, ytr, xte, yte = reader(next(iter(paths.values())))
@@ -166,6 +175,8 @@ def load_digits(data_dir=None, download=None) -> ImageData:
 
     Split: a fixed stratified 80/20 split (seed 0): 1,437 train / 360 test.
     """
+    import torch
+
     from sklearn.datasets import load_digits as _sk_digits
     from sklearn.model_selection import train_test_split
 

@@ -243,8 +243,8 @@ def test_inspect_lines_fit_the_width_and_break_between_words(capsys, tmp_path):
 
 def test_commands_that_do_not_train_never_import_torch():
     """Issue 83: every command paid about 5 s importing torch, even `inspect`, which reads a ledger. `inspect` reads
-    the tensors' shapes from their file's header and imports neither torch nor dp-accounting; `budget` computes
-    without torch."""
+    the tensors' shapes from their file's header and imports neither torch nor dp-accounting; `datasets` and `budget`
+    run without torch."""
     import subprocess
     import sys
     from pathlib import Path
@@ -253,9 +253,10 @@ def test_commands_that_do_not_train_never_import_torch():
     code = ("import sys; from mmdsynth.cli import main; "
             f"codes = [main(['inspect', {str(run)!r}]), main(['inspect', {str(run)!r}, '--ledger'])]; "
             "seen = sorted(m for m in ('torch', 'dp_accounting') if m in sys.modules); "
+            "codes.append(main(['datasets'])); "
             "codes.append(main(['budget', '--epsilon', '1', '--delta', '1e-5'])); "
             "print(codes, seen, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0] [] False", done.stdout[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] [] False", done.stdout[-2000:]
     assert "tensors: embedding (50, 10) float64" in done.stdout
