@@ -183,7 +183,8 @@ def restore_optimizer(optimizer, tensors: dict, meta: dict, prefix: str = "opt."
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-#: the file written beside a schema drafted by `mmdsynth schema`: its ledger (``NAME.ledger.json`` beside ``NAME.json``;
-#: here, not in mmdsynth.data, so that `inspect` reads it without importing torch)
-SCHEMA_LEDGER_SUFFIX = ".ledger.json"
+#: the ledger written beside a file that is not a release (``STEM.ledger.json``: distilled table rows, a schema drafted
+#: by `mmdsynth schema`); here, not in mmdsynth.data or .methods, so that `inspect` reads it without importing torch
+LEDGER_SUFFIX = ".ledger.json"
+#: the format tag of a drafted schema's ledger
 SCHEMA_LEDGER_FORMAT = "mmdsynth-schema-ledger"

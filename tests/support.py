@@ -198,3 +198,15 @@ def throwaway_postgres():
     finally:
         subprocess.run(run_as + [pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def store_sql(url, table: str, df: pd.DataFrame) -> None:
+    """``df`` stored as ``table`` in the database at ``url`` (replacing it), the engine disposed whatever happens."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            df.to_sql(table, conn, if_exists="replace", index=False)
+    finally:
+        engine.dispose()

@@ -44,23 +44,23 @@ def cmd_inspect(args) -> int:
 
 def _draft_ledger(path: Path) -> Path | None:
     """The ledger of a drafted schema ``path`` names (the draft's .json or its .ledger.json), or None."""
-    from .._io import SCHEMA_LEDGER_SUFFIX as LEDGER_SUFFIX
+    from .._io import LEDGER_SUFFIX
 
     if not path.is_file() or not path.name.endswith(".json"):
         return None
     if path.name.endswith(LEDGER_SUFFIX):
         return path
-    beside = path.with_name(path.name[:-len(".json")] + LEDGER_SUFFIX)
+    beside = path.with_name(path.stem + LEDGER_SUFFIX)
     return beside if beside.is_file() else None
 
 
 def _inspect_draft(ledger_path: Path, args) -> int:
-    from .._io import SCHEMA_LEDGER_FORMAT as LEDGER_FORMAT, read_sealed_json
+    from .._io import SCHEMA_LEDGER_FORMAT, read_sealed_json
     from ..errors import ArtifactError
     from ..privacy.ledger import Ledger
 
     meta = read_sealed_json(ledger_path, "schema ledger")
-    if meta.get("format") != LEDGER_FORMAT:
+    if meta.get("format") != SCHEMA_LEDGER_FORMAT:
         raise ArtifactError(f"{ledger_path} is not the ledger of a drafted schema (format={meta.get('format')!r}).")
     ledger = Ledger.from_list(meta["ledger"])
     if args.json:

@@ -10,7 +10,7 @@ from ..errors import InvalidParameterError
 
 def cmd_schema(args) -> int:
     from ..data.draft import draft_schema, write_draft
-    from ..data.user import COMPRESSIONS, DELIMITERS, read_csv_text, table_suffix
+    from ..data.user import COMPRESSIONS, csv_delimiter, read_csv_text, table_suffix
     from ..privacy.calibration import check_calibrated_epsilon
 
     check_calibrated_epsilon(args.epsilon)                       # before the file is read
@@ -25,7 +25,7 @@ def cmd_schema(args) -> int:
                                     f"got {path.name!r}.")
     if not path.is_file():
         raise InvalidParameterError(f"no file {path}.")
-    sep = args.sep or _widest_header(path, args.encoding, DELIMITERS)
+    sep = args.sep or csv_delimiter(path, encoding=args.encoding)      # no schema yet: the header's widest split
     df = read_csv_text(path, args.encoding, sep=sep)
     budget = None
     if args.budget:
@@ -48,22 +48,6 @@ def cmd_schema(args) -> int:
           + (f"--label {schema.label} " if schema.label else "") + "--epsilon E "
           + (f"--budget {args.budget} " if args.budget else "") + "--out DIR")
     return 0
-
-
-def _widest_header(path: Path, encoding: str, delimiters) -> str:
-    """The delimiter that splits the header line into the most names (no schema yet: the header decides, no data
-    row is read)."""
-    import pandas as pd
-
-    best, most = ",", 0
-    for sep in delimiters:
-        try:
-            n = len(pd.read_csv(path, nrows=0, sep=sep, encoding=encoding).columns)
-        except Exception:                    # noqa: BLE001 - unreadable: read_csv_text says why, typed
-            continue
-        if n > most:
-            best, most = sep, n
-    return best
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

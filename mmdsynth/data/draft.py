@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .._io import SCHEMA_LEDGER_FORMAT, SCHEMA_LEDGER_SUFFIX
+from .._io import LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT, atomic_write, sealed
 from ..engines import unweighted
 from ..errors import SchemaError
 from .private_schema import OTHER, SchemaInference, complete_schema, release_schema_statistics
 from .schema import Column, Schema
-from .values import _FALSE, _TRUE, category_texts, date_seconds, dates, marked_missing, number, numbers
+from .values import _FALSE, _TRUE, _each, category_texts, date_seconds, dates, marked_missing, number, numbers
 
 #: the kinds a value is read as, in the order of the released counts
 KINDS = ("missing", "boolean", "integer", "decimal", "date", "text")
@@ -46,8 +46,6 @@ TYPE_SHARE = 0.95
 NULLABLE_SIGMAS = 1.0
 #: words read as booleans in the draft (integers 0 / 1 stay integers: a column of them is drafted numeric)
 BOOLEAN_WORDS = (_TRUE | _FALSE) - {"1", "0", "1.0", "0.0"}
-#: the file written beside a draft: its ledger
-LEDGER_SUFFIX, LEDGER_FORMAT = SCHEMA_LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT
 
 
 def value_kind(value) -> int:
@@ -80,7 +78,7 @@ class ValueKinds:
         out = {}
         for name in self.columns:
             s = df[name]
-            kinds = np.asarray([value_kind(v) for v in s.tolist()], dtype=np.int64)
+            kinds = np.asarray(_each(s, value_kind), dtype=np.int64)      # each distinct text read once
             kinds[marked_missing(s, self.markers)] = 0
             out[name] = np.bincount(kinds, weights=weights, minlength=len(KINDS)).astype(np.float64)
         return out
@@ -154,7 +152,6 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     typed = [n for n in names if n not in (label, privacy_unit)]
     if not typed:
         raise SchemaError("the table has no column to draft besides the label and the privacy unit.")
-    m = len(df) if privacy_unit is None else None
     plan, mults = compose_plan({"schema": 1.0}, {"types": TYPES_SHARE})
     reserved = 0.5 * float(delta)                 # the categories' thresholds: reserved whatever release 1 says
     unit = PRIVACY_UNIT if privacy_unit is None else unit_text(privacy_unit)
@@ -225,16 +222,12 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
 
 
 def write_draft(schema: Schema, ledger, out) -> tuple[Path, Path]:
-    """Write the draft (``out``) and its ledger beside it (``out`` with :data:`LEDGER_SUFFIX`)."""
-    from .._io import atomic_write, sealed
-
+    """Write the draft (``out``) and its ledger beside it (``STEM`` + :data:`~mmdsynth._io.LEDGER_SUFFIX`, as a
+    distilled table's), both or neither."""
     out = Path(out)
-    ledger_path = out.with_name(out.name[:-len(".json")] + LEDGER_SUFFIX if out.name.endswith(".json")
-                                else out.name + LEDGER_SUFFIX)
-    d = schema.to_dict()
-    with atomic_write(ledger_path) as tmp:
-        tmp.write_text(json.dumps(sealed({"format": LEDGER_FORMAT, "schema": out.name, "ledger": ledger.to_list()}),
-                                  indent=2))
-    with atomic_write(out) as tmp:
-        tmp.write_text(json.dumps(d, indent=2))
+    ledger_path = out.with_name(out.stem + LEDGER_SUFFIX)
+    with atomic_write(ledger_path) as tmp_ledger, atomic_write(out) as tmp:
+        tmp.write_text(json.dumps(schema.to_dict(), indent=2))
+        tmp_ledger.write_text(json.dumps(sealed({"format": SCHEMA_LEDGER_FORMAT, "schema": out.name,
+                                                 "ledger": ledger.to_list()}), indent=2))
     return out, ledger_path

@@ -48,7 +48,7 @@ def shard_files(spec, suffixes: tuple[str, ...]) -> list[Path]:
 
 
 @contextmanager
-def _reading(path: Path, where: str = ""):
+def _reading(path: Path):
     """Errors while reading a shard's file become a DataValidationError naming it (mmdsynth's own pass) and the
     rule, never quoting the reader's own text where it may hold the file's bytes, values or line numbers: a file
     that is not text in its encoding, a malformed CSV line, any other reader error (only its type is named; file
@@ -60,9 +60,9 @@ def _reading(path: Path, where: str = ""):
     except (UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise csv_read_error(f"shard {path}", exc) from None
     except OSError as exc:
-        raise DataValidationError(f"shard {path} cannot be read{where}: {type(exc).__name__}: {exc}") from None
+        raise DataValidationError(f"shard {path} cannot be read: {type(exc).__name__}: {exc}") from None
     except Exception as exc:
-        raise DataValidationError(f"shard {path} cannot be read{where} ({type(exc).__name__}: the file is corrupt or "
+        raise DataValidationError(f"shard {path} cannot be read ({type(exc).__name__}: the file is corrupt or "
                                   f"not in its format; check it with the tool that wrote it).") from None
 
 

@@ -30,17 +30,17 @@ def table_suffix(path) -> str:
     return suffix
 
 
-def csv_delimiter(path, names, encoding: str = "utf-8") -> str:
+def csv_delimiter(path, names=None, encoding: str = "utf-8") -> str:
     """The delimiter of a CSV file: of :data:`DELIMITERS`, the one whose split of the header line gives the most of
-    the declared column ``names`` (the first of equals: a comma). A function of the header (the column names, which
-    the schema declares) and the schema alone: no data row is read."""
-    wanted, best, hits = set(map(str, names)), ",", 0
+    the declared column ``names`` (None, no schema yet: the most names; the first of equals: a comma). A function of
+    the header (the column names, which the schema declares) and the schema alone: no data row is read."""
+    wanted, best, hits = (None if names is None else set(map(str, names))), ",", 0
     for sep in DELIMITERS:
         try:
             header = pd.read_csv(path, nrows=0, sep=sep, encoding=encoding).columns
         except Exception:                    # noqa: BLE001 - unreadable here: read_csv_text says why, typed
             continue
-        n = len(set(map(str, header)) & wanted)
+        n = len(header) if wanted is None else len(set(map(str, header)) & wanted)
         if n > hits:
             best, hits = sep, n
     return best
@@ -102,9 +102,10 @@ def read_table(path, schema: Schema | str | Path, *, label: str | None = None,
     return schema.validate(df)
 
 
-def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) -> None:
+def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool,
+                 drop_hint: str = "pass drop_unlisted=True to drop them") -> None:
     """Refuse columns of ``df`` (read from ``path``) that the schema does not list, naming them,
-    unless ``drop_unlisted`` (then :meth:`Schema.validate` drops them)."""
+    unless ``drop_unlisted`` (then :meth:`Schema.validate` drops them); ``drop_hint``: how the caller drops them."""
     listed = {c.name for c in schema.columns} | ({schema.label} if schema.label else set())
     unlisted = [str(c) for c in df.columns if c not in listed]
     absent = [c.name for c in schema.columns if c.name not in df.columns]
@@ -119,7 +120,7 @@ def check_listed(df: pd.DataFrame, schema: Schema, path, drop_unlisted: bool) ->
     if unlisted and not drop_unlisted:
         raise SchemaError(
             f"{path} has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema does not "
-            f"list; they would not be modelled. Declare them in the schema, or pass drop_unlisted=True to drop them.")
+            f"list; they would not be modelled. Declare them in the schema, or {drop_hint}.")
 
 
 def read_csv_text(path, encoding: str = "utf-8", sep: str = ",", **kwargs):

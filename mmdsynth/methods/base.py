@@ -36,7 +36,7 @@ from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
 from ..engines.persons import person_source
-from ..errors import ArtifactError, InvalidParameterError, SchemaError, unknown_name
+from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
@@ -629,13 +629,8 @@ def _as_schema(schema, label, data=None) -> Schema:
         from ..choice import check_enough, public_facts
         check_enough(public_facts(data, schema))
     if isinstance(data, pd.DataFrame):               # as read_table and the command line: nothing dropped silently
-        listed = {c.name for c in schema.columns} | {schema.label}
-        unlisted = [str(c) for c in data.columns if c not in listed]
-        if unlisted:
-            raise SchemaError(
-                f"the DataFrame has column(s) {unlisted[:10]}{' ...' if len(unlisted) > 10 else ''} that the schema "
-                f"does not list; they would not be modelled. Declare them in the schema, or drop them first "
-                f"(df.drop(columns=[...])).")
+        from ..data.user import check_listed
+        check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
     return schema
 
 

@@ -31,7 +31,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from .._io import atomic_write
+from .._io import LEDGER_SUFFIX, atomic_write   # the ledger beside a table set
 from .._legacy import OLD_NAME, current_tag
 from .._version import __version__
 from ..errors import ArtifactError, InvalidParameterError
@@ -46,7 +46,6 @@ from .tables import encoder_of
 
 FORMAT = "mmdsynth-distilled-set"
 META_KEY = "mmdsynth"                  # the .npz array holding the set's JSON (ledger, settings)
-LEDGER_SUFFIX = ".ledger.json"        # tables: beside the rows file
 #: defaults, measured on MNIST (benchmarks/distill.py, RESULTS.md)
 ITERATIONS, LR = 2000, 0.05
 

@@ -26,7 +26,7 @@ import mmdsynth
 from mmdsynth.cli import main
 from mmdsynth.methods.contract import METHODS
 
-from support import SCHEMA, toy_table
+from support import SCHEMA, toy_table, store_sql
 
 sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("pyarrow")
@@ -115,12 +115,7 @@ def stored(path: str, df: pd.DataFrame, where):
     url = f"sqlite:///{where / 't.db'}" if path == "sqlite" else "duckdb:///" + str(where / "t.duckdb")
     if path == "duckdb":
         pytest.importorskip("duckdb_engine")
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            df.to_sql("private", conn, if_exists="replace", index=False)
-    finally:
-        engine.dispose()
+    store_sql(url, "private", df)
     return url
 
 

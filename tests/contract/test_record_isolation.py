@@ -41,7 +41,7 @@ from mmdsynth.data.private_schema import OTHER, SchemaCounts, SchemaInference
 from mmdsynth.engines import add_partials
 from mmdsynth.errors import DataValidationError, SchemaError
 
-from support import throwaway_postgres
+from support import throwaway_postgres, store_sql
 
 sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("pyarrow")
@@ -303,12 +303,7 @@ def store(path, case, data, where):
             ordered.to_parquet(where / "private.parquet", index=False)
             return "duckdb:///:memory:", query.format(f"read_parquet('{where / 'private.parquet'}')")
         url = f"sqlite:///{where / 'private.db'}" if path == "sqlite" else where
-        engine = sa.create_engine(url)
-        try:
-            with engine.begin() as conn:
-                ordered.to_sql("private", conn, if_exists="replace", index=False)
-        finally:
-            engine.dispose()
+        store_sql(url, "private", ordered)
         return url, query.format("private")
     except Exception:
         reject()

@@ -12,7 +12,7 @@ from mmdsynth.cli import main
 from mmdsynth.data import read_sql, write_sql
 from mmdsynth.errors import ArtifactError, DataValidationError, InvalidParameterError, SchemaError
 
-from support import MIXED_SCHEMA, SCHEMA, mixed_table, throwaway_postgres, toy_table
+from support import MIXED_SCHEMA, SCHEMA, mixed_table, throwaway_postgres, toy_table, store_sql
 
 sa = pytest.importorskip("sqlalchemy")
 
@@ -30,16 +30,9 @@ def db(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
-def _load(url, table, df):
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        df.to_sql(table, conn, if_exists="replace", index=False)
-    engine.dispose()
-
-
 def test_read_a_query_validated_against_the_schema(db):
     df = toy_table(300)
-    _load(db, "patients", df)
+    store_sql(db, "patients", df)
     got = read_sql(db, "SELECT age, score, colour, smoker, y FROM patients WHERE age >= 17", SCHEMA_OBJ(), label="y")
     assert len(got) == 300 and list(got.columns) == list(df.columns)
     assert set(got["colour"]) <= {"red", "green", "blue"} and got["age"].between(17, 90).all()
@@ -47,7 +40,7 @@ def test_read_a_query_validated_against_the_schema(db):
         read_sql(db, "SELECT *, 1 AS extra FROM patients", SCHEMA_OBJ())
     with pytest.raises(DataValidationError, match="the query failed"):
         read_sql(db, "SELECT * FROM no_such_table", SCHEMA_OBJ())
-    _load(db, "holes", df.assign(colour=[None] + list(df["colour"][1:])))
+    store_sql(db, "holes", df.assign(colour=[None] + list(df["colour"][1:])))
     with pytest.raises((DataValidationError, SchemaError), match="colour"):
         read_sql(db, "SELECT * FROM holes", SCHEMA_OBJ())
 
@@ -57,7 +50,7 @@ def SCHEMA_OBJ():
 
 
 def test_fit_from_a_database_and_write_samples_back_in_one_transaction(db, tmp_path, capsys):
-    _load(db, "patients", toy_table(400))
+    store_sql(db, "patients", toy_table(400))
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
     out = tmp_path / "m"
     assert main(["fit", "--method", "dp-merf", "--db", db, "--query", "SELECT * FROM patients", "--schema",
@@ -111,7 +104,7 @@ def test_the_cli_names_what_a_database_fit_needs(tmp_path, capsys):
 
 def test_the_model_api_reads_a_database_too(tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
-    _load(url, "patients", toy_table(300))
+    store_sql(url, "patients", toy_table(300))
     df = read_sql(url, "SELECT * FROM patients", SCHEMA_OBJ(), label="y")
     m = DPMERF(1.0, n_features=50, iterations=3, batch_size=50).fit(df, label="y", schema=SCHEMA_OBJ())
     assert len(m.sample(20)) == 20
@@ -121,7 +114,7 @@ def test_nullable_date_and_id_columns_from_a_database_fit_and_sample_with_their_
     """Issue 32's done-when: NULLs, a DATE and an ID column read from the database (PostgreSQL and
     SQLite), fitted and sampled: missing rates within 0.03 of the real ones, dates in bounds, fresh IDs."""
     df = mixed_table(3000)
-    _load(db, "visits", df.assign(visit=df["visit"].dt.date))         # a SQL DATE column
+    store_sql(db, "visits", df.assign(visit=df["visit"].dt.date))         # a SQL DATE column
     schema = Schema.from_dict(MIXED_SCHEMA)
     got = read_sql(db, "SELECT * FROM visits", schema, label="y")
     assert got["income"].isna().sum() == df["income"].isna().sum() and got["colour"].isna().sum() == df["colour"].isna().sum()
