@@ -127,6 +127,13 @@ def cmd_fit(args) -> int:
     model = cls(**{k: v for k, v in run.items() if k in names}, **params)
     settings = model.settings_for(kind)          # refuses a missing --epsilon where the kind has no default
     fit_kwargs["public_facts"] = facts
+    if kind == "table" and not from_folder:      # the plan and its cost, before anything is read or charged
+        outline = model.plan_outline(fit_kwargs["schema"], public_facts(data[0], fit_kwargs["schema"],
+                                                                        settings.epsilon, settings.delta))
+        if outline is not None:
+            if not args.quiet:
+                print("\n".join(outline.lines()))
+            outline.check_memory()
     if args.public_init is not None:
         if "public_init" not in inspect.signature(cls.fit).parameters:
             raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "

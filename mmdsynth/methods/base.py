@@ -57,6 +57,11 @@ FINAL_GENERATOR_FILE = "generator_final.safetensors"   # with DP early stopping:
 STAGING = ".staging"       # where a save writes before moving its files into place
 
 
+#: a table generator's time per training step on 2 cores (benchmarks/log/2026-12-04.md#plan-outline: DP-MERF's table
+#: default, 2,000 steps, took 18-41 s on the suite's 2,500-4,300-record tables, one thread)
+GENERATOR_STEP_SECONDS = 0.011
+
+
 class KernelGeneratorMethod(Method):
     """Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, DP-RandConv): they differ
     in the feature map and their own parameters.
@@ -348,6 +353,36 @@ class KernelGeneratorMethod(Method):
             seed=self._s.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
             public_facts=public_facts)
 
+    def _table_plan(self, schema):
+        """The plan of a table's releases and each one's noise multiplier (public: the schema and the settings):
+        what the schema leaves to infer, the numeric columns' sketch, the rows per person under a unit, the class
+        proportions and the embedding's blocks."""
+        shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
+                              numeric_share=self._s.numeric_share)
+        return release_plan(blocks=self.block_multipliers(),
+                            shares={**shares, "class_proportions": self._s.proportions_share})
+
+    def plan_outline(self, schema, facts):
+        """The releases of a fit on a table of ``schema`` with ``facts`` (:class:`~mmdsynth.choice.PublicFacts`) and
+        each one's share of the plan, with memory and time estimates: public facts only, nothing read."""
+        from .outline import BASE_BYTES, PlanOutline, release_words, shares_of
+
+        self._resolve("table")
+        schema = _as_schema(schema, getattr(schema, "label", None))
+        self.settings_.n_classes = schema.n_classes
+        self._validate()
+        _, mults = self._table_plan(schema)
+        n, d = int(facts.n_records or 0), len(schema.columns)
+        steps = int(self._s.iterations)
+        memory = BASE_BYTES + 24 * n * (d + 1) + 8 * int(getattr(self._s, "n_features", 0) or 0) * \
+            (schema.n_classes + int(self._s.batch_size))
+        return PlanOutline(self.method, facts.records,
+                           tuple((release_words(k), v) for k, v in sorted(shares_of(mults).items(),
+                                                                          key=lambda kv: kv[0] == "embedding")),
+                           int(memory), GENERATOR_STEP_SECONDS * steps + 2e-5 * n * d,
+                           "Lower the generator's batch (batch_size=, --batch-size) or its features "
+                           "(n_features=, --n-features).")
+
     def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
         """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as
         sums computed on its engine: streamed or on Ray)."""
@@ -358,10 +393,7 @@ class KernelGeneratorMethod(Method):
                                         "network's features); for tables use early_stopping=False.")
         source = person_source(data, schema)         # a person table when the schema declares a privacy unit
         # every release of the fit joins one plan, calibrated by the engine before any row is read
-        shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
-                              numeric_share=self._s.numeric_share)
-        plan, mults = release_plan(blocks=self.block_multipliers(),
-                                   shares={**shares, "class_proportions": self._s.proportions_share})
+        plan, mults = self._table_plan(schema)
         engine = PrivacyEngine(self._s.epsilon, self._s.delta, plan, multipliers=mults, accountant=self._s.accountant,
                                budget=budget, noise_seed=self._s.noise_seed, dataset=dataset,
                                privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))

@@ -121,6 +121,13 @@ class Method:
     #: weight each person's rows by 1 / their count, and its DP-SGD (dp-kip) samples persons, not rows
     person_level: bool = False
 
+    def plan_outline(self, schema, facts):
+        """What a fit on a table of ``schema`` with public ``facts`` (:class:`~mmdsynth.choice.PublicFacts`) will
+        release, each release's share of the plan, and the fit's memory and time estimates
+        (:class:`~mmdsynth.methods.outline.PlanOutline`), from public facts only; None where the method does not say
+        before its fit (its ledger lists every release after)."""
+        return None
+
     def _unit(self, schema, privacy_unit: str) -> str:
         """The ledger's privacy unit for a fit on ``schema``: "one person (...)" when the schema declares a person
         column (refused, before anything is read, by a method that cannot honour it), else ``privacy_unit``."""

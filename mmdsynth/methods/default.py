@@ -37,8 +37,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         if not table:
             raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
                                         f"one: method=... ({', '.join(METHODS)}).")
-        declared = (Schema.from_json(schema) if isinstance(schema, (str, Path)) else Schema.from_dict(schema)
-                    if isinstance(schema, dict) else schema if schema is not None else getattr(data, "schema", None))
+        declared = _declared(schema, data)
         # the public count only: rows, the declared count of shards, or the persons under a person unit
         plan = choose_table_default(public_facts(data, declared, epsilon, delta), params)
         method, params = plan.method, {**plan.params, **params}
@@ -48,5 +47,20 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         raise unknown_name("method", method, METHODS)
     model = METHODS[method](epsilon, delta, **params)
     if table:
+        declared = _declared(schema, data)
+        outline = model.plan_outline(declared, public_facts(data, declared, epsilon, delta)) \
+            if declared is not None else None
+        if outline is not None:                  # the plan and its cost, before anything is read or charged
+            logger.info("%s", "\n".join(outline.lines()))
+            outline.check_memory()
         return model.fit(data, label=label, schema=schema, out=out, budget=budget, dataset=dataset)
     return model.fit(data, y, out=out, budget=budget, dataset=dataset)
+
+
+def _declared(schema, data):
+    """The schema given (a Schema, a dict, a path to its JSON) or the shards' own; None when there is none."""
+    if isinstance(schema, (str, Path)):
+        return Schema.from_json(schema)
+    if isinstance(schema, dict):
+        return Schema.from_dict(schema)
+    return schema if schema is not None else getattr(data, "schema", None)

@@ -61,6 +61,15 @@ DENSE_FRACTION = 0.2
 MAX_COVER_SHARE = 0.05
 
 
+#: memory of the reweighted pool: about this many 4-byte floats per pool row and kernel feature. Measured
+#: (benchmarks/log/2026-12-04.md#plan-outline): doctorcontacts' default fit, 100,930 pool rows x 2,000 features, peaked
+#: at 2.30 GB resident, 1.85 GB above a fit's base
+POOL_FLOATS = 2.3
+#: time of the pool's features and reweighting on 2 cores: seconds per pool row at 2,000 kernel features (the same
+#: entry: 12,460 pool rows in 9 s and 100,930 in 33 s, MST's part and the reading included)
+POOL_SECONDS = 2.5e-4
+
+
 @register
 class Hybrid(MST):
     """MST's measured marginals (``marginal_share`` of the budget) and DP-MERF's kernel embedding (the rest) in one
@@ -134,6 +143,33 @@ class Hybrid(MST):
                   noise_seed=self._s.noise_seed)
         aim.settings_ = aim.settings_for("table")
         return aim._planner(domain, rho, n)
+
+    def _stage_outline(self, domain):
+        """The marginal part's stages in words (MST's, or AIM's rounds with ``marginals="aim"``)."""
+        if self._s.marginals == "mst":
+            return super()._stage_outline(domain)
+        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, grid=self._s.grid)
+        aim.settings_ = aim.settings_for("table")
+        return aim._stage_outline(domain)
+
+    def _pool_rows(self, n: int) -> int:
+        """The reweighted pool's rows for ``n`` public records (``pool`` per record, at most ``max_pool``)."""
+        return int(min(self._s.pool * max(n, 1), self._s.max_pool))
+
+    def _memory(self, schema, n, domain) -> int:
+        """MST's estimate and the reweighted pool's features: :data:`POOL_FLOATS` floats of 4 bytes per kernel
+        feature and pool row (the dense features, their one-hot columns and the reweighting's buffers)."""
+        return int(super()._memory(schema, n, domain) + 4 * POOL_FLOATS * self._s.n_features * self._pool_rows(n))
+
+    def _seconds(self, schema, n, domain) -> float:
+        """The time estimate: MST's, and the pool's features and reweighting, per pool row and kernel feature."""
+        return super()._seconds(schema, n, domain) + POOL_SECONDS * self._pool_rows(n) * self._s.n_features / 2000
+
+    def _memory_advice(self) -> str:
+        s = self._s
+        return (f"Lower the pool (max_pool=, CLI --max-pool; now {s.max_pool:,} rows, {s.pool} per record) or the "
+                f"kernel's features (n_features=, --n-features; now {s.n_features:,}): the pool's memory is about "
+                f"{4 * POOL_FLOATS * s.n_features / 2 ** 10:.0f} KB a row.")
 
     def _label_pairs(self):
         """``label_pairs`` resolved: None (the default) measures the label's pairs with MST's tree (issue 47: the

@@ -44,6 +44,7 @@ from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
+from .outline import BASE_BYTES, PlanOutline, release_words
 from ..engines import unweighted
 from ..engines.persons import person_source
 from .tables import encoder_of, release_rows_per_person, unit_shares
@@ -437,6 +438,46 @@ class MST(Method):
             self.save(out)
         return self
 
+    # -- the plan in words, before any row is read (issue 81, item 5) ----------------------------------------
+    def plan_outline(self, schema, facts) -> PlanOutline:
+        """The releases of a fit on a table of ``schema`` with ``facts`` (:class:`~mmdsynth.choice.PublicFacts`), each
+        with its share of the plan's rho, and its memory and time estimates: public facts only, nothing read."""
+        self.settings_ = self.settings_for("table")
+        schema = _as_schema(schema, getattr(schema, "label", None))
+        domain = Domain.of(schema, self._s.max_cells)
+        self._check_plan(domain)
+        engine = self._engine(schema, None, "", PRIVACY_UNIT)        # calibration only: no budget, nothing read
+        stage = engine.stage_rho / engine.rho
+        releases = [(what, stage * share) for what, share in self._stage_outline(domain)]
+        releases += [(release_words(name), share) for name, share in engine.shares.items()]
+        n = int(facts.n_records or 0)
+        return PlanOutline(self.method, facts.records, tuple(releases), self._memory(schema, n, domain),
+                           self._seconds(schema, n, domain), self._memory_advice())
+
+    def _stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+        """MST's stages in words with their shares of the stages' rho (as :meth:`_planner` spends it)."""
+        star = label_star(domain) if self._label_pairs() else ()
+        parts = 4 if star else 3
+        out = [("1-way marginals of every column (numeric ones on their full public grid)", 1 / parts),
+               (f"a spanning tree of {len(domain.attributes) - 1} pairs, chosen privately (exponential mechanism, "
+                f"score: {self._s.tree_score})", 1 / parts),
+               ("2-way marginals of the tree's pairs", 1 / parts)]
+        if star:
+            out.append(("2-way marginals of the label with the columns the tree does not pair it with", 1 / parts))
+        return out
+
+    def _memory(self, schema, n: int, domain: Domain) -> int:
+        """The fit's memory estimate: the table as read and encoded (about 3 copies of 8 bytes a value) and the
+        graphical model (its cliques' cells, small for a tree)."""
+        return int(BASE_BYTES + 24 * n * (len(domain.attributes) + 1))
+
+    def _seconds(self, schema, n: int, domain: Domain) -> float:
+        """MST's time estimate on 2 cores: :data:`MST_SECONDS` plus the reading, per record and column."""
+        return MST_SECONDS + READ_SECONDS * n * len(domain.attributes)
+
+    def _memory_advice(self) -> str:
+        return "A table read in shards (`--shards`, a ShardedTable) is summed in bounded memory."
+
     def _engine(self, schema: Schema, budget, dataset: str, privacy_unit: str) -> ZCDPEngine:
         """The plan's filter, calibrated and budget-checked before anything is read (the marginal stages spend its
         ``stage_rho``)."""
@@ -581,6 +622,14 @@ class MST(Method):
         return read_model_folder(cls, directory, meta)
 
 
+#: time estimates of a marginal fit on 2 cores (benchmarks/log/2026-12-04.md#suite-small: the suite's tables, seed 0,
+#: one thread): MST's fits took 1.6-6.7 s on 3,500-4,300 records; the reading costs about this per record and column
+MST_SECONDS = 3.0
+READ_SECONDS = 2e-5
+#: AIM's rounds: about this many seconds per round and column on those tables (each round re-estimates the model)
+AIM_ROUND_SECONDS = 0.05
+
+
 @register
 class AIM(MST):
     """AIM (McKenna, Mullins, Sheldon, Miklau 2022): rounds of select -> measure -> estimate. The workload is every
@@ -626,6 +675,28 @@ class AIM(MST):
                 f"rounds must be a whole number >= 2 x the {d} attributes (default 16 x attributes = {16 * d}).")
         check_positive(self._s.max_model_size, "max_model_size")
         check_positive(self._s.max_cells_workload, "max_cells_workload", integer=True)
+
+    def _stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+        """AIM's stages in words with their shares of the stages' rho: the 1-way marginals at 0.9 x attributes /
+        rounds, then rounds of selection (a tenth) and measurement (the rest) until the rho is spent; how many rounds
+        depends on their noisy results (a round whose measurement barely moves the model makes the next ones 4 times
+        larger)."""
+        d = len(domain.attributes)
+        first = 0.9 * d / int(self._s.rounds or 16 * d)
+        return [("1-way marginals of every column (numeric ones on their full public grid)", first),
+                (f"rounds of a private selection (a tenth of each) and a measured marginal (the rest), at most "
+                 f"{int(self._s.rounds or 16 * d)} rounds, fewer as earlier rounds show the model settled", 1 - first)]
+
+    def _memory(self, schema, n: int, domain: Domain) -> int:
+        """MST's estimate, and the graphical model at its largest (``max_model_size`` MB, several copies while it is
+        estimated)."""
+        return int(super()._memory(schema, n, domain) + 3 * self._s.max_model_size * 2 ** 20)
+
+    def _seconds(self, schema, n: int, domain: Domain) -> float:
+        """AIM's time estimate: ``rounds`` rounds (16 x attributes by default; fewer in practice), each a model
+        estimate whose cost grows with the columns."""
+        d = len(domain.attributes)
+        return MST_SECONDS + READ_SECONDS * n * d + AIM_ROUND_SECONDS * int(self._s.rounds or 16 * d) * d
 
     def _planner(self, domain: Domain, rho: float, n: int):
         """AIM's rounds (a generator the engine runs); returns the measurements [(clique, noisy counts, std)]."""
