@@ -39,7 +39,8 @@ def release(method: str, eps: float, data, args):
     if method == "dp-randconv":
         kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment,
                       conv_pool=args.pool, sample_rate=args.sample_rate, neighbouring=args.neighbouring)
-    model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, noise_seed=args.noise_seed, **kwargs)
+    model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, delta=1e-5, noise_seed=args.noise_seed,
+                            **kwargs)   # the papers' delta
     if math.isfinite(eps):
         return model.release(data.x_train, data.y_train, dataset=data.name)
     fmap = model.image_feature_map(tuple(data.shape), data.n_classes)

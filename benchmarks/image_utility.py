@@ -128,7 +128,7 @@ def run(args, data, method, eps, seed):
     if args.lr:
         kwargs["lr"] = args.lr
     kwargs.update(args.overrides)
-    model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, **kwargs)
+    model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, delta=1e-5, **kwargs)   # the papers' delta
     traced = []
     if args.trace_fd:
         make = model._selection

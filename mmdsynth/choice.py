@@ -7,7 +7,25 @@ and Python build it with :func:`public_facts` and choose with :func:`choose_tabl
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+#: the default delta for a fit of up to DELTA_RECORDS records (the public count: rows, or persons under a person unit)
+DEFAULT_DELTA = 1e-5
+DELTA_RECORDS = 10_000
+#: the registered benchmark datasets (``--dataset NAME``, the papers' presets) keep the papers' delta
+PAPERS_DELTA = 1e-5
+
+
+def default_delta(n_records: int | None) -> float:
+    """The delta a fit uses when none is given, a public function of the public count ``n_records`` (issue 83):
+    ``DEFAULT_DELTA`` (1e-5) up to ``DELTA_RECORDS`` (10,000) records, above that the largest power of ten at most
+    1 / (10 n) (1e-6 up to 100,000 records, 1e-7 up to a million, ...): always at most a tenth of 1/n, where a delta
+    of 1/n or more would permit a mechanism that publishes a record outright. Unknown count: 1e-5."""
+    if n_records is None or n_records <= DELTA_RECORDS:
+        return DEFAULT_DELTA
+    return 10.0 ** -(math.ceil(math.log10(n_records)) + 1)
+
 
 #: the table default's size rule (`mmdsynth fit` without --method, ``mmdsynth.fit``): from this many rows up the hybrid
 #: (measured marginals and a kernel embedding in one plan), below it DP-MERF, whose one release keeps the whole budget.

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_ROWS, choose_table_default, public_facts, table_default
+from ..choice import HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts, table_default
 from . import _catalog
 from ._types import existing_file
 
@@ -60,6 +60,20 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
     if not args.quiet:
         print(f"method: {plan.method} (the table default for {plan.why}; --method chooses another)")
     return data, fit_kwargs, defaults, facts
+
+
+def _default_delta(args, data, fit_kwargs, kind) -> float:
+    """The delta of a fit given none: a registered dataset's is the papers' (1e-5); any other data's is
+    :func:`~mmdsynth.choice.default_delta` of its public count (the rows, the declared --n-records of shards, the
+    persons under --privacy-unit; for images, the records)."""
+    from ..choice import default_delta
+
+    if args.dataset:
+        return PAPERS_DELTA
+    if kind == "table":
+        return default_delta(public_facts(data[0], fit_kwargs.get("schema")).n_records)
+    declared = getattr(data[0], "n_records", None)
+    return default_delta(int(declared) if declared is not None else len(data[0]))
 
 
 def _table_input(args) -> bool:
@@ -118,6 +132,8 @@ def cmd_fit(args) -> int:
     # defaults hold only a preset's settings or the release's; a flag given overrides them; what neither sets
     # the method resolves for the kind of data, as it does in Python (its kind_defaults)
     params = {**defaults, **given}
+    if params.get("delta") is None and args.dataset and not from_folder:   # a registered dataset: the papers' delta
+        params["delta"] = PAPERS_DELTA
     if args.infer_schema is not None and not args.csv:
         raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
                                     "categories; built-in datasets come with a public schema.")
@@ -142,7 +158,9 @@ def cmd_fit(args) -> int:
     # an existing budget file keeps its totals (a draft schema may have opened it); a new one: --budget-epsilon, else
     # this fit's epsilon
     eps_budget = args.budget_epsilon or (None if args.budget and Path(args.budget).exists() else settings.epsilon)
-    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, settings.delta) if args.budget else None
+    # a delta left out is the method's default for the public count, settled by the fit; the budget file's is the same
+    delta = settings.delta if settings.delta is not None else _default_delta(args, data, fit_kwargs, kind)
+    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, delta) if args.budget else None
     if args.release_only:
         if not cls.releases_once:
             raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
@@ -515,7 +533,8 @@ def _fitted(line: str, width: int = EPILOG_WIDTH) -> str:
 def _table_defaults(cls) -> str:
     """The epilog's words for a table fit's defaults with ``cls`` (the release-once methods' without --method)."""
     t = {**cls._shared_defaults, **cls.param_defaults(), **cls.defaults_for("table")}
-    words = f": epsilon {t['epsilon']:g}, delta {t['delta']:g}"
+    delta = f"{t['delta']:g}" if t["delta"] is not None else "1e-5 up to 10,000 records, then at most 1/(10 x records)"
+    words = f": epsilon {t['epsilon']:g}, delta {delta}"
     if "iterations" in t:
         words += (f", {t['iterations']} iterations, batch {t['batch_size']}, lr {t['lr']} x0.9 every "
                   f"{t['lr_step']} iterations")
@@ -631,7 +650,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "this share of the privacy plan (e.g. 0.1); recorded in the ledger")
     s.add_argument("--split-seed", type=int, default=0, help="tables: seed of the preset's undersampling and split")
     s.add_argument("--epsilon", type=float, help="the privacy level")
-    s.add_argument("--delta", type=float, default=None, help="the privacy level's delta")
+    s.add_argument("--delta", type=float, default=None, help="the privacy level's delta (default: 1e-5 up to 10,000 "
+                   "records, then the largest power of ten at most 1 / (10 x records); a --dataset's: 1e-5, the papers')")
     s.add_argument("--out", help="model folder (required; release/ is written before training)")
     s.add_argument("--release-only", action="store_true", help="stop after the private release (release/ in "
                    "--out, no generator): for `mmdsynth distill`, or a later `fit --resume` to train")

@@ -108,7 +108,7 @@ class KernelGeneratorMethod(Method):
                      'float32); the release is always computed in full precision',
     }
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int | None = None, lr: float = 0.01, lr_decay: float = 0.9,
                  lr_step: int | None = None, generator: str | dict = "auto", conditional: bool = True, seed: int = 0,
                  noise_seed: int | None = None, accountant: str = "pld", device: str | None = None,
@@ -277,6 +277,8 @@ class KernelGeneratorMethod(Method):
                 learned["n_classes"] = facts.get("n_classes")
             if self.epsilon is None:                 # nothing is released again: the release's own privacy level
                 learned["epsilon"] = self.release_.ledger.total()[0]
+            if self.delta is None:
+                learned["delta"] = self.release_.ledger.total()[1]
             self._resolve("table" if facts.get("table") else "image", **learned)
         else:
             self.release_ = self.release(X, y, label=label, schema=schema, dataset=dataset, budget=budget,
@@ -302,6 +304,7 @@ class KernelGeneratorMethod(Method):
         self._privacy_unit = privacy_unit
         if not _is_table(X):
             self._resolve("image")
+            self._settle_delta(int(X.n_records) if isinstance(X, ShardedArrays) else int(np.shape(X)[0]))   # the count
             self._validate()
             self.release_ = self._release(X, y, dataset, budget)
             return self.release_
@@ -313,6 +316,8 @@ class KernelGeneratorMethod(Method):
         schema = _as_schema(schema, label, X)
         self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
         self.settings_.n_classes = schema.n_classes  # public: the declared label categories
+        from .. import choice
+        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
         self._validate()
         self.release_ = self._release_table(X, label, schema, dataset, budget)
         return self.release_
@@ -370,6 +375,7 @@ class KernelGeneratorMethod(Method):
         self._resolve("table")
         schema = _as_schema(schema, getattr(schema, "label", None))
         self.settings_.n_classes = schema.n_classes
+        self._settle_delta(facts.n_records)
         self._validate()
         _, mults = self._table_plan(schema)
         n, d = int(facts.n_records or 0), len(schema.columns)

@@ -121,6 +121,14 @@ class Method:
     #: weight each person's rows by 1 / their count, and its DP-SGD (dp-kip) samples persons, not rows
     person_level: bool = False
 
+    def _settle_delta(self, n_records: int | None) -> None:
+        """A delta left out (None) becomes :func:`~mmdsynth.choice.default_delta` of the public count of records (rows,
+        or persons under a person unit): called by every fit once that count is known, before the plan is
+        calibrated."""
+        if self.settings_.delta is None:
+            from ..choice import default_delta
+            self.settings_.delta = default_delta(n_records)
+
     def plan_outline(self, schema, facts):
         """What a fit on a table of ``schema`` with public ``facts`` (:class:`~mmdsynth.choice.PublicFacts`) will
         release, each release's share of the plan, and the fit's memory and time estimates

@@ -14,7 +14,7 @@ from .contract import METHODS
 logger = logging.getLogger(__name__)
 
 
-def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float | None = None, delta: float = 1e-5,
+def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float | None = None, delta: float | None = None,
         method: str | None = None, out=None, budget=None, dataset: str = "", **params):
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default, chosen from public facts only (:func:`mmdsynth.choice.choose_table_default`: the

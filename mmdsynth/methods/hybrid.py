@@ -109,7 +109,7 @@ class Hybrid(MST):
                  "0.05 of the rows): no category goes missing from a class (0: none)",
     }
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, marginal_share: float = 0.5,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,

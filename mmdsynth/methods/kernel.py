@@ -44,7 +44,7 @@ class DPNTK(TableOptions, KernelGeneratorMethod):
     kind_defaults = {"image": {**KernelGeneratorMethod.kind_defaults["image"], "precision": "auto"},
                      "table": KernelGeneratorMethod.kind_defaults["table"]}
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, arch: str = "fc_1l",
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, arch: str = "fc_1l",
                  ntk_width: int | None = 800, widths=None, ntk_seed: int = 0, **kwargs):
         super().__init__(epsilon, delta, **kwargs)
         self.arch, self.ntk_width, self.widths, self.ntk_seed = arch, ntk_width, widths, ntk_seed
@@ -79,7 +79,7 @@ class DPMERF(TableOptions, KernelGeneratorMethod):
                                '("auto": if they fit)',
     }
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_features: int = 10000,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
                  categorical_pairs: bool | str = "auto", numeric_categorical: bool | str = "auto", **kwargs):
         super().__init__(epsilon, delta, **kwargs)
@@ -179,7 +179,7 @@ class DPHP(TableOptions, KernelGeneratorMethod):
     #: product dimensions of a table fit that leaves them to the method (None): the adult preset's
     TABLE_PRODUCT_DIMS = 5
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, order: int = 100, length_scale=None,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, order: int = 100, length_scale=None,
                  n_product: int | None = None, product_dims: int | None = None, product_order: int | None = None,
                  product_length_scale=None, sum_share: float | None = None, sum_weight: float | None = None,
                  product_weight: float | None = None, hp_seed: int = 0, iterations: int | None = None,
@@ -244,7 +244,7 @@ class DPRandConv(KernelGeneratorMethod):
     #: would cost about 320 times as much per step
     kind_defaults = {"image": {"batch_size": 250, "lr_step": 500, "precision": "float32"}}
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_networks: int = 32, conv_width: int = 64,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
                  conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
                  blocks_per_step: int | None = RandomConvFeatures.default_blocks_per_step, iterations: int = 1500,

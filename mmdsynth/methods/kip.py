@@ -118,7 +118,7 @@ class DPKIP(Method):
     #: 500; user tables, the privacy level of every table default and a batch below a few thousand rows
     kind_defaults = {"image": {"batch_size": 500}, "table": {"epsilon": 1.0, "batch_size": 200}}
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, n_classes: int | None = None,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_classes: int | None = None,
                  images_per_class: int = 10, epochs: int = 10, batch_size: int | None = None, lr: float = 1e-2,
                  clip: float = 1e-6, reg: float = 1e-6, optimizer: str = "adam", depth: int = 1,
                  W_std: float = math.sqrt(2.0), b_std: float = 0.1, seed: int | None = None,
@@ -325,6 +325,7 @@ class DPKIP(Method):
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         persons = source if isinstance(source, PersonTable) else None    # DP-SGD samples persons, not rows
+        self._settle_delta(n_records)                     # public: the rows, or the persons
         self._validate(n_records)
         if s.start is None:          # the default: the private pixels start, or the public set when one is given
             s.start = "noise" if public_init is not None else DEFAULT_START

@@ -358,7 +358,7 @@ class MST(Method):
     takes_shards = True
     person_level = True
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_cells: int = DEFAULT_CELLS,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, label_pairs: bool = False, grid: str = "public", tree_score: str = "model",
                  seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
         self.epsilon, self.delta, self.max_cells, self.iters = epsilon, delta, max_cells, iters
@@ -394,6 +394,8 @@ class MST(Method):
             raise ArtifactError(f"{out} already holds a release; use a new folder.")
         s = self.settings_ = self.settings_for("table")
         schema = _as_schema(schema, label, X)
+        from .. import choice
+        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
         require_complete(schema)
         check_epsilon(s.epsilon)
         check_delta(s.delta)
@@ -443,6 +445,7 @@ class MST(Method):
         """The releases of a fit on a table of ``schema`` with ``facts`` (:class:`~mmdsynth.choice.PublicFacts`), each
         with its share of the plan's rho, and its memory and time estimates: public facts only, nothing read."""
         self.settings_ = self.settings_for("table")
+        self._settle_delta(facts.n_records)
         schema = _as_schema(schema, getattr(schema, "label", None))
         domain = Domain.of(schema, self._s.max_cells)
         self._check_plan(domain)
@@ -654,7 +657,7 @@ class AIM(MST):
         "max_cells_workload": "2-way marginals with more cells are left out of the workload",
     }
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, max_model_size: float = 80.0,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, max_model_size: float = 80.0,
                  rounds: int | None = None, max_cells_workload: int = 10000, max_cells: int = DEFAULT_CELLS,
                  iters: int = 250, grid: str = "public", seed: int = 0, noise_seed: int | None = None,
                  progress: bool | None = None):

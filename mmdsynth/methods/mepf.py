@@ -44,7 +44,7 @@ class DPMEPF(KernelGeneratorMethod):
     #: images only, and every default in the signature but the training step's precision (the shared default)
     kind_defaults = {"image": {"precision": "float32"}}
 
-    def __init__(self, epsilon: float | None = None, delta: float = 1e-5, *, encoder: str | None = None,
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, encoder: str | None = None,
                  moments=(1, 2), layers=None, loss: str = "mavg", mavg_lr: float = 1e-2, beta1: float = 0.9,
                  early_stopping: bool = True, proxy_encoder: str | None = None, proxy_multiplier: float = 10.0,
                  select_every: int | None = None, select_samples: int = 2000, iterations: int = 4000,

@@ -266,3 +266,28 @@ def test_a_table_too_small_to_release_anything_is_refused(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "the table holds 1 row; a fit needs at least 10" in captured.err and "method:" not in captured.out
     assert not (tmp_path / "run").exists()
+
+
+def test_the_default_delta_is_a_public_function_of_the_count(tmp_path, recwarn):
+    """Issue 83: a fit given no delta takes choice.default_delta of its public count (1e-5 up to 10,000 records, then
+    the largest power of ten at most 1/(10 n)), never a value the library then warns about; a delta given wins, and a
+    registered dataset keeps the papers' 1e-5."""
+    import mmdsynth
+    from mmdsynth.choice import default_delta
+    from mmdsynth.cli.fit import _default_delta
+
+    assert default_delta(None) == default_delta(10) == default_delta(10_000) == 1e-5
+    assert default_delta(10_001) == default_delta(100_000) == 1e-6 and default_delta(327_346) == 1e-7
+    # at most a tenth of 1/n above 10,000 records: validation.warn_delta_vs_n (delta >= 1/n) never fires on it
+    assert all(default_delta(n) <= 0.1 / n for n in (10_001, 23_790, 99_999, 100_001, 327_346, 10 ** 7))
+    df = toy_table(12_000)
+    model = mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, method="mst", iters=20)
+    assert model.release_.ledger.total() == (1.0, 1e-6)
+    given = mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, delta=1e-5, method="mst", iters=20)
+    assert given.release_.ledger.total() == (1.0, 1e-5)
+
+    class Args:
+        dataset = "adult"
+    assert _default_delta(Args, (df,), {"schema": SCHEMA}, "table") == 1e-5
+    Args.dataset = None
+    assert _default_delta(Args, (df,), {"schema": SCHEMA}, "table") == 1e-6

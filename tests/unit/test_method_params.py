@@ -87,9 +87,11 @@ def test_every_per_kind_parameter_defaults_to_none_and_params_round_trip():
 def test_dphps_table_defaults_are_the_adult_preset():
     preset = dphp_table("adult")
     t = {**DPHP.param_defaults(), **DPHP.defaults_for("table")}
-    assert {k: t[k] for k in preset if k not in ("code_dim", "product_dims")} == \
-        {k: v for k, v in preset.items() if k not in ("code_dim", "product_dims")}
+    # delta: the preset pins the paper's 1e-5; the default is choice.default_delta of the table's count (None here)
+    skip = ("code_dim", "product_dims", "delta")
+    assert {k: t[k] for k in preset if k not in skip} == {k: v for k, v in preset.items() if k not in skip}
     assert t["product_dims"] is None                  # 5, at most the table's encoded inputs
+    assert t["delta"] is None and preset["delta"] == 1e-5
 
 
 @pytest.mark.parametrize("method, has, lacks", [

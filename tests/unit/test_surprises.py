@@ -121,8 +121,9 @@ def test_warnings_on_the_command_line_are_one_line_without_source(tmp_path, caps
 def test_fit_help_states_the_defaults_for_user_tables(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
-    text = capsys.readouterr().out
-    assert "--csv (your table): epsilon 1, delta 1e-05, 2000 iterations, batch 200" in text
+    text = " ".join(capsys.readouterr().out.split())        # as read, not as wrapped
+    assert ("--csv (your table): epsilon 1, delta 1e-5 up to 10,000 records, then at most 1/(10 x records), 2000 "
+            "iterations, batch 200") in text
     assert "quantile-encoded" in text and "not extra charges" in text
 
 
