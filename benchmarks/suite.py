@@ -75,6 +75,40 @@ def chosen_params(train: pd.DataFrame, schema, epsilon: float) -> dict:
     return choose_table_default(public_facts(train, schema, epsilon, 1e-5)).params
 
 
+#: OpenDP's peers run in their own virtualenv (``peers/run_opendp.py`` says how to make it)
+OPENDP_PYTHON = os.environ.get("OPENDP_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-opendp/bin/python"))
+
+
+def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: float, seed: int):
+    """OpenDP's AIM or MST on ``train`` in its own virtualenv: (synthetic rows, fit seconds, version, delta). The
+    privacy loss is the zCDP rho that mmdsynth's own zCDP plans convert (epsilon, delta) to, delta as the table
+    default sets it for this count."""
+    import subprocess
+    import tempfile
+
+    from mmdsynth.choice import default_delta
+    from mmdsynth.privacy.zcdp import rho_for_epsilon
+
+    delta = default_delta(len(train))
+    with tempfile.TemporaryDirectory() as tmp:
+        train.to_csv(f"{tmp}/train.csv", index=False)
+        run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
+                              "--train", f"{tmp}/train.csv", "--schema", str(ROOT / name / "schema.json"),
+                              "--algorithm", algorithm, "--rho", repr(rho_for_epsilon(epsilon, delta)),
+                              "--rows", str(len(train)), "--seed", str(seed), "--out", f"{tmp}/synth.csv"],
+                             capture_output=True, text=True, check=True)
+        facts = json.loads(run.stdout.strip().splitlines()[-1])
+        raw = pd.read_csv(f"{tmp}/synth.csv", dtype=str, keep_default_na=False)
+    # OpenDP adds a null key to every keyset, and synthesizes a numeric cell as a float: rows holding a null are
+    # dropped (counted in the line) and integer columns rounded, as a user would before using the rows
+    empty = (raw == "").any(axis=1)
+    raw = raw.loc[~empty].reset_index(drop=True)
+    for col in schema.columns:
+        if col.kind == "numeric" and col.integer:
+            raw[col.name] = pd.to_numeric(raw[col.name]).round().astype("int64").astype(str)
+    return schema.validate(raw), facts["fit_s"], facts["opendp"], delta, int(empty.sum())
+
+
 def run(args) -> None:
     import mmdsynth
 
@@ -83,6 +117,18 @@ def run(args) -> None:
         schema, train, test = split(name)
         for method in args.methods:
             for seed in args.seeds:
+                if method.startswith("opendp-"):
+                    synth, fit_s, version, delta, dropped = run_opendp(name, method.split("-", 1)[1], train,
+                                                                       schema, args.epsilon, seed)
+                    line = {"table": name, "method": method, "chose": method, "variant": f"opendp {version}",
+                            "set": {}, "params": {}, "epsilon": args.epsilon, "delta": delta, "seed": seed,
+                            "dropped_null_rows": dropped,
+                            "rows": len(train), "fit_s": fit_s, **score(train, test, synth, schema),
+                            "date": time.strftime("%Y-%m-%d"), "threads": os.environ.get("OMP_NUM_THREADS")}
+                    print(json.dumps(line), flush=True)
+                    with open(args.out, "a") as fh:
+                        fh.write(json.dumps(line) + "\n")
+                    continue
                 t = time.perf_counter()
                 model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon, seed=seed,
                                      method=None if method == "default" else method, **params)
@@ -138,9 +184,9 @@ def _stats(ds: list[dict], key: str):
 
 def goal_rows(lines: list[dict]) -> list[dict]:
     """Per (table, epsilon): the table default as the current rule chooses it (its lines: that method with those
-    settings), AIM, MST and DP-MERF at their defaults, and the verdicts of issue 81's goal: the default's 2-way TVD
-    <= min(AIM, MST) and its ML efficacy >= max(AIM, MST, DP-MERF), each within the seeds' spread (the larger of
-    the two standard deviations), in <= 1/10 of AIM's time."""
+    settings), mmdsynth's AIM and MST, OpenDP's AIM and MST and DP-MERF at their defaults, and the verdicts of issue
+    81's goal: the default's 2-way TVD <= the best AIM or MST and its ML efficacy >= the best peer, each within the
+    seeds' spread (the larger of the two standard deviations), in <= 1/10 of (mmdsynth's) AIM's time."""
     from mmdsynth.choice import PublicFacts, choose_table_default
 
     rows = []
@@ -152,6 +198,7 @@ def goal_rows(lines: list[dict]) -> list[dict]:
         rule = choose_table_default(PublicFacts(n, None, eps, 1e-5))
         pick = lambda method, params: [d for d in here if d["chose"] == method and _params(d) == params]  # noqa: E731
         roles = {"default": pick(rule.method, rule.params), "aim": pick("aim", {}), "mst": pick("mst", {}),
+                 "opendp-aim": pick("opendp-aim", {}), "opendp-mst": pick("opendp-mst", {}),
                  "dp-merf": pick("dp-merf", {})}
         row = {"table": table, "epsilon": eps, "rows": n, "default_is": rule.method + (
             " (" + ", ".join(f"{k}={v}" for k, v in rule.params.items()) + ")" if rule.params else ""), "roles": {}}
@@ -174,13 +221,15 @@ def _verdict(row: dict) -> str:
     if d["tvd_2way"] is None:
         return "the default not measured"
     out = []
-    tv_peers = [(name, r[name]["tvd_2way"]) for name in ("aim", "mst") if r[name]["tvd_2way"]]
+    tv_peers = [(name, r[name]["tvd_2way"]) for name in ("aim", "mst", "opendp-aim", "opendp-mst")
+                if r[name]["tvd_2way"]]
     if tv_peers:
         name, best = min(tv_peers, key=lambda p: p[1][0])
         slack = max(d["tvd_2way"][1], best[1])
         gap = d["tvd_2way"][0] - best[0]
         out.append("2-way met" if gap <= slack else f"2-way misses by {gap:.3f} ({name})")
-    ml_peers = [(name, r[name]["ml_efficacy"]) for name in ("aim", "mst", "dp-merf") if r[name]["ml_efficacy"]]
+    ml_peers = [(name, r[name]["ml_efficacy"]) for name in ("aim", "mst", "opendp-aim", "opendp-mst", "dp-merf")
+                if r[name]["ml_efficacy"]]
     if ml_peers:
         name, best = max(ml_peers, key=lambda p: p[1][0])
         slack = max(d["ml_efficacy"][1], best[1])

@@ -40,7 +40,8 @@ class PlanOutline:
         out = [f"plan: {self.method} on {self.records}; the releases and their shares of the privacy plan:"]
         out += [f"  {100 * share:5.1f} %  {what}" for what, share in self.releases]
         out += [f"  {note}" for note in self.notes]
-        time = f", about {_duration(self.seconds)} on 2 cores (a rate measured on this project's suite; 0.5-2x)" \
+        time = f", about {_duration(self.seconds)} on an idle 2-core machine (a rate measured on this project's suite; " \
+            f"expect 0.5-2x)" \
             if self.seconds is not None else ""
         out.append(f"estimate: about {_size(self.memory_bytes)} of memory{time}")
         return out

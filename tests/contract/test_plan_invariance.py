@@ -13,7 +13,7 @@ scales of every method under a person unit are compared on fitted releases in
 Neighbours:
 - row unit: one record changed, and one record holding a missing-value marker of another type (``"?"`` in a column of
   numbers turns pandas' int64 column into text);
-- person unit (1,000 persons): one person with 60 rows (5,026 rows in all: the row count crosses the hybrid's 5,000)
+- person unit (1,000 persons): one person with 60 rows (3,057 rows in all: the row count crosses the hybrid's 3,000)
   against that person with 1 row, and with 2,000 rows of new values.
 """
 import json
@@ -64,13 +64,13 @@ def schema(unit: bool) -> dict:
 
 
 def base_table(unit: bool) -> pd.DataFrame:
-    """Without a unit: 5,000 rows (the hybrid's line), 25 of them aged -9 (a marker). With one: 1,000 persons,
-    person p0 with HEAVY_ROWS rows (5,026 rows in all), the others 4 or 5 rows."""
+    """Without a unit: 3,000 rows (the hybrid's line), 25 of them aged -9 (a marker). With one: 1,000 persons,
+    person p0 with HEAVY_ROWS rows (3,057 rows in all), the others 3 rows."""
     if not unit:
-        df = toy_table(5000, 0)
+        df = toy_table(3000, 0)
         df.loc[1:25, "age"] = -9
         return df
-    counts = np.asarray([HEAVY_ROWS] + [4] * 29 + [5] * (PERSONS - 30))   # 5,026 rows: p0 lifts them over 5,000
+    counts = np.asarray([HEAVY_ROWS] + [3] * (PERSONS - 1))   # 3,057 rows: p0 lifts them over 3,000 (1 row: 2,998)
     df = toy_table(int(counts.sum()), 0)
     df["pid"] = np.repeat([f"p{i}" for i in range(PERSONS)], counts)
     return df
@@ -169,7 +169,7 @@ def test_the_table_default_plans_from_public_facts_only(path, unit, plans, tmp_p
         got[what] = python_plan(path, df, where, unit, plans)
     first = next(iter(got.values()))
     assert all(v == first for v in got.values()), f"one record or person changed the plan: {got}"
-    # under a person unit the count is the persons': 1,000, fewer than the hybrid's 5,000
+    # under a person unit the count is the persons': 1,000, fewer than the hybrid's 3,000
     assert first[0] == ("dp-merf" if unit else "hybrid"), first
 
 
@@ -183,6 +183,6 @@ def test_the_command_line_plans_and_prints_from_public_facts_only(path, unit, pl
         got[what] = cli_plan(path, df, where, unit, plans, capsys)
     first = next(iter(got.values()))
     assert all(v == first for v in got.values()), f"one record or person changed the plan or its line: {got}"
-    assert first[1] == [f"method: dp-merf (the table default for 1,000 persons, fewer than 5,000: one kernel release "
+    assert first[1] == [f"method: dp-merf (the table default for 1,000 persons, fewer than 3,000: one kernel release "
                         f"keeps the whole budget; --method chooses another)"] if unit else \
-        first[1][0].startswith("method: hybrid (the table default for 5,000 rows: "), first[1]
+        first[1][0].startswith("method: hybrid (the table default for 3,000 rows: "), first[1]

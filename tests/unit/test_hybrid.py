@@ -334,7 +334,7 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
 
 def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_epsilon_is_small():
     """The rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS_EPSILON): 16 cells cut at equal released
-    mass where rows x epsilon is under 15,000 (from 5,000 rows, where the hybrid starts), the marginal methods' 32 on
+    mass where rows x epsilon is under 15,000 (from 3,000 rows, where the hybrid starts), the marginal methods' 32 on
     the public grid otherwise or with no epsilon known; a max_cells or grid given wins; the line that says which
     method a table got says so."""
     from mmdsynth.choice import COARSE_CELLS_ROWS_EPSILON, sized_settings, table_default_params
@@ -362,7 +362,7 @@ def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_ep
 
 
 def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
-    """No method named: a table of 5,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
+    """No method named: a table of 3,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
     `mmdsynth fit`, which says which and why); images are asked for a method."""
     import json
     import subprocess
@@ -371,8 +371,8 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     from mmdsynth.choice import HYBRID_MIN_ROWS, table_default
     from mmdsynth.methods import DPMERF
 
-    assert HYBRID_MIN_ROWS == 5_000
-    assert [table_default(n) for n in (None, 4_999, 5_000)] == ["hybrid", "dp-merf", "hybrid"]
+    assert HYBRID_MIN_ROWS == 3_000
+    assert [table_default(n) for n in (None, 2_999, 3_000)] == ["hybrid", "dp-merf", "hybrid"]
     big = toy_table(HYBRID_MIN_ROWS, seed=3)
     model = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
     assert type(model) is Hybrid and model.release_.ledger.total() == (1.0, 1e-5)
@@ -388,7 +388,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     fit = subprocess.run(run + ["--csv", str(tmp_path / "big.csv"), "--iters", "100", "--pool", "1", "--n-features",
                                 "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: hybrid (the table default for 5,000 rows: measured marginals")
+    assert fit.stdout.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
     assert ("; numeric columns on 16 cells cut at equal mass of the released 1-way marginals where records x epsilon is "
             "under 15,000") in fit.stdout.splitlines()[0]
     saved = json.loads((tmp_path / "big" / "model.json").read_text())
@@ -398,7 +398,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
                                 str(tmp_path / "small")], capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 5,000")
+    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 3,000")
     assert json.loads((tmp_path / "small" / "model.json").read_text())["method"] == "dp-merf"
     wrong = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
                                   str(tmp_path / "wrong")], capture_output=True, text=True)
@@ -599,7 +599,7 @@ def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
                           "--epsilon", "1", "--iters", "100", "--pool", "1", "--n-features", "100",
                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
     assert fit.returncode == 0, fit.stderr[-1500:]
-    assert fit.stdout.startswith("method: hybrid (the table default for 5,000 rows: measured marginals")
+    assert fit.stdout.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
     model = mmdsynth.load(tmp_path / "run")
     assert type(model) is Hybrid and model.release_.dataset["computation"]["shards"] == 2
     np.savez(tmp_path / "arr0.npz", x=np.zeros((10, 4), dtype=np.float32), y=np.zeros(10, dtype=np.int64))
