@@ -99,13 +99,15 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
                              capture_output=True, text=True, check=True)
         facts = json.loads(run.stdout.strip().splitlines()[-1])
         raw = pd.read_csv(f"{tmp}/synth.csv", dtype=str, keep_default_na=False)
-    # OpenDP adds a null key to every keyset, and synthesizes a numeric cell as a float: rows holding a null are
-    # dropped (counted in the line) and integer columns rounded, as a user would before using the rows
+    # OpenDP adds a null key to every keyset, synthesizes a numeric cell as a float and its end cells past the bounds
+    # (they are open: "(-inf, edge]"): rows holding a null are dropped (counted in the line), numeric values clipped to
+    # the declared bounds and integer columns rounded, as a user would before using the rows
     empty = (raw == "").any(axis=1)
     raw = raw.loc[~empty].reset_index(drop=True)
     for col in schema.columns:
-        if col.kind == "numeric" and col.integer:
-            raw[col.name] = pd.to_numeric(raw[col.name]).round().astype("int64").astype(str)
+        if col.kind == "numeric":
+            values = pd.to_numeric(raw[col.name]).clip(*col.bounds)
+            raw[col.name] = (values.round().astype("int64") if col.integer else values).astype(str)
     return schema.validate(raw), facts["fit_s"], facts["opendp"], delta, int(empty.sum())
 
 

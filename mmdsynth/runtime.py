@@ -1,11 +1,17 @@
 """Runtime helpers shared by training, evaluation and encoder pretraining: the compute device, the C
-allocator's settings, the floating-point mode and progress-bar settings. Nothing here touches data."""
+allocator's settings, the floating-point mode, progress-bar settings and the phases of a long fit. Nothing here
+touches data."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 import platform
 import sys
+import time
+
+logger = logging.getLogger(__name__)
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`tune_allocator` sets
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -151,3 +157,29 @@ def flush_subnormals(flush: bool = True) -> bool:
 def progress_rate() -> dict:
     """tqdm settings: live on a terminal; when stderr is a file or pipe (logs, CI), one line a minute."""
     return {} if sys.stderr.isatty() else {"mininterval": 60.0, "maxinterval": 600.0}
+
+
+def phases_shown(progress) -> bool:
+    """Whether a fit's phases are shown as they run: progress on (``progress``; None: someone can see it) and stderr
+    a terminal. Off a terminal (a log, a pipe, CI) the phases are logged only, so a refusal stays one line there."""
+    return progress is not False and bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+@contextlib.contextmanager
+def phase(what: str, progress=None):
+    """One phase of a long fit (reading, measuring, estimating, sampling the pool, reweighting): ``what ...`` on stderr
+    when it starts and its seconds when it ends, on a terminal (:func:`phases_shown`); logged always. Says nothing
+    about the data (the phase's name and its time only)."""
+    shown = phases_shown(progress)
+    if shown:
+        print(f"{what} ...", end="", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        seconds = time.perf_counter() - start
+        logger.info("%s: %.1f s", what, seconds)
+        if shown:
+            print(f" {seconds:.1f} s" if ok else " stopped", file=sys.stderr, flush=True)

@@ -232,8 +232,10 @@ def _fit_inputs(args):
                                         "or --infer-schema SHARE; label categories) and --label COLUMN.")
         _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
         schema = _schema(args)
-        df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted, encoding=args.encoding,
-                        sep=args.sep)
+        from ..runtime import phase
+        with phase(f"reading {Path(args.csv).name}", not args.quiet):
+            df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted,
+                            encoding=args.encoding, sep=args.sep)
         return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, {}, {}, \
             "table"
     if not args.dataset:

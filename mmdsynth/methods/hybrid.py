@@ -38,7 +38,7 @@ from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
-from ..runtime import mapped_zeros
+from ..runtime import mapped_zeros, phase
 from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
 from .contract import register
@@ -218,19 +218,25 @@ class Hybrid(MST):
     def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
         """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class
         proportions, the embedding)."""
+        with phase("measuring the kernel embedding", self._s.progress):
+            _, _, table_facts, kernel = self._kernel_release(self._kernel(schema), engine, data, source, schema,
+                                                             dataset)
+        spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
+                "captures": spec["captures"] + "; " + kernel.feature_spec.get("captures", "a kernel mean embedding"),
+                "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
+        facts = {**facts, **table_facts, "conditional": True}
+        return {**tensors, **kernel.tensors}, spec, facts
+
+    def _kernel_release(self, k, engine, data, source, schema, dataset):
+        """DP-MERF's table release in the hybrid's plan: (encoder, prior tensors, table facts, the release)."""
         from ..embedding import release_mean_embedding
-        k = self._kernel(schema)
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         kernel = release_mean_embedding(
             k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,
             dataset=dataset, proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
             privacy_unit=engine.privacy_unit,
             engine=engine, prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
-        spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
-                "captures": spec["captures"] + "; " + kernel.feature_spec.get("captures", "a kernel mean embedding"),
-                "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
-        facts = {**facts, **table_facts, "conditional": True}
-        return {**tensors, **kernel.tensors}, spec, facts
+        return encoder, prior, table_facts, kernel
 
     # -- post-processing ----------------------------------------------------------------------------------
     def _fitted(self) -> None:
@@ -242,9 +248,12 @@ class Hybrid(MST):
         s, release = self._s, self.release_
         m = int(release.dataset["n_records"])
         size = int(min(s.pool * m, s.max_pool))
-        codes = by_class(self._model_codes(size, s.seed), self.domain_())
-        pool = self._decode(codes, s.seed)
-        fit = reweight(self.targets(pool), steps=int(s.steps), stall=bool(s.stall_stop))
+        self.model_()                                                  # estimated first: a phase of its own
+        with phase(f"sampling a pool of {size:,} rows from the model", s.progress):
+            codes = by_class(self._model_codes(size, s.seed), self.domain_())
+            pool = self._decode(codes, s.seed)
+        with phase("reweighting the pool toward the releases", s.progress):
+            fit = reweight(self.targets(pool), steps=int(s.steps), stall=bool(s.stall_stop))
         weights = fit.weights
         if s.cover:
             extra = covering_rows(codes, weights, self.domain_(), int(s.cover), m, np.random.default_rng(s.seed))

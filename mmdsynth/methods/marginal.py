@@ -45,6 +45,7 @@ from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
 from .outline import BASE_BYTES, PlanOutline, release_words
+from ..runtime import phase
 from ..engines import unweighted
 from ..engines.persons import person_source
 from .tables import encoder_of, release_rows_per_person, unit_shares
@@ -416,6 +417,7 @@ class MST(Method):
             n = source.n_records                           # public: the rows, or the persons
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
         measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
+                                  progress=self._s.progress,
                                   assumed={"n_classes": schema.n_classes})
         domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
@@ -570,8 +572,9 @@ class MST(Method):
             spec = self.release_.feature_spec
             measurements = [(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"],
                              bool(m.get("fine"))) for m in spec["measurements"]]
-            self._model = estimate(self.domain_(), measurements, self.release_.dataset["n_records"],
-                                   self._final_iters)
+            with phase("estimating the graphical model", self._s.progress):
+                self._model = estimate(self.domain_(), measurements, self.release_.dataset["n_records"],
+                                       self._final_iters)
         return self._model
 
     def _calibrated(self) -> "ModelMarginals":

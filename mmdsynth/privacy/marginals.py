@@ -243,13 +243,22 @@ def _select(engine, source, domain, encoder, stage: Select, assumed: dict):
 EXECUTORS = {Measure: _measure, SelectTree: _select_tree, Select: _select}
 
 
-def run_stages(engine, data, domain, encoder, planner, assumed: dict | None = None):
+def run_stages(engine, data, domain, encoder, planner, assumed: dict | None = None, progress=None):
     """Run a method's stages: ``planner`` is a generator that yields stages and receives each one's result (and may
     return a value, returned here). Each stage is executed by the engine on ``data`` (a DataFrame or a table
-    :class:`~mmdsynth.engines.Source`), spending its rho from the filter; the planner sees only noisy releases."""
+    :class:`~mmdsynth.engines.Source`), spending its rho from the filter; the planner sees only noisy releases. On a
+    terminal (``progress``, :func:`~mmdsynth.runtime.phases_shown`) a bar shows the stages' share of the plan spent
+    (public: the shares are the planner's)."""
+    from tqdm import tqdm
+
+    from ..runtime import phases_shown
+
     source = as_source(data)
     assumed = {"m": source.n_records, "domain (public, from the schema)": domain.sizes, **(assumed or {})}
     result = None
+    total = engine.stage_rho if engine.private else None
+    bar = tqdm(total=100, disable=not (phases_shown(progress) and total), desc="measuring and selecting marginals",
+               unit="%", bar_format="{desc}: {percentage:3.0f}% of their budget |{bar}| {elapsed}")
     try:
         stage = next(planner)
         while True:
@@ -257,6 +266,11 @@ def run_stages(engine, data, domain, encoder, planner, assumed: dict | None = No
             if run is None:
                 raise InvalidParameterError(f"{stage!r} is not a stage the engine runs ({[s.__name__ for s in EXECUTORS]}).")
             result = run(engine, source, domain, encoder, stage, assumed)
+            if total:
+                bar.n = min(100.0, 100.0 * engine.spent / total)     # the stages spend first, from zero
+                bar.refresh()
             stage = planner.send(result)
     except StopIteration as done:
         return done.value
+    finally:
+        bar.close()

@@ -260,3 +260,48 @@ def test_commands_that_do_not_train_never_import_torch():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0] [] False", done.stdout[-2000:]
     assert "tensors: embedding (50, 10) float64" in done.stdout
+
+
+def test_a_long_table_fit_shows_its_phases_on_a_terminal_only(tmp_path):
+    """Issue 83: on a terminal `fit` shows each phase of a hybrid fit as it runs (reading, the marginals' releases
+    with a bar, the kernel embedding, the model's estimate, the pool, the reweighting) with its seconds; off a terminal
+    (a log, a pipe) stderr holds none of it, so a refusal there stays one line."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from support import SCHEMA, toy_table
+
+    toy_table(400).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    argv = [sys.executable, "-m", "mmdsynth.cli", "fit", "--csv", str(tmp_path / "t.csv"), "--schema",
+            str(tmp_path / "s.json"), "--label", "y", "--epsilon", "1", "--method", "hybrid", "--iters", "50",
+            "--n-features", "100", "--pool", "2"]
+    phases = ["reading t.csv ...", "measuring and selecting marginals:", "measuring the kernel embedding ...",
+              "estimating the graphical model ...", "sampling a pool of 800 rows from the model ...",
+              "reweighting the pool toward the releases ..."]
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))    # a terminal 120 wide
+    proc = subprocess.Popen(argv + ["--out", str(tmp_path / "tty")], stdin=follower, stdout=follower, stderr=follower,
+                            close_fds=True)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:                      # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=600) == 0, seen.decode(errors="replace")[-2000:]
+    text = seen.decode(errors="replace").replace("\r", "\n")
+    for what in phases:
+        assert what in text, (what, text[-3000:])
+    piped = subprocess.run(argv + ["--out", str(tmp_path / "pipe")], capture_output=True, text=True, timeout=600)
+    assert piped.returncode == 0, piped.stderr
+    assert not any(what.split(" ...")[0].rstrip(":") in piped.stderr for what in phases), piped.stderr
