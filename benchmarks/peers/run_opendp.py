@@ -6,8 +6,8 @@ configure them, for ``benchmarks/suite.py --methods opendp-aim opendp-mst``.
         --algorithm aim --rho 0.0407 --rows 4181 --seed 0 --out synth.csv
 
 The configuration, from the public schema only: every categorical column and the label with its declared categories
-as ``keys``; every numeric column cut on the 32-cell equal-width grid over its declared bounds (``cuts``: 31 inner
-edges), the grid the issue's peers used; ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
+as ``keys``; every numeric column cut on the public grid the authors' AIM and MST were run on here (``run_mbi2.py``:
+one cell per integer up to 32 values, else 32 cells, log-spaced where the bounds are heavy-tailed); ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
 or removed); the privacy loss as zCDP ``rho`` (all keys known, so OpenDP asks for delta 0; the caller converts
 (epsilon, delta) to rho as mmdsynth's own zCDP plans do); the algorithm at its defaults. Synthetic rows:
 ``ContingencyTable.synthesize(rows, method="sample")``; a numeric cell is written as the value OpenDP gives it.
@@ -21,7 +21,17 @@ import time
 
 import numpy as np
 
-GRID = 32
+
+
+def opendp_cuts(col: dict) -> list[float]:
+    """A numeric column's cuts for OpenDP (left-open cells ``(a, b]``): the public grid the authors' AIM and MST were
+    run on here (``run_mbi2.numeric_cells``: one cell per integer up to 32 values, else 32 cells, log-spaced for
+    heavy-tailed bounds), from the schema alone. An integer cell ``[a, b)`` is ``(a - 0.5, b - 0.5]``."""
+    from run_mbi2 import numeric_cells
+
+    lo, hi = (float(b) for b in col["bounds"])
+    inner = numeric_cells(lo, hi, bool(col.get("integer")))[1:-1]
+    return [float(e) - 0.5 if col.get("integer") else float(e) for e in inner]
 
 
 def main() -> None:
@@ -49,7 +59,7 @@ def main() -> None:
     frame = frame.with_columns([pl.col(c["name"]).cast(pl.Float64) for c in numeric])
     keys = {c["name"]: [str(v) for v in (c.get("categories") or ["False", "True"])] for c in categorical}
     keys[label] = [str(v) for v in schema["label_categories"]]
-    cuts = {c["name"]: list(np.linspace(*c["bounds"], GRID + 1)[1:-1]) for c in numeric}
+    cuts = {c["name"]: opendp_cuts(c) for c in numeric}
     columns = [c["name"] for c in schema["columns"]] + [label]
     np.random.seed(args.seed)                                # mbi's sampling draws from numpy's global generator
 
