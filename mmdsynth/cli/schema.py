@@ -27,11 +27,21 @@ def cmd_schema(args) -> int:
         raise InvalidParameterError(f"no file {path}.")
     sep = args.sep or csv_delimiter(path, encoding=args.encoding)      # no schema yet: the header's widest split
     df = read_csv_text(path, args.encoding, sep=sep)
-    budget = None
+    if args.delta is None:                    # a public function of the public count, as a fit's
+        import pandas as pd
+
+        from ..choice import default_delta
+        count = len(df) if not args.privacy_unit or args.privacy_unit not in df.columns else \
+            int(pd.unique(df[args.privacy_unit]).size)       # the persons, each ID read as its own text
+        args.delta = default_delta(count)
+    budget, fit_room = None, None
     if args.budget:
         from ..privacy import BudgetFile
-        budget = BudgetFile.open(args.budget, f"user:{path.name}", args.budget_epsilon or args.epsilon,
-                                 args.budget_delta or 2 * args.delta)
+        new = not Path(args.budget).exists()
+        total = args.budget_epsilon or args.epsilon + FIT_EPSILON
+        budget = BudgetFile.open(args.budget, f"user:{path.name}", total, args.budget_delta or 2 * args.delta)
+        if new:
+            fit_room = total - args.epsilon
     markers = args.missing_values.split(",") if args.missing_values else []
     schema, ledger = draft_schema(df, epsilon=args.epsilon, delta=args.delta, label=args.label,
                                   privacy_unit=args.privacy_unit, missing_values=markers, budget=budget,
@@ -45,9 +55,14 @@ def cmd_schema(args) -> int:
           + (f", label {schema.label!r} with {len(schema.label_categories)} classes" if schema.label else "")
           + f"; spent epsilon={eps:g}, delta={delta:g} (ledger: {ledger_path})")
     print(f"review it (types, nullable, bounds, categories), then: mmdsynth fit --csv {path} --schema {written} "
-          + (f"--label {schema.label} " if schema.label else "") + "--epsilon E "
+          + (f"--label {schema.label} " if schema.label else "")
+          + (f"--epsilon {fit_room:g} " if fit_room and fit_room > 0 else "--epsilon E ")
           + (f"--budget {args.budget} " if args.budget else "") + "--out DIR")
     return 0
+
+
+#: a new budget file made by `schema` leaves room for one fit at a table's default epsilon
+FIT_EPSILON = 1.0
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -57,7 +72,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--label", help="the label column: its classes are released as categories")
     s.add_argument("--epsilon", type=float, required=True, help="the privacy budget this draft spends (both "
                    "releases together); it adds to what a fit on the same rows spends (use one --budget file)")
-    s.add_argument("--delta", type=float, default=1e-5, help="(default 1e-5)")
+    s.add_argument("--delta", type=float, default=None, help="(default: 1e-5 up to 10,000 records, then the largest "
+                   "power of ten at most 1 / (10 x records), as a fit's)")
     s.add_argument("--out", required=True, help="the draft schema's .json file; its ledger is written beside it "
                    "(NAME.ledger.json)")
     s.add_argument("--privacy-unit", metavar="COLUMN", help="protect a person, not a row (the person column)")
@@ -67,7 +83,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--encoding", default="utf-8", help="the file's text encoding (default utf-8)")
     s.add_argument("--budget", help="a budget file: checked before any row is read, charged once")
     s.add_argument("--budget-epsilon", type=float, help="--budget: the total epsilon of a new budget file "
-                   "(default --epsilon)")
+                   f"(default --epsilon + {FIT_EPSILON:g}: room for one fit at a table's default epsilon)")
     s.add_argument("--budget-delta", type=float, help="--budget: the total delta of a new budget file (default 2 x "
                    "--delta: room for one fit at the same delta)")
     s.add_argument("--noise-seed", type=int, help="fixed noise, for tests only: voids the guarantee (the ledger "

@@ -122,12 +122,14 @@ def test_the_command_writes_the_draft_and_its_ledger_charges_the_budget_and_insp
     df = table()
     df.to_csv(tmp_path / "t.csv.gz", index=False, sep=";")
     argv = ["schema", "--csv", str(tmp_path / "t.csv.gz"), "--label", "y", "--epsilon", "0.5", "--out",
-            str(tmp_path / "s.json"), "--budget", str(tmp_path / "b.json"), "--budget-epsilon", "2"]
+            str(tmp_path / "s.json"), "--budget", str(tmp_path / "b.json")]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "drafted" in out and "spent epsilon=0.5" in out and (tmp_path / "s.ledger.json").exists()
+    # a new budget file leaves room for one fit at a table's default epsilon, and the next step says so
     budget = json.loads((tmp_path / "b.json").read_text())
-    assert [c["epsilon"] for c in budget["charges"]] == [0.5] and budget["epsilon"] == 2
+    assert [c["epsilon"] for c in budget["charges"]] == [0.5] and budget["epsilon"] == 1.5
+    assert "--epsilon 1 --budget" in out
     assert main(["inspect", str(tmp_path / "s.json")]) == 0
     assert "privacy spent: epsilon=0.5" in capsys.readouterr().out
     import subprocess
