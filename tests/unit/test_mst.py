@@ -368,3 +368,25 @@ def test_released_grid_is_cut_from_the_release_and_travels_with_the_model(tmp_pa
     assert m.sample(300, seed=2)["age"].between(17, 90).all()
     with pytest.raises(InvalidParameterError, match="grid"):
         MST(epsilon=1.0, grid="quantile").fit(toy_table(100).assign(age=np.nan), label="y", schema=SCHEMA)
+
+
+def test_the_mbi_internals_the_adapter_reads_are_where_it_reads_them():
+    """Issue 82: the adapter reads mbi's internals (junction tree, oracles, weighted query, the sampler's oracle
+    module), so pyproject pins mbi's minor version; this names what a new mbi moved before the pin is widened."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from mmdsynth.methods.marginal import MBI_INTERNALS, mbi, mbi_internals_missing
+
+    lib = mbi()
+    assert mbi_internals_missing(lib) == [], f"mbi {version('mbi')} moved these: re-check methods/marginal.py"
+    pin = re.search(r'"mbi>=2\.0,<(\d+)\.(\d+)"', (Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert pin, "pyproject must pin mbi's minor version (the adapter reads its internals)"
+    assert tuple(int(x) for x in version("mbi").split(".")[:2]) < (int(pin.group(1)), int(pin.group(2)))
+    assert len(MBI_INTERNALS) == len(set(MBI_INTERNALS))
+
+    class Moved:                                   # an mbi without one internal: named, not an AttributeError later
+        __name__ = "mbi"
+        Domain = lib.Domain
+    assert "LinearMeasurement" in mbi_internals_missing(Moved)
