@@ -476,6 +476,7 @@ class MST(Method):
         self.settings_ = self.settings_for("table")
         self._settle_delta(facts.n_records)
         schema = _as_schema(schema, getattr(schema, "label", None))
+        require_complete(schema)                     # as the fit refuses it: naming the columns and the fixes
         domain = Domain.of(schema, self._s.max_cells)
         self._check_plan(domain)
         engine = self._engine(schema, None, "", PRIVACY_UNIT)        # calibration only: no budget, nothing read

@@ -105,3 +105,14 @@ def test_a_fit_past_the_machine_is_refused_before_anything_is_read(tmp_path, mon
     assert not (tmp_path / "run").exists() and not budget.exists()
     with pytest.raises(InvalidParameterError, match="nothing was read or charged"):
         mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, method="hybrid")
+
+
+@pytest.mark.parametrize("name", ["hybrid", "mst", "aim"])
+def test_an_outline_of_a_schema_without_bounds_is_refused_as_the_fit_refuses_it(name):
+    """A schema that leaves out bounds or categories: the outline (printed before the fit) refuses it with the fit's
+    typed error naming the columns, not a TypeError from the grid."""
+    from mmdsynth.errors import SchemaError
+    from support import partial_schema
+
+    with pytest.raises(SchemaError, match="leaves out bounds"):
+        METHODS[name](1.0).plan_outline(partial_schema(), PublicFacts(400, None, 1.0, 1e-5))
