@@ -150,16 +150,24 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def reweight(t: Targets, *, steps: int, stall: bool = False) -> Fit:
+def reweight(t: Targets, *, steps: int, stall: bool = False, progress=False) -> Fit:
     """Weights on the simplex minimising F (module doc): w = softmax(z), L-BFGS on the logits z from uniform
     weights (the gradient in z: w * (g - <w, g>), g = dF/dw), until every group of releases is fitted to its noise
     level (:meth:`Targets.within_noise`, the discrepancy principle, checked after each iteration), with ``stall``
     until the last ``STALL_WINDOW`` iterations lowered F by less than sqrt(2 x entries) ("stalled"), or after
-    ``steps`` iterations; a line search that finds no decrease ends it as converged."""
+    ``steps`` iterations; a line search that finds no decrease ends it as converged. ``progress``: a bar of the
+    iterations on a terminal (:func:`~mmdsynth.runtime.phases_shown`; False: none)."""
+    from tqdm import tqdm
+
+    from ..runtime import phases_shown
+
+    bar = tqdm(total=max(int(steps), 0), disable=not phases_shown(progress),
+               desc="reweighting the pool toward the releases", unit="step", leave=True)
     z0 = np.zeros(t.n_rows)
     f0, rd, rs = t.residual(_softmax(z0))
     fitted = t.within_noise(rd, rs)
     if fitted or steps < 1:
+        bar.close()
         return Fit(_softmax(z0), [f0], int(t.entries), 0, "discrepancy" if fitted else "steps")
     last: dict = {}
 
@@ -174,6 +182,7 @@ def reweight(t: Targets, *, steps: int, stall: bool = False) -> Fit:
     floor = math.sqrt(2.0 * t.entries)
 
     def each_iteration(intermediate_result):
+        bar.update(1)
         z = intermediate_result.x
         if np.array_equal(z, last["z"]):
             f, r = last["f"], last["r"]
@@ -187,9 +196,12 @@ def reweight(t: Targets, *, steps: int, stall: bool = False) -> Fit:
             stop.append("stalled")
             raise StopIteration
 
-    res = minimize(objective, z0, jac=True, method="L-BFGS-B", callback=each_iteration,
-                   options={"maxiter": int(steps), "maxfun": 3 * int(steps) + 20, "maxcor": 10, "ftol": 0.0,
-                            "gtol": 0.0})
+    try:
+        res = minimize(objective, z0, jac=True, method="L-BFGS-B", callback=each_iteration,
+                       options={"maxiter": int(steps), "maxfun": 3 * int(steps) + 20, "maxcor": 10, "ftol": 0.0,
+                                "gtol": 0.0})
+    finally:
+        bar.close()
     stopped = stop[0] if stop else ("steps" if len(trace) - 1 >= steps else "converged")
     return Fit(_softmax(res.x), trace, int(t.entries), len(trace) - 1, stopped)
 

@@ -252,8 +252,9 @@ class Hybrid(MST):
         with phase(f"sampling a pool of {size:,} rows from the model", s.progress):
             codes = by_class(self._model_codes(size, s.seed), self.domain_())
             pool = self._decode(codes, s.seed)
-        with phase("reweighting the pool toward the releases", s.progress):
-            fit = reweight(self.targets(pool), steps=int(s.steps), stall=bool(s.stall_stop))
+        with phase("the releases' statistics of the pool", s.progress):
+            targets = self.targets(pool)
+        fit = reweight(targets, steps=int(s.steps), stall=bool(s.stall_stop), progress=s.progress)   # its own bar
         weights = fit.weights
         if s.cover:
             extra = covering_rows(codes, weights, self.domain_(), int(s.cover), m, np.random.default_rng(s.seed))

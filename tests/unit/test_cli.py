@@ -264,7 +264,7 @@ def test_commands_that_do_not_train_never_import_torch():
 
 def test_a_long_table_fit_shows_its_phases_on_a_terminal_only(tmp_path):
     """Issue 83: on a terminal `fit` shows each phase of a hybrid fit as it runs (reading, the marginals' releases
-    with a bar, the kernel embedding, the model's estimate, the pool, the reweighting) with its seconds; off a terminal
+    with a bar, the kernel embedding, the model's estimate, the pool, the reweighting with a bar) with its seconds; off a terminal
     (a log, a pipe) stderr holds none of it, so a refusal there stays one line."""
     import fcntl
     import os
@@ -283,7 +283,7 @@ def test_a_long_table_fit_shows_its_phases_on_a_terminal_only(tmp_path):
             "--n-features", "100", "--pool", "2"]
     phases = ["reading t.csv ...", "measuring and selecting marginals:", "measuring the kernel embedding ...",
               "estimating the graphical model ...", "sampling a pool of 800 rows from the model ...",
-              "reweighting the pool toward the releases ..."]
+              "the releases' statistics of the pool ...", "reweighting the pool toward the releases:"]
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))    # a terminal 120 wide
     proc = subprocess.Popen(argv + ["--out", str(tmp_path / "tty")], stdin=follower, stdout=follower, stderr=follower,
