@@ -28,12 +28,11 @@ def cmd_schema(args) -> int:
     sep = args.sep or csv_delimiter(path, encoding=args.encoding)      # no schema yet: the header's widest split
     df = read_csv_text(path, args.encoding, sep=sep)
     if args.delta is None:                    # a public function of the public count, as a fit's
-        import pandas as pd
-
-        from ..choice import default_delta
-        count = len(df) if not args.privacy_unit or args.privacy_unit not in df.columns else \
-            int(pd.unique(df[args.privacy_unit]).size)       # the persons, each ID read as its own text
-        args.delta = default_delta(count)
+        from ..choice import default_delta, public_facts
+        from ..data.schema import Column, Schema
+        unit = args.privacy_unit if args.privacy_unit in df.columns else None
+        ids = Schema([Column(unit, "id")], privacy_unit=unit) if unit else None   # persons counted as a fit counts them
+        args.delta = default_delta(public_facts(df, ids).n_records)
     budget, fit_room = None, None
     if args.budget:
         from ..privacy import BudgetFile

@@ -33,13 +33,15 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     table = isinstance(data, (pd.DataFrame, ShardedTable))
     if table and y is not None:
         raise InvalidParameterError("a table carries its label as a column: fit(df, label=COLUMN, schema=...), no y.")
+    # the schema read and the public count counted once (under a person unit, a read of every ID)
+    declared = _declared(schema, data) if table else None
+    facts = public_facts(data, declared, epsilon, delta) if table else None
     if method is None:
         if not table:
             raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
                                         f"one: method=... ({', '.join(METHODS)}).")
-        declared = _declared(schema, data)
         # the public count only: rows, the declared count of shards, or the persons under a person unit
-        plan = choose_table_default(public_facts(data, declared, epsilon, delta), params)
+        plan = choose_table_default(facts, params)
         method, params = plan.method, {**plan.params, **params}
         logger.info("method: %s (the table default for %s)", method, plan.why)
     if method not in METHODS:
@@ -47,9 +49,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         raise unknown_name("method", method, METHODS)
     model = METHODS[method](epsilon, delta, **params)
     if table:
-        declared = _declared(schema, data)
-        outline = model.plan_outline(declared, public_facts(data, declared, epsilon, delta)) \
-            if declared is not None else None
+        outline = model.plan_outline(declared, facts) if declared is not None else None
         if outline is not None:                  # the plan and its cost, before anything is read or charged
             logger.info("%s", "\n".join(outline.lines()))
             outline.check_memory()
