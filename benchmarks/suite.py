@@ -153,8 +153,8 @@ def run(args) -> None:
                 fit_s = time.perf_counter() - t
                 synth = model.sample(len(train), seed=seed)
                 line = {"table": name, "method": method, "chose": model.method, "variant": args.variant,
-                        "set": params, "params": chosen_params(train, schema, args.epsilon) if method == "default"
-                        else params, "epsilon": args.epsilon, "delta": model.release_.ledger.total()[1], "seed": seed, "rows": len(train),
+                        "set": params, "params": {**chosen_params(train, schema, args.epsilon), **params}
+                        if method == "default" else params, "epsilon": args.epsilon, "delta": model.release_.ledger.total()[1], "seed": seed, "rows": len(train),
                         "fit_s": round(fit_s, 1), **score(train, test, synth, schema),
                         "date": time.strftime("%Y-%m-%d"), "threads": os.environ.get("OMP_NUM_THREADS")}
                 print(json.dumps(line), flush=True)

@@ -513,7 +513,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'cover': 1,
                                      'grid': 'public',
                                      'tree_score': 'dependence',
-                                     'stall_stop': False,
+                                     'stall_stop': True,
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -549,9 +549,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                "gathers the tree's edges because its own 1-way estimate is poor) or "
                                                '"model" (MST\'s) for the tree of pairs (with marginals "mst")',
                                  'stall_stop': 'also stop the reweighting once 10 iterations improve its fit by less '
-                                               "than the releases' noise can tell apart (better 2- and 3-way "
-                                               "marginals on wide numeric tables such as epileptic's, slightly worse "
-                                               'ones on census: see the tables tutorial)'},
+                                               "than the releases' noise can tell apart (on by default: where it "
+                                               'acts, closer 2-way marginals and fewer repeated rows; see the tables '
+                                               'tutorial)'},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

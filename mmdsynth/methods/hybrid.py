@@ -14,8 +14,8 @@ before any read) holds two parts:
 Post-processing only from there: the graphical model of the marginals (mbi 2.x) draws a pool of ``pool`` rows per
 training row (public seed); the pool is reweighted (:mod:`mmdsynth.generators.reweight`) so that its statistics
 match the kernel embedding and every measured marginal at once, each weighted by its noise,
-stopping where the fit reaches the releases' noise level (or, with ``stall_stop``, where it stops improving by more
-than that noise can tell apart); every (class, category) the weighted pool holds at less
+stopping where the fit reaches the releases' noise level or (``stall_stop``, the default) where it stops improving
+by more than that noise can tell apart; every (class, category) the weighted pool holds at less
 than one record's weight then gets ``cover`` rows of its own at one record's weight (:func:`covering_rows`); synthetic
 rows are drawn from the weighted pool. The
 marginals carry fidelity (1-, 2-way structure), the kernel embedding carries what a tree of pairs misses (the
@@ -77,8 +77,9 @@ class Hybrid(MST):
     their noise. Tables only. ``pool``: model rows drawn per training row (at most ``max_pool``); ``steps``: the
     reweighting's most iterations; ``n_features``, ``rff_seed``, ``proportions_share``, ``numeric_share``: the
     kernel part's (DP-MERF's table setting); ``max_cells``, ``iters``, ``label_pairs``: the marginal part's;
-    ``cover``: rows per (class, category) the reweighted rows would otherwise miss; ``stall_stop``: also stop the
-    reweighting when it stalls above the releases' noise level (:func:`~mmdsynth.generators.reweight.reweight`);
+    ``cover``: rows per (class, category) the reweighted rows would otherwise miss; ``stall_stop`` (on by default): also
+    stop the reweighting when it stalls above the releases' noise level
+    (:func:`~mmdsynth.generators.reweight.reweight`), before it piles the weight onto a few rows;
     ``tree_score``: how MST's tree scores a pair (:class:`~mmdsynth.privacy.marginals.SelectTree`), by default its
     distance from independence, not MST's distance from the model of the 1-way marginals (on wide numeric tables
     MST's score can put most of the tree's edges on the column whose 1-way estimate is worst: slow fits, no better
@@ -92,8 +93,8 @@ class Hybrid(MST):
         "max_pool": "the most rows in the reweighted pool (memory: about 4 bytes x rows x the dense features)",
         "steps": "the reweighting's most iterations (it stops earlier at the releases' noise level)",
         "stall_stop": "also stop the reweighting once 10 iterations improve its fit by less than the releases' "
-                      "noise can tell apart (better 2- and 3-way marginals on wide numeric tables such as "
-                      "epileptic's, slightly worse ones on census: see the tables tutorial)",
+                      "noise can tell apart (on by default: where it acts, closer 2-way marginals and fewer repeated "
+                      "rows; see the tables tutorial)",
         "n_features": "the kernel part's random Fourier features",
         "rff_seed": "the random features' draw (public)",
         "proportions_share": "the class proportions' share of the kernel part",
@@ -113,7 +114,7 @@ class Hybrid(MST):
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
-                 grid: str = "public", tree_score: str = "dependence", stall_stop: bool = False, seed: int = 0,
+                 grid: str = "public", tree_score: str = "dependence", stall_stop: bool = True, seed: int = 0,
                  noise_seed: int | None = None, progress: bool | None = None):
         super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, grid=grid,
                          tree_score=tree_score, seed=seed, noise_seed=noise_seed, progress=progress)
@@ -139,18 +140,20 @@ class Hybrid(MST):
         """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
         if self._s.marginals == "mst":
             return super()._planner(domain, rho, n)
+        return self._aim()._planner(domain, rho, n)
+
+    def _aim(self) -> AIM:
+        """The marginal part as AIM's rounds (``marginals="aim"``): AIM's settings, the hybrid's cells and grid."""
         aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, grid=self._s.grid,
                   noise_seed=self._s.noise_seed)
         aim.settings_ = aim.settings_for("table")
-        return aim._planner(domain, rho, n)
+        return aim
 
     def _stage_outline(self, domain):
         """The marginal part's stages in words (MST's, or AIM's rounds with ``marginals="aim"``)."""
         if self._s.marginals == "mst":
             return super()._stage_outline(domain)
-        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, grid=self._s.grid)
-        aim.settings_ = aim.settings_for("table")
-        return aim._stage_outline(domain)
+        return self._aim()._stage_outline(domain)
 
     def _pool_rows(self, n: int) -> int:
         """The reweighted pool's rows for ``n`` public records (``pool`` per record, at most ``max_pool``)."""

@@ -243,18 +243,18 @@ def test_reweighting_stops_when_the_releases_cannot_tell_progress_from_noise():
     assert long.objective[-1] <= tr[-1] < long.objective[-1] + window * sd
 
 
-def test_stall_stop_reaches_the_reweighting_and_is_off_by_default(monkeypatch):
-    """``stall_stop`` is the hybrid's switch for the rule above: off by default (measured worse on census), passed to
-    the reweighting when on, and kept in the saved model's parameters."""
+def test_stall_stop_reaches_the_reweighting_and_is_on_by_default(monkeypatch):
+    """``stall_stop`` is the hybrid's switch for the rule above: on by default (benchmarks/log/2026-12-05.md#stall-
+    default), passed to the reweighting, off when asked, and kept in the saved model's parameters."""
     import mmdsynth.methods.hybrid as hybrid_module
     seen = []
     real = hybrid_module.reweight
     monkeypatch.setattr(hybrid_module, "reweight", lambda t, **kw: seen.append(kw) or real(t, **kw))
     df = toy_table(300)
     Hybrid(epsilon=1.0, noise_seed=0, **FAST).fit(df, label="y", schema=SCHEMA)
-    h = Hybrid(epsilon=1.0, noise_seed=0, stall_stop=True, **FAST).fit(df, label="y", schema=SCHEMA)
-    assert [kw["stall"] for kw in seen] == [False, True]
-    assert h.get_params()["stall_stop"] is True
+    h = Hybrid(epsilon=1.0, noise_seed=0, stall_stop=False, **FAST).fit(df, label="y", schema=SCHEMA)
+    assert [kw["stall"] for kw in seen] == [True, False]
+    assert h.get_params()["stall_stop"] is False
 
 
 def test_class_runs_read_the_same_statistics_as_the_class_product():

@@ -175,7 +175,7 @@ def test_a_spike_inside_a_wide_cell_comes_back_as_the_spike():
 def _model_with_a_cycle(seed: int, n_attributes: int):
     """(sizes, an mbi model) whose cliques form a cycle (so its junction tree has fill-in) plus a separate
     component, estimated from random counts."""
-    from mmdsynth.methods.marginal import mbi
+    from mmdsynth.generators.graphical import mbi
 
     lib = mbi()
     rng = np.random.default_rng(seed)
@@ -191,7 +191,7 @@ def test_model_marginals_match_mbi_on_a_model_with_a_cycle():
     attribute, for a model whose cliques form a cycle (so the tree has fill-in) plus a separate component."""
     import itertools
 
-    from mmdsynth.methods.marginal import ModelMarginals
+    from mmdsynth.generators.graphical import ModelMarginals
 
     sizes, model = _model_with_a_cycle(seed=0, n_attributes=9)
     ours = ModelMarginals(model)
@@ -209,7 +209,7 @@ def test_estimates_do_not_pile_up_compiled_programs():
     it (without the clearing it grows by a few hundred here)."""
     from mmdsynth.data.discrete import Domain
     from mmdsynth.data.schema import Schema
-    from mmdsynth.methods.marginal import estimate
+    from mmdsynth.generators.graphical import estimate
 
     cols = [{"name": f"c{i}", "type": "categorical", "categories": ["a", "b", "c"]} for i in range(8)]
     domain = Domain.of(Schema.from_dict({"columns": cols}), 32)
@@ -298,7 +298,7 @@ def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothin
     import jax.monitoring
     from mbi import markov_random_field as mrf
 
-    from mmdsynth.methods.marginal import ModelMarginals, draw_codes, mbi
+    from mmdsynth.generators.graphical import ModelMarginals, draw_codes, mbi
 
     sizes, model = _model_with_a_cycle(seed=1, n_attributes=8)
     calibrated = ModelMarginals(model)
@@ -324,7 +324,7 @@ def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothin
 def test_the_calibration_answers_any_set_inside_a_clique_in_the_order_asked():
     """The sampler asks for the counts of a parent set and a column in any order; each answer is mbi's own
     marginal with the axes in the order asked, and a set in no clique of the tree is refused."""
-    from mmdsynth.methods.marginal import ModelMarginals
+    from mmdsynth.generators.graphical import ModelMarginals
 
     sizes, model = _model_with_a_cycle(seed=2, n_attributes=8)
     ours = ModelMarginals(model)
@@ -377,7 +377,7 @@ def test_the_mbi_internals_the_adapter_reads_are_where_it_reads_them():
     from importlib.metadata import version
     from pathlib import Path
 
-    from mmdsynth.methods.marginal import MBI_INTERNALS, mbi, mbi_internals_missing
+    from mmdsynth.generators.graphical import MBI_INTERNALS, mbi, mbi_internals_missing
 
     lib = mbi()
     assert mbi_internals_missing(lib) == [], f"mbi {version('mbi')} moved these: re-check methods/marginal.py"

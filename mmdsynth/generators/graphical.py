@@ -1,0 +1,277 @@
+"""The graphical model of measured marginals: this library's adapter of the maintained **mbi 2.x** library
+(McKenna et al.; estimation by mirror descent and sampling), post-processing of a release only.
+
+The marginal methods (:mod:`mmdsynth.methods.marginal`: MST, AIM, the hybrid's marginal half) hand it noisy clique
+counts with their noise std and the public record count; it returns mbi's model, any 1- or 2-way marginal of that
+model computed in numpy (:class:`ModelMarginals`), and rows drawn from it (:func:`draw_codes`). Nothing here reads
+private rows. The adapter uses parts of mbi beyond its documented path (:data:`MBI_INTERNALS`): pyproject pins mbi's
+minor version and a test fails naming any of them a new mbi moves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+
+import networkx as nx
+import numpy as np
+from scipy.special import logsumexp
+
+from ..data.discrete import Domain
+from ..errors import InvalidParameterError
+
+
+#: the parts of mbi this adapter uses beyond its documented estimate-and-sample path (the junction tree, the
+#: Shafer-Shenoy oracle, the weighted query, the sampler's oracle module): pyproject pins mbi's minor version, and
+#: tests/unit/test_mst.py fails naming any of these that a new mbi moves, before the pin is widened
+MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "MarkovRandomField", "CliqueVector",
+                 "estimation.MirrorDescent", "junction_tree.hypothetical_model_size",
+                 "junction_tree.make_junction_tree", "junction_tree.maximal_cliques",
+                 "junction_tree.message_passing_order", "marginal_loss.WeightedQuery",
+                 "marginal_loss.from_linear_measurements", "marginal_oracles.message_passing_shafer_shenoy",
+                 "markov_random_field.marginal_oracles")
+
+
+def mbi_internals_missing(lib) -> list[str]:
+    """The names of :data:`MBI_INTERNALS` that the installed ``lib`` (mbi) does not have where the adapter reads them."""
+    import importlib
+
+    missing = []
+    for name in MBI_INTERNALS:
+        head, *rest = name.split(".")
+        try:
+            obj = getattr(lib, head) if hasattr(lib, head) else importlib.import_module(f"{lib.__name__}.{head}")
+            for part in rest:
+                obj = getattr(obj, part)
+        except (AttributeError, ImportError):
+            missing.append(name)
+    return missing
+
+
+def mbi():
+    """The mbi package (2.x), with JAX in float64 on the CPU; refused with the install line when missing."""
+    try:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_enable_compilation_cache", False)     # mbi compiles many small programs
+        import mbi as _mbi
+    except ImportError:
+        raise InvalidParameterError("the marginal methods (hybrid, mst, aim) need the mbi library, a dependency of "
+                                    "mmdsynth that is missing here: pip install 'mbi>=2'") from None
+    major = int(str(getattr(_mbi, "__version__", "2")).split(".")[0] or 2)
+    if major < 2:
+        raise InvalidParameterError("mst needs mbi 2.x (1.x had a sampling regression): pip install 'mbi>=2'")
+    return _mbi
+
+
+def estimate(domain: Domain, measurements: list, n_records: int, iters: int, warm_start=None):
+    """The graphical model (mbi's MarkovRandomField) of noisy clique counts (post-processing): mirror descent on
+    ``measurements`` [(clique, noisy counts, noise std, fine)], each weighted by its noise std, with the public
+    record count as the known total (``warm_start``: a model of earlier measurements to start from). A ``fine``
+    1-way measurement (counted on :meth:`Domain.fine`) enters as its sums over each cell of ``domain``, whitened:
+    a cell that sums k fine cells has noise variance k std^2."""
+    lib = mbi()
+    import jax
+
+    # each estimate compiles programs for the model's cliques, and JAX keeps every one: AIM's rounds on a wide table
+    # (census, 41 columns) reached the kernel's 65,530 memory-mapping limit and died in LLVM (signal 11) after about
+    # 23 minutes. Dropping the compiled programs before each estimate changes no result, only recompiles
+    jax.clear_caches()
+    ms = []
+    for clique, y, std, fine in measurements:
+        y = np.asarray(y, dtype=np.float64)
+        if fine:
+            (name,) = clique
+            parent = domain.coarse_of_fine(name)
+            k = np.bincount(parent, minlength=domain.size(name)).astype(np.float64)
+            scale = 1.0 / np.sqrt(np.maximum(k, 1.0))
+            y = np.bincount(parent, weights=y, minlength=domain.size(name)) * scale
+            # mbi's WeightedQuery (not a closure): its operator norm is known, so mbi takes the loss's Lipschitz
+            # constant from the measurements' metadata instead of 50 power iterations (about 11 s of compiling)
+            ms.append(lib.LinearMeasurement(y, tuple(clique), float(std or 1.0),
+                                            query=lib.marginal_loss.WeightedQuery(scale)))
+        else:
+            ms.append(lib.LinearMeasurement(y, tuple(clique), float(std or 1.0)))
+    mbi_domain = lib.Domain.fromdict(domain.sizes)
+    loss = lib.marginal_loss.from_linear_measurements(ms, mbi_domain)
+    # the loss as one compiled program: mbi evaluates it once outside its compiled steps, op by op, and each op
+    # on each clique's shape compiled separately (about 7 s on adult); inside the steps it is traced as before
+    loss = dataclasses.replace(loss, loss_fn=jax.jit(loss.loss_fn))
+    # Shafer-Shenoy message passing, not mbi's CPU default (HUGIN): the same marginals (to 1e-11 after 2 steps), a
+    # little slower a step, but XLA compiles its step much faster on a long junction tree (epileptic's 177 cliques:
+    # 144 s against 244 s; adult's: 20 s against 24 s), and the compile is most of a wide table's estimate
+    oracle = lib.marginal_oracles.message_passing_shafer_shenoy
+    return lib.estimation.MirrorDescent(marginal_oracle=oracle).estimate(
+        mbi_domain, loss, known_total=float(n_records), iters=int(iters), warm_start=warm_start)
+
+
+def draw_codes(model, calibrated: "ModelMarginals", n: int) -> dict:
+    """``n`` rows of codes drawn by mbi's sampler (its randomized rounding, from numpy's global generator) from
+    ``model``, handed the junction tree's counts from ``calibrated`` (:class:`ModelMarginals`: calibrated in numpy)
+    where mbi would run its HUGIN pass, compiled for each tree: the same marginals, nothing compiled. That pass
+    took about 65 s of compiling in a fit on epileptic (177 cliques) and, with the expansion and projections mbi
+    compiles op by op, about 3 s of adult's. Post-processing. Models fitted under mbi constraints (none here) take
+    mbi's own path."""
+    lib = mbi()
+    from mbi import markov_random_field as mrf
+
+    if model.constraints:
+        return model.synthetic_data(rows=int(n)).to_dict()
+    counts = _TreeCounts(calibrated)
+    sampler = lib.MarkovRandomField(potentials=_structure_class()(model.potentials.domain, model.potentials.cliques,
+                                                                  model.potentials.tables),
+                                    marginals=model.marginals, total=model.total)
+    with _SAMPLER_ORACLE:
+        oracles = mrf.marginal_oracles                 # the module as mbi's sampler sees it; put back below
+        mrf.marginal_oracles = _Oracles(counts)
+        try:
+            return sampler.synthetic_data(rows=int(n)).to_dict()
+        finally:
+            mrf.marginal_oracles = oracles
+
+
+#: one sampler at a time sees the numpy oracle (:func:`draw_codes` swaps it in for the call)
+_SAMPLER_ORACLE = threading.Lock()
+
+
+class _Oracles:
+    """What mbi's sampler asks of its ``marginal_oracles`` module: the junction tree's counts, here already
+    computed in numpy."""
+
+    def __init__(self, counts: "_TreeCounts"):
+        self._counts = counts
+
+    def message_passing_stable(self, potentials, total):
+        return self._counts
+
+
+class _TreeCounts:
+    """The junction tree's clique counts in mbi's interface for its sampler (``project(attrs).datavector()``)."""
+
+    def __init__(self, calibrated: "ModelMarginals"):
+        self._calibrated = calibrated
+
+    def project(self, attrs) -> "_Counts":
+        attrs = (attrs,) if isinstance(attrs, str) else tuple(attrs)
+        return _Counts(self._calibrated.inside_a_clique(attrs))
+
+
+class _Counts:
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def datavector(self, flatten: bool = True) -> np.ndarray:
+        return self.values.reshape(-1) if flatten else self.values
+
+
+@functools.cache
+def _structure_class():
+    """mbi's CliqueVector that stands for the model's cliques only: mbi's sampler expands the potentials onto the
+    junction tree (op by op, each compiled) and hands them to its marginal oracle, which :func:`draw_codes`
+    answers from numpy without reading them; so the expansion is skipped."""
+    lib = mbi()
+    import jax
+
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Structure(lib.CliqueVector):
+        def expand(self, cliques):
+            return self
+
+    return Structure
+
+
+class _Factor:
+    """A probability table: attributes and an array with one axis each (numpy; post-processing)."""
+
+    def __init__(self, attrs, values):
+        self.attrs, self.values = tuple(attrs), np.asarray(values, dtype=np.float64)
+
+    def expand(self, attrs, sizes: dict) -> np.ndarray:
+        """The values on ``attrs``' axes (ours transposed into their order, size 1 where an attribute is not ours)."""
+        order = [self.attrs.index(a) for a in attrs if a in self.attrs]
+        v = np.transpose(self.values, order) if order else self.values
+        return v.reshape([sizes[a] if a in self.attrs else 1 for a in attrs])
+
+    def reduce(self, keep, fn=np.sum) -> "_Factor":
+        axes = tuple(k for k, a in enumerate(self.attrs) if a not in keep)
+        return _Factor([a for a in self.attrs if a in keep], fn(self.values, axis=axes) if axes else self.values)
+
+
+class ModelMarginals:
+    """Any 1- or 2-way marginal of an mbi graphical model, exactly, in numpy (post-processing).
+
+    mbi's ``model.project`` compiles one JAX program per (model cliques, query) pair, and AIM's selection asks for
+    every candidate after every round: on adult that was about 1.7 s a candidate, most of a round. Here the model's
+    junction tree is calibrated once (Hugin message passing in log space), and a pair (a, b) in no common clique
+    is carried along the tree's path from the clique holding a nearest to one holding b: P(a, S) times each next
+    clique's conditional P(C | S_in), summed down to (a, S_out), ending on (a, b). Nothing is compiled."""
+
+    def __init__(self, model):
+        lib = mbi()
+        pot = model.potentials
+        dom = pot.domain
+        self.total = float(model.total)
+        self.sizes = {a: dom.size(a) for a in dom.attributes}
+        self.tree = lib.junction_tree.make_junction_tree(dom, pot.cliques)[0]
+        cliques = lib.junction_tree.maximal_cliques(self.tree)
+        logb = {c: np.zeros([self.sizes[a] for a in c]) for c in cliques}
+        for cl in pot.cliques:
+            host = next(c for c in cliques if set(cl) <= set(c))
+            logb[host] = logb[host] + _Factor(cl, pot[cl].values).expand(host, self.sizes)
+        messages = {}
+        for i, j in lib.junction_tree.message_passing_order(self.tree):
+            tau = logb[i] - messages[(j, i)].expand(i, self.sizes) if (j, i) in messages else logb[i]
+            messages[(i, j)] = _Factor(i, tau).reduce(set(i) & set(j), logsumexp)
+            logb[j] = logb[j] + messages[(i, j)].expand(j, self.sizes)
+        self.beliefs = {c: _Factor(c, np.exp(v - logsumexp(v))) for c, v in logb.items()}
+
+    def __call__(self, clique) -> np.ndarray:
+        """The model's counts on ``clique`` (1 or 2 attributes), flattened in the clique's order."""
+        clique = tuple(clique)
+        return self.total * self._probabilities(clique).reshape(-1)
+
+    def inside_a_clique(self, clique) -> np.ndarray:
+        """The model's counts on ``clique`` (attributes inside one of the junction tree's cliques), one axis per
+        attribute in ``clique``'s order; refused otherwise."""
+        probabilities = self._inside(tuple(clique))
+        if probabilities is None:
+            raise InvalidParameterError(f"{clique} lies in no clique of the model's junction tree.")
+        return self.total * probabilities
+
+    def _inside(self, clique) -> np.ndarray | None:
+        for c, f in self.beliefs.items():
+            if set(clique) <= set(c):
+                return f.reduce(set(clique)).expand(clique, self.sizes)
+        return None
+
+    def _probabilities(self, clique) -> np.ndarray:
+        sizes, bel = self.sizes, self.beliefs
+        inside = self._inside(clique)
+        if inside is not None:
+            return inside
+        if len(clique) != 2:
+            raise InvalidParameterError(f"ModelMarginals answers 1- and 2-way queries (asked {clique}).")
+        a, b = clique
+        best = None
+        for x in (c for c in bel if a in c):
+            lengths = nx.single_source_shortest_path_length(self.tree, x)
+            for y in (c for c in bel if b in c):
+                if y in lengths and (best is None or lengths[y] < best[0]):
+                    best = (lengths[y], x, y)
+        if best is None:                                  # a and b in different components: independent
+            pa, pb = (next(f for c, f in bel.items() if v in c).reduce({v}).values for v in (a, b))
+            return np.outer(pa, pb)
+        path = nx.shortest_path(self.tree, best[1], best[2])   # a only in the first clique, b only in the last
+        sep = set(path[0]) & set(path[1])
+        cur = bel[path[0]].reduce(sep | {a})
+        for k in range(1, len(path)):
+            c, f = path[k], bel[path[k]]
+            keep = set(c) & set(path[k + 1]) if k + 1 < len(path) else {b}
+            marg = f.reduce(sep).expand(c, sizes)
+            cond = f.values / np.where(marg > 0, marg, 1.0)
+            attrs = (a,) + c
+            cur = _Factor(attrs, cur.expand(attrs, sizes) * cond[None]).reduce(keep | {a})
+            sep = keep
+        return cur.expand((a, b), sizes)
