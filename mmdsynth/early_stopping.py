@@ -32,11 +32,10 @@ def release_proxy(proxy_map: FeatureMap, X, engine: PrivacyEngine, batch_size: i
     ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
     """
     source = as_source(X)
-    sums = source.total(ClassSums(proxy_map, None, batch_size=batch_size, validate=False))["sums"][0]
     m = source.n_records
-    return engine.gaussian("proxy", sums / m, 2.0 * proxy_map.norm_bound / m, description=description,
-                           assumed=assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"}, n_records=m,
-                           computation=source.describe())
+    return engine.release("proxy", source, ClassSums(proxy_map, None, batch_size=batch_size, validate=False),
+                          2.0 * proxy_map.norm_bound / m, exact=lambda t: t["sums"][0] / m, description=description,
+                          assumed=assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"})
 
 
 @torch.no_grad()

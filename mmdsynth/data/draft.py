@@ -163,15 +163,14 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     m = source.n_records
     # -- release 1: the kinds of every column's values --------------------------------------------------------
     sens1 = math.sqrt(2 * len(typed))
-    exact = source.total(ValueKinds(typed, missing_values))
     import torch
 
-    noisy = engine.gaussian(
-        "types", {n: torch.as_tensor(exact[n]) for n in typed}, sens1,
+    noisy = engine.release(
+        "types", source, ValueKinds(typed, missing_values), sens1,
+        exact=lambda totals: {n: torch.as_tensor(totals[n]) for n in typed},
         description=f"schema draft, types: counts of {list(KINDS)} among the values of {len(typed)} column(s)",
         assumed={"m": int(m), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one count "
-                                               f"down and one up in each column's kind counts"},
-        n_records=int(m), computation=source.describe())
+                                               f"down and one up in each column's kind counts"})
     std1 = engine.sigma * engine.multiplier("types") * sens1
     columns = []
     for n in typed:

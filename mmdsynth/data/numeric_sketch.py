@@ -218,16 +218,15 @@ def release_numeric_sketch(data, sketch: NumericSketch, engine, encoder=None) ->
     ``sketch.sensitivity``, noised by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine`
     whose plan holds a ``"numeric_sketch"`` release)."""
     source = as_source(data)
-    totals = source.total(SketchCounts(sketch, encoder))
     cells = {name: g.n_cells for name, g in sketch.grids.items()}
-    return engine.gaussian(
-        "numeric_sketch", {name: torch.as_tensor(totals[name]) for name in sketch.grids}, sketch.sensitivity,
+    return engine.release(
+        "numeric_sketch", source, SketchCounts(sketch, encoder), sketch.sensitivity,
+        exact=lambda totals: {name: torch.as_tensor(totals[name]) for name in sketch.grids},
         description=f"numeric-column distributions (quantile encoding): noisy counts of {list(sketch.grids)} "
                     f"in public cells inside their declared bounds ({sum(cells.values())} cells)",
         assumed={"m": source.n_records, "cells per column (public grid from the bounds)": cells,
                  "sensitivity": "sqrt(2 x numeric columns): replacing a record takes 1 from one cell and adds 1 "
-                                "to another in each column's counts"},
-        n_records=source.n_records, computation=source.describe())
+                                "to another in each column's counts"})
 
 
 def noisy_cdf(grid: ColumnGrid, counts, noise_std: float) -> dict:

@@ -159,19 +159,21 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
     this only to :func:`complete_schema`.
     """
     source = as_source(data)
-    totals = source.total(SchemaCounts(inference, ids))
-    if isinstance(source, (PersonTable, PersonShards)):                             # a person table: each person one value per column, at weight 1
-        totals.update({name: person_values(totals[name]) for name in inference.categorical})
-    exact, values = {}, {}
-    for name in inference.numeric:
-        exact[name] = torch.as_tensor(totals[name], dtype=torch.float64)
-    for name in inference.categorical:
-        values[name] = sorted(totals[name])
-        exact[name] = torch.as_tensor([totals[name][v] for v in values[name]], dtype=torch.float64)
+    persons = isinstance(source, (PersonTable, PersonShards))
+    values: dict[str, list] = {}           # the observed categories, private until thresholded (complete_schema)
+
+    def exact(totals: dict) -> dict:
+        if persons:                        # a person table: each person one value per column, at weight 1
+            totals.update({name: person_values(totals[name]) for name in inference.categorical})
+        out = {name: torch.as_tensor(totals[name], dtype=torch.float64) for name in inference.numeric}
+        for name in inference.categorical:
+            values[name] = sorted(totals[name])
+            out[name] = torch.as_tensor([totals[name][v] for v in values[name]], dtype=torch.float64)
+        return out
+
     description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
-    noisy = engine.gaussian("schema", exact, inference.sensitivity, description=description,
-                            assumed={"m": source.n_records, **assumed}, n_records=source.n_records,
-                            computation=source.describe())
+    noisy = engine.release("schema", source, SchemaCounts(inference, ids), inference.sensitivity, exact=exact,
+                           description=description, assumed={"m": source.n_records, **assumed})
     out: dict[str, dict] = {name: {"edges": bin_edges(), "counts": noisy[name]} for name in inference.numeric}
     out.update({name: {"values": values[name], "counts": noisy[name]} for name in inference.categorical})
     return out

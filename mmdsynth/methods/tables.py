@@ -100,14 +100,12 @@ def release_rows_per_person(engine, source) -> tuple[dict[str, torch.Tensor], di
     if not isinstance(source, (PersonTable, PersonShards)):
         raise RuntimeError("the plan holds the rows per person but the source is not a person table; nothing of "
                            "this release was drawn.")
-    counts = source.total(RowsPerPerson())["rows_per_person"]
-    tensor = engine.gaussian(
-        ROWS_TENSOR, torch.as_tensor(counts), math.sqrt(2.0),
+    tensor = engine.release(
+        ROWS_TENSOR, source, RowsPerPerson(), math.sqrt(2.0), exact=lambda t: torch.as_tensor(t["rows_per_person"]),
         description=f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the "
                     f"{source.n_records} persons' row counts",
         assumed={"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
-                 "sensitivity": "sqrt(2) (one person's one-hot changes cell)"},
-        n_records=int(source.n_records), computation=source.describe())
+                 "sensitivity": "sqrt(2) (one person's one-hot changes cell)"})
     std = float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))
     return {ROWS_TENSOR: tensor}, {ROWS_TENSOR: {"noise_std": std}}
 

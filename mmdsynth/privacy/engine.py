@@ -153,6 +153,20 @@ class PrivacyEngine:
                      computation)
         return noisy
 
+    def release(self, name: str, source, statistic, sensitivity: float, *, description: str, assumed: dict,
+                exact=None, **kw):
+        """One Gaussian release run where the data lives: the sums of ``statistic`` over ``source`` (a
+        :class:`~mmdsynth.engines.Source`: rows in memory, shards, a person table; ``statistic`` reads each batch the
+        source validated, see :meth:`~mmdsynth.engines.Source.total`), made the released value by ``exact`` (a
+        function of those sums alone, e.g. their mean over the public count; default: the sums themselves), noised
+        at release ``name``'s share at ``sensitivity`` (:meth:`gaussian`; ``kw``: its other options) and recorded
+        with the source's public count and where the sums ran. The callers declare what is released; reading the
+        rows, the noise and the ledger entry happen here."""
+        totals = source.total(statistic)
+        values = totals if exact is None else exact(totals)
+        return self.gaussian(name, values, sensitivity, description=description, assumed=assumed,
+                             n_records=int(source.n_records), computation=source.describe(), **kw)
+
     def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
                       notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
         """Record the entry of the plan's subsampled steps (before the first): every step's noise is
