@@ -15,13 +15,13 @@ import torch
 
 from .early_stopping import release_proxy
 from .engines import Source, as_source
-from .errors import InvalidParameterError
+from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .features.sums import ClassSums
 from .privacy.mechanisms import bounded_rows
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
-from .privacy.engine import PrivacyEngine
+from .privacy.engine import GaussianRelease, PrivacyEngine
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
 from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
@@ -150,31 +150,39 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
 
     # ---- private data from here on -------------------------------------------------
     source = as_source(X, y if conditional else None)
-    totals = source.total(ClassSums(feature_map, n_classes if conditional else None, encoder=encoder,
-                                    batch_size=batch_size))
     m = source.n_records                 # public: the declared count, checked against the rows read
+    statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder, batch_size=batch_size)
+    if m < 1:                            # no record: refused by the rows' own check (its message names the input)
+        source.total(statistic)
+        raise DataValidationError("the data holds no record; pass at least one.")
     warn_delta_vs_n(engine.delta, m)
-    sums = totals["sums"]
-    mu = sums.T.contiguous() / m if conditional else sums[0] / m
     what = "class-conditional mean embedding" if conditional else "mean embedding"
     what = f"{what} under {feature_map.spec()['name']} features"
     public = public_assumptions(m, n_classes if conditional else None, public_facts)
-    release = dict(n_records=m, computation=source.describe())
     tensors = dict(prior_tensors or {})
     n_before = len(engine.entries)
+
+    def mean(totals: dict, start: int, stop: int) -> torch.Tensor:
+        sums = totals["sums"]
+        return (sums.T / m)[start:stop] if conditional else (sums[0] / m)[start:stop]
+
+    declared = []
     if proportions_share is not None:
-        tensors["class_proportions"] = engine.gaussian(
-            "class_proportions", totals["counts"] / m, 2 ** 0.5 / m,
-            description=f"class proportions ({proportions_share:g} of the plan's privacy)",
-            assumed={**public, "sensitivity": "sqrt(2) / m (one label changes)"}, **release)
-    blocks, start = [], 0
+        declared.append(GaussianRelease(
+            "class_proportions", 2 ** 0.5 / m, f"class proportions ({proportions_share:g} of the plan's privacy)",
+            {**public, "sensitivity": "sqrt(2) / m (one label changes)"}, lambda t: t["counts"] / m))
+    start = 0
     for name, width, bound in parts:
         block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
-        blocks.append(engine.gaussian(
-            name, mu[start:start + width], 2.0 * bound / m, description=f"{what}{block}",
-            assumed={**public, "feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"},
-            **release))
+        declared.append(GaussianRelease(
+            name, 2.0 * bound / m, f"{what}{block}",
+            {**public, "feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"},
+            lambda t, a=start, b=start + width: mean(t, a, b).contiguous()))
         start += width
+    noisy = engine.releases(source, statistic, declared)
+    if proportions_share is not None:
+        tensors["class_proportions"], noisy = noisy[0], noisy[1:]
+    blocks = noisy
     tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
     extra = {}
     if proxy_map is not None:

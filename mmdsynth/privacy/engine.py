@@ -29,6 +29,7 @@ stream, Ray), and handed to the engine as exact statistics with their declared s
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 import uuid
 
 import torch
@@ -42,6 +43,21 @@ from .mechanisms import NoiseSource, gaussian_mechanism
 from .sampling import PoissonSampler
 
 NON_PRIVATE = "none (NON-PRIVATE: no noise, benchmark only)"
+
+
+@dataclass(frozen=True)
+class GaussianRelease:
+    """A Gaussian release as a value (:meth:`PrivacyEngine.releases`): the plan's release ``name``, its L2
+    ``sensitivity``, its ledger ``description`` and ``assumed`` public facts, ``exact`` (the released value as a
+    function of the statistic's sums alone; None: the sums) and the mechanism's other ``options`` (a zCDP plan's
+    ``rho``)."""
+
+    name: str
+    sensitivity: float
+    description: str
+    assumed: dict = field(default_factory=dict)
+    exact: object = None
+    options: dict = field(default_factory=dict)
 
 
 class PrivacyEngine:
@@ -162,10 +178,18 @@ class PrivacyEngine:
         at release ``name``'s share at ``sensitivity`` (:meth:`gaussian`; ``kw``: its other options) and recorded
         with the source's public count and where the sums ran. The callers declare what is released; reading the
         rows, the noise and the ledger entry happen here."""
+        return self.releases(source, statistic, [GaussianRelease(name, sensitivity, description, assumed, exact,
+                                                                  kw)])[0]
+
+    def releases(self, source, statistic, declared) -> list:
+        """Several Gaussian releases of one pass over ``source``: the sums of ``statistic`` read once, then each
+        :class:`GaussianRelease` of ``declared`` noised and recorded in order, as :meth:`release` does one. Returns
+        the noisy values in that order."""
         totals = source.total(statistic)
-        values = totals if exact is None else exact(totals)
-        return self.gaussian(name, values, sensitivity, description=description, assumed=assumed,
-                             n_records=int(source.n_records), computation=source.describe(), **kw)
+        return [self.gaussian(d.name, totals if d.exact is None else d.exact(totals), d.sensitivity,
+                              description=d.description, assumed=d.assumed, n_records=int(source.n_records),
+                              computation=source.describe(), **dict(d.options))
+                for d in declared]
 
     def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
                       notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
