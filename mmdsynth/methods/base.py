@@ -40,7 +40,6 @@ from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
-from ..privacy.engine import PrivacyEngine
 from ..privacy.ledger import PRIVACY_UNIT
 from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
@@ -400,9 +399,8 @@ class KernelGeneratorMethod(Method):
         source = person_source(data, schema)         # a person table when the schema declares a privacy unit
         # every release of the fit joins one plan, calibrated by the engine before any row is read
         plan, mults = self._table_plan(schema)
-        engine = PrivacyEngine(self._s.epsilon, self._s.delta, plan, multipliers=mults, accountant=self._s.accountant,
-                               budget=budget, noise_seed=self._s.noise_seed, dataset=dataset,
-                               privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))
+        engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                   privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))
         # ---- private data: the table's releases, then the embedding ----------------------------
         encoder, prior, table_facts = prepare_table(engine, data, source, schema)
         return release_mean_embedding(

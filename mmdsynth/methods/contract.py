@@ -121,6 +121,23 @@ class Method:
     #: weight each person's rows by 1 / their count, and its DP-SGD (dp-kip) samples persons, not rows
     person_level: bool = False
 
+    def _open_engine(self, *, budget, dataset: str, privacy_unit: str, plan=None, multipliers=None,
+                     shares: dict | None = None, **options):
+        """The fit's privacy engine, built here for every method (issue 82: one construction site): a zCDP filter
+        for plans of stages with ``shares`` of named releases (MST, AIM, the hybrid:
+        :class:`~mmdsynth.privacy.engine.ZCDPEngine`), otherwise the engine of ``plan`` and its ``multipliers``
+        under the method's accountant (:class:`~mmdsynth.privacy.engine.PrivacyEngine`; ``options``: its
+        sampler seed, non-private baseline, reserved delta). Calibrated and budget-checked here, before any row is
+        read; the noise seed (tests only) is the method's."""
+        from ..privacy.engine import PrivacyEngine, ZCDPEngine
+
+        s = self._s
+        common = dict(budget=budget, noise_seed=s.noise_seed, dataset=dataset, privacy_unit=privacy_unit)
+        if shares is not None:
+            return ZCDPEngine(s.epsilon, s.delta, shares=shares, **common, **options)
+        return PrivacyEngine(s.epsilon, s.delta, plan, multipliers=multipliers, accountant=s.accountant, **common,
+                             **options)
+
     def _settle_delta(self, n_records: int | None) -> None:
         """A delta left out (None) becomes :func:`~mmdsynth.choice.default_delta` of the public count of records (rows,
         or persons under a person unit): called by every fit once that count is known, before the plan is

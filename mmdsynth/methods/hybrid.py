@@ -212,11 +212,9 @@ class Hybrid(MST):
         _, mults = release_plan(blocks=k.block_multipliers(),
                                 shares={**shares, "class_proportions": k._s.proportions_share})
         inverse = {name: 1.0 / m ** 2 for name, m in mults.items()}
-        s = self._s
-        kernel = 1.0 - float(s.marginal_share)
-        return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
-                          privacy_unit=privacy_unit,
-                          shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
+        kernel = 1.0 - float(self._s.marginal_share)
+        return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit,
+                                 shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
 
     def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
         """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class

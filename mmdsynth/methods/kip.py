@@ -352,10 +352,10 @@ class DPKIP(Method):
         else:
             # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
             # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
-            engine = PrivacyEngine(self._s.epsilon, self._s.delta, plan, multipliers=mults, accountant=self._s.accountant,
-                                   budget=budget, noise_seed=self._s.noise_seed, sampler_seed=self._s.sampler_seed,
-                                   dataset=dataset, privacy_unit=privacy_unit, private=self.private,
-                                   reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
+            engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                       privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
+                                       private=self.private,
+                                       reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
             table_state = prepare_table(engine, X, source, schema) if table else None   # private releases
             if table:
                 shape = [table_state[0].dim]

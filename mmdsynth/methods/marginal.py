@@ -254,9 +254,7 @@ class MST(Method):
     def _engine(self, schema: Schema, budget, dataset: str, privacy_unit: str) -> ZCDPEngine:
         """The plan's filter, calibrated and budget-checked before anything is read (the marginal stages spend its
         ``stage_rho``)."""
-        s = self._s
-        return ZCDPEngine(s.epsilon, s.delta, budget=budget, noise_seed=s.noise_seed, dataset=dataset,
-                          privacy_unit=privacy_unit, shares=unit_shares(schema))
+        return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit, shares=unit_shares(schema))
 
     def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
         """Releases of the same plan after the marginal stages (MST: the rows per person, with a privacy unit):

@@ -63,6 +63,14 @@ def test_the_engines_mechanisms_are_called_only_where_listed(func):
         f"is gone, take it off MECHANISM_CALLERS.")
 
 
+def test_a_method_opens_its_engine_in_one_place():
+    """Every method's fit builds its privacy engine through ``Method._open_engine`` (issue 82): no other module of
+    ``mmdsynth/methods/`` constructs one."""
+    for cls in ("PrivacyEngine", "ZCDPEngine"):
+        inside = {m for m in _callers(cls) if m.startswith("mmdsynth.methods")}
+        assert inside <= {"mmdsynth.methods.contract"}, f"{cls} is constructed in {sorted(inside)}"
+
+
 def _imports() -> dict[str, set[str]]:
     names = {name for name, _, _ in _modules()}
     graph: dict[str, set[str]] = {}
