@@ -8,7 +8,6 @@ release: the reweighting is post-processing), each scored by the suite's evaluat
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -44,9 +43,7 @@ def main() -> None:
                     **suite.score(train, test, model.sample(len(train), seed=seed), schema),
                     "reweight_s": round(seconds, 1), "steps": r["steps"], "stopped": r["stopped"],
                     "ess": round(r["effective_fraction"], 3)}
-            print(json.dumps(line), flush=True)
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(line) + "\n")
+            suite.emit(line, args.out)
 
 
 if __name__ == "__main__":

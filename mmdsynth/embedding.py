@@ -163,8 +163,9 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     n_before = len(engine.entries)
 
     def mean(totals: dict, start: int, stop: int) -> torch.Tensor:
+        """The mean embedding's rows start:stop (one block), divided by the public m (only that block's rows)."""
         sums = totals["sums"]
-        return (sums.T / m)[start:stop] if conditional else (sums[0] / m)[start:stop]
+        return sums.T[start:stop] / m if conditional else sums[0][start:stop] / m
 
     declared = []
     if proportions_share is not None:
