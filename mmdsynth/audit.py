@@ -234,7 +234,7 @@ class _ReleaseTarget(_ProjectionTarget):
 
     def __init__(self, epsilon, delta, feature_map: FeatureMap, n_records: int, n_classes: int, seed: int):
         from .embedding import mean_embedding, release_plan
-        from .privacy.engine import PrivacyEngine
+        from .privacy.engine import open_engine
 
         self.fmap, self.n_classes = feature_map, n_classes
         self.epsilon, self.delta = epsilon, delta
@@ -245,7 +245,7 @@ class _ReleaseTarget(_ProjectionTarget):
         if len(self.multipliers) != 1:
             raise InvalidParameterError(f"the audit attacks one Gaussian release; {feature_map.spec()['name']} "
                                         f"makes {len(self.multipliers)}: audit a one-block map.")
-        self.sigma = PrivacyEngine(epsilon, delta, self.plan, multipliers=self.multipliers).sigma
+        self.sigma = open_engine(epsilon, delta, self.plan, multipliers=self.multipliers).sigma
         self.sensitivity = 2.0 * feature_map.norm_bound / n_records
         self.output_sensitivity = self.sensitivity          # the release is the statistic itself
         base = mean_embedding(feature_map, torch.as_tensor(self.X, dtype=torch.float32),
@@ -294,7 +294,7 @@ class _PersonReleaseTarget(_ProjectionTarget):
         from .data.schema import Schema
         from .embedding import release_plan
         from .engines.persons import PersonTable
-        from .privacy.engine import PrivacyEngine
+        from .privacy.engine import open_engine
 
         self.epsilon, self.delta, self.n_classes = epsilon, delta, 2
         self.fmap = default_audit_map()
@@ -310,7 +310,7 @@ class _PersonReleaseTarget(_ProjectionTarget):
                                 "y": np.where(np.arange(rows) % 2 == 0, "n", "p"),
                                 "person": np.repeat([f"u{i}" for i in range(n_records)], sizes)})
         plan, mults = release_plan(self.fmap)
-        self.sigma = PrivacyEngine(epsilon, delta, plan, multipliers=mults).sigma
+        self.sigma = open_engine(epsilon, delta, plan, multipliers=mults).sigma
         self.sensitivity = 2.0 * self.fmap.norm_bound / n_records
         self.output_sensitivity = self.sensitivity
         # the canary: the grid point and label whose features differ most from person 0's mean contribution
@@ -368,11 +368,11 @@ class _PersonMarginalTarget(_ProjectionTarget):
         from .data.encoding import TableEncoder
         from .data.schema import Schema
         from .engines.persons import PersonTable
-        from .privacy.engine import ZCDPEngine
+        from .privacy.engine import open_engine
         from .privacy.marginals import clique_counts, clique_key
 
         self.epsilon, self.delta = epsilon, delta
-        self._template = ZCDPEngine(epsilon, delta)            # calibrated once; no budget file
+        self._template = open_engine(epsilon, delta)            # calibrated once; no budget file
         self.sensitivity = math.sqrt(2 * len(self.CLIQUES))
         self.output_sensitivity = self.sensitivity
         self.sigma = 1.0 / math.sqrt(2 * self._template.rho)  # std / sensitivity of a Gaussian release spending rho
@@ -400,7 +400,7 @@ class _PersonMarginalTarget(_ProjectionTarget):
                             f"rows replacing a person of {sizes[0]}")
 
     def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
-        from .privacy.marginals import Measure, clique_key, run_stages
+        from .privacy.marginals import Measure, run_stages
 
         engine = _fresh_filter(self._template).open("privacy audit of the person-level marginals")
 
@@ -420,7 +420,7 @@ class _DPSGDTarget(_ProjectionTarget):
         from .kip.dpsgd import clipped_sum
         from .kip.kernels import FCReLUKernel
         from .privacy.calibration import PrivacyPlan
-        from .privacy.engine import PrivacyEngine
+        from .privacy.engine import open_engine
 
         self.epsilon, self.delta, self.clip = epsilon, delta, clip
         rng = np.random.default_rng(seed)
@@ -430,7 +430,7 @@ class _DPSGDTarget(_ProjectionTarget):
         self.y_s = torch.nn.functional.one_hot(torch.arange(4) % 2, 2).double()
         self.X = torch.as_tensor(rng.random((n_records, 3)))
         self.y = torch.nn.functional.one_hot(torch.arange(n_records) % 2, 2).double()
-        self.engine = PrivacyEngine(epsilon, delta, PrivacyPlan((1.0,)), multipliers={"step": 1.0})
+        self.engine = open_engine(epsilon, delta, PrivacyPlan((1.0,)), multipliers={"step": 1.0})
         self.sigma = self.engine.sigma
         self.sensitivity = clip
         base = clipped_sum(self.kernel, self.x_s, self.y_s, self.X, self.y, 1e-6, clip)
@@ -614,14 +614,14 @@ class _SampledReleaseTarget:
         from .embedding import sampled_block_sums
         from .features.randconv import RandomConvFeatures
         from .privacy.calibration import PrivacyPlan
-        from .privacy.engine import PrivacyEngine
+        from .privacy.engine import open_engine
 
         if neighbouring not in ("replace_one", "add_remove"):
             raise InvalidParameterError(f"neighbouring must be 'replace_one' or 'add_remove'; got {neighbouring!r}.")
         self.epsilon, self.delta, self.n_records, self.neighbouring = epsilon, delta, n_records, neighbouring
         self.fmap = RandomConvFeatures(self.SHAPE, n_networks=self.BLOCKS, width=self.WIDTH, seed=0)
         self.plan = PrivacyPlan((), self.RATE, self.BLOCKS, neighbouring)
-        self.sigma = PrivacyEngine(epsilon, delta, self.plan).sigma
+        self.sigma = open_engine(epsilon, delta, self.plan).sigma
         self.sensitivity = 1.0                                   # the clip: one record's share of a step's sum
         rng = np.random.default_rng(seed)
         self.X = rng.random((n_records, *self.SHAPE))
@@ -816,10 +816,10 @@ class _SelectionTarget:
         from .data import Schema
         from .data.discrete import Domain
         from .data.encoding import TableEncoder
-        from .privacy.engine import ZCDPEngine
+        from .privacy.engine import open_engine
 
         self.epsilon, self.delta, self.n_records = epsilon, delta, n_records
-        self._template = ZCDPEngine(epsilon, delta)            # calibrated once (rho_for_epsilon); no budget file
+        self._template = open_engine(epsilon, delta)            # calibrated once (rho_for_epsilon); no budget file
         self.rho = self._template.rho
         # the audit's own reference: the bounded-range cost rho = eps0^2 / 8 (not the engine's conversion, which
         # the audit checks), for the attacked draw's share of rho

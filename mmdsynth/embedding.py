@@ -21,7 +21,7 @@ from .features.sums import ClassSums
 from .privacy.mechanisms import bounded_rows
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
-from .privacy.engine import GaussianRelease, PrivacyEngine
+from .privacy.engine import GaussianRelease, PrivacyEngine, open_engine
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
 from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
@@ -135,7 +135,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
             raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
         plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
                                    shares={"class_proportions": proportions_share})
-        engine = PrivacyEngine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
+        engine = open_engine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
                                noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
     parts = feature_map.parts()
     for name in [n for n, _, _ in parts] + (["proxy"] if proxy_map else []) + \
@@ -245,7 +245,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
                                     "release_mean_embedding (sample_rate=None) for shards.")
     m = len(X)                                        # public (replace-one neighbours)
     plan = PrivacyPlan((), q, n_blocks, neighbouring)
-    engine = PrivacyEngine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
+    engine = open_engine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
                            sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
     n_cols = int(n_classes) if conditional else 1
     what = ("class-conditional mean embedding" if conditional else "mean embedding") + \
@@ -265,10 +265,10 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     scale = n_blocks ** 0.5
     chunk = feature_map.batch_rows()
     blocks = []
-    for t in range(n_blocks):
-        idx = engine.sample(m)                        # which records step t reads: secret, like the noise
-        sums = sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale, chunk)
-        blocks.append(engine.noisy_step(sums, 1.0).T / (q * m * scale))
+    for t in range(n_blocks):                         # the engine draws step t's records (secret) and its noise
+        noisy, _ = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
+                                                                       chunk), 1.0)
+        blocks.append(noisy.T / (q * m * scale))
     # ---- end of private data ------------------------------------------------------------
     embedding = torch.cat(blocks, 0)
     tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}

@@ -140,7 +140,7 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     before any row is read and charged once. ``noise_seed``: tests only (the ledger says it voids the guarantee)."""
     from ..engines.persons import person_source, unit_text
     from ..privacy.calibration import compose_plan
-    from ..privacy.engine import PrivacyEngine
+    from ..privacy.engine import open_engine
     from ..privacy.ledger import PRIVACY_UNIT
 
     names = [str(c) for c in df.columns]
@@ -155,8 +155,8 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     plan, mults = compose_plan({"schema": 1.0}, {"types": TYPES_SHARE})
     reserved = 0.5 * float(delta)                 # the categories' thresholds: reserved whatever release 1 says
     unit = PRIVACY_UNIT if privacy_unit is None else unit_text(privacy_unit)
-    engine = PrivacyEngine(epsilon, delta, plan, multipliers=mults, budget=budget, noise_seed=noise_seed,
-                           dataset=dataset, privacy_unit=unit, reserved_delta=reserved)
+    engine = open_engine(epsilon, delta, plan, multipliers=mults, budget=budget, noise_seed=noise_seed,
+                         dataset=dataset, privacy_unit=unit, reserved_delta=reserved)
     # -- the source: rows, or persons (public: their number) -----------------------------------------------
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
     source = person_source(df, id_schema) if privacy_unit else person_source(df, None)

@@ -129,14 +129,14 @@ class Method:
         under the method's accountant (:class:`~mmdsynth.privacy.engine.PrivacyEngine`; ``options``: its
         sampler seed, non-private baseline, reserved delta). Calibrated and budget-checked here, before any row is
         read; the noise seed (tests only) is the method's."""
-        from ..privacy.engine import PrivacyEngine, ZCDPEngine
+        from ..privacy.engine import open_engine
 
         s = self._s
         common = dict(budget=budget, noise_seed=s.noise_seed, dataset=dataset, privacy_unit=privacy_unit)
         if shares is not None:
-            return ZCDPEngine(s.epsilon, s.delta, shares=shares, **common, **options)
-        return PrivacyEngine(s.epsilon, s.delta, plan, multipliers=multipliers, accountant=s.accountant, **common,
-                             **options)
+            return open_engine(s.epsilon, s.delta, shares=shares, **common, **options)
+        return open_engine(s.epsilon, s.delta, plan, multipliers=multipliers, accountant=s.accountant, **common,
+                           **options)
 
     def _settle_delta(self, n_records: int | None) -> None:
         """A delta left out (None) becomes :func:`~mmdsynth.choice.default_delta` of the public count of records (rows,

@@ -42,7 +42,7 @@ from ..embedding import release_mean_embedding
 from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
-from ..kip.dpsgd import clipped_sum, private_gradient
+from ..kip.dpsgd import private_gradient
 from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
@@ -424,14 +424,8 @@ class DPKIP(Method):
         if observe is not None:
             observe(state.x.detach().clone())
         while state.step < plan.steps:
-            idx, w = person_rows(persons, state.engine.sample(n))
-            idx = idx.to(x_all.device)
-            if self.private:
-                g = private_gradient(kernel, state.x, y_s, x_all[idx], y_all[idx], reg=self._s.reg, clip=self._s.clip,
-                                     engine=state.engine, expected_batch=plan.sample_rate * n, weights=w)
-            else:
-                g = (clipped_sum(kernel, state.x, y_s, x_all[idx], y_all[idx], self._s.reg, self._s.clip, weights=w)
-                     / max(len(idx) if w is None else float(w.sum()), 1)).to(state.x.dtype)
+            g = private_gradient(kernel, state.x, y_s, x_all, y_all, reg=self._s.reg, clip=self._s.clip,
+                                 engine=state.engine, expected_batch=plan.sample_rate * n, persons=persons)
             state.optimizer.zero_grad(set_to_none=True)
             state.x.grad = g
             state.optimizer.step()
@@ -488,15 +482,6 @@ class DPKIP(Method):
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
         return read_model_folder(cls, directory, meta)
-
-
-def person_rows(persons: PersonTable | None, chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(the rows one DP-SGD step reads, their weights): the sampled records themselves (weights None), or with a
-    person as the unit every row of each sampled person, weighted by 1 / that person's rows."""
-    if persons is None:
-        return chosen, None
-    rows = np.flatnonzero(np.isin(persons.codes, chosen.numpy()))
-    return torch.from_numpy(rows), torch.from_numpy(persons.data.weights[rows])
 
 
 class _KIPState:

@@ -12,7 +12,7 @@ DP-SGD schedule (the plan's sample rate and steps). :class:`PrivacyEngine` then
    (:class:`~mmdsynth.privacy.mechanisms.NoiseSource`) and which records a DP-SGD step reads
    (:class:`~mmdsynth.privacy.sampling.PoissonSampler`);
 3. applies the Gaussian mechanism to each statistic the data-touching functions hand it
-   (:meth:`gaussian`, :meth:`noisy_step`): the only caller of
+   (:meth:`gaussian`, :meth:`release`, :meth:`step`): the only caller of
    :func:`~mmdsynth.privacy.mechanisms.gaussian_mechanism` on private data;
 4. builds every ledger entry (the only place that constructs :class:`LedgerEntry`), all sharing
    one budget id, with one neighbouring relation (replace-one unless a DP-SGD plan asks for
@@ -194,7 +194,7 @@ class PrivacyEngine:
     def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
                       notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
         """Record the entry of the plan's subsampled steps (before the first): every step's noise is
-        :meth:`noisy_step`, every step's records :meth:`sample`. ``mechanism`` names them in the ledger
+        run by :meth:`step` (its records drawn, its sum noised). ``mechanism`` names them in the ledger
         ("dp-sgd"; a subsampled release of sums: "subsampled-gaussian")."""
         if not self.plan.subsampled:
             raise InvalidParameterError("declare_dpsgd needs a plan with sample_rate and steps.")
@@ -202,15 +202,18 @@ class PrivacyEngine:
                             n_records, None, notes=notes, relation=self.plan.neighbouring,
                             sampler=self.sampler.policy)
 
-    def sample(self, n: int) -> torch.Tensor:
-        """The records one DP-SGD step reads: Poisson at the plan's rate, from the secret sampler."""
-        return self.sampler.sample(n, self.plan.sample_rate)
-
-    def noisy_step(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
-        """One DP-SGD step's clipped sum plus N(0, (sigma C)^2 I) (the sum itself: non-private run)."""
+    def step(self, n: int, statistic, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the plan's subsampled Gaussian releases (DP-SGD's, a sampled embedding's), run here: the
+        records it reads drawn from the secret sampler at the plan's rate (every one of the ``n`` records in a plan
+        that is not subsampled: a one-step full-batch release), ``statistic(chosen)`` their sum (each record's part
+        of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I). Returns the noisy sum (the sum
+        itself in a non-private run) and the records chosen. The entry of the steps is :meth:`declare_dpsgd`'s."""
+        chosen = self.sampler.sample(n, self.plan.sample_rate) if self.sampler is not None \
+            else torch.arange(int(n))
+        total = statistic(chosen)
         if not self.private:
-            return clipped_sum.detach().to(dtype=torch.float64)
-        return gaussian_mechanism(clipped_sum, clip, self.sigma, self.noise)
+            return total.detach().to(dtype=torch.float64), chosen
+        return gaussian_mechanism(total, clip, self.sigma, self.noise), chosen
 
     def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
                 *, notes: tuple = (), relation: str = "replace_one", sampler: str = "",
@@ -386,3 +389,19 @@ class ZCDPEngine(PrivacyEngine):
 
     def declare_dpsgd(self, **_):
         raise InvalidParameterError("DP-SGD steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
+
+
+def open_engine(epsilon: float, delta: float, plan: PrivacyPlan | None = None, *, shares: dict | None = None,
+                **options) -> PrivacyEngine:
+    """Every fresh privacy engine is built here (issue 82: one construction site; an interrupted DP-SGD run comes
+    back through :meth:`PrivacyEngine.resume`, a test's fixed noise level through :meth:`PrivacyEngine.with_sigma`):
+    without a ``plan``, a zCDP filter whose stages are decided as the plan goes (:class:`ZCDPEngine`; ``shares``: its
+    named releases declared up front); with one, the engine of that calibrated plan (:class:`PrivacyEngine`;
+    ``options``: its multipliers, accountant, budget file, seeds, dataset, privacy unit, reserved delta, private).
+    Either is calibrated and checked against the budget file here, before any private row is read."""
+    if plan is None:
+        return ZCDPEngine(epsilon, delta, shares=shares, **options)
+    if shares:
+        raise InvalidParameterError("a plan's releases are its multipliers; shares= belong to a zCDP filter "
+                                    "(plan=None).")
+    return PrivacyEngine(epsilon, delta, plan, **options)

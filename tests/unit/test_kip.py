@@ -167,7 +167,7 @@ def test_one_person_with_many_worst_case_rows_moves_the_step_by_at_most_C(factor
     person with 500 extreme rows (or one) moves the clipped sum by at most C, where unweighted rows move it by
     far more."""
     from mmdsynth.engines.persons import PersonTable
-    from mmdsynth.methods.kip import person_rows
+    from mmdsynth.kip.dpsgd import person_rows
 
     k, xs, ys, xb, yb = _problem()
     clip = 1e-3

@@ -68,16 +68,17 @@ def test_dp_kip_samples_persons(tmp_path):
 def test_each_step_reads_whole_persons_at_one_in_all(monkeypatch):
     """The wiring of DP-KIP's steps: every step's rows carry weights 1 / (their person's rows), whole persons
     only (a weight 1 / c on a multiple of c rows), adding up to the number of persons sampled."""
-    from mmdsynth.methods import kip as kip_module
+    from mmdsynth.kip import dpsgd
 
     df, _ = visits(200)
-    seen, original = [], kip_module.private_gradient
+    seen, original = [], dpsgd.person_rows
 
-    def spy(*args, weights=None, **kw):
+    def spy(persons, chosen):
+        rows, weights = original(persons, chosen)
         seen.append(weights)
-        return original(*args, weights=weights, **kw)
+        return rows, weights
 
-    monkeypatch.setattr(kip_module, "private_gradient", spy)
+    monkeypatch.setattr(dpsgd, "person_rows", spy)
     DPKIP(epsilon=1.0, epochs=1, batch_size=40, images_per_class=2).fit(
         df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient"))
     assert len(seen) == 5 and all(w is not None for w in seen)
