@@ -514,6 +514,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                      'grid': 'public',
                                      'tree_score': 'dependence',
                                      'stall_stop': True,
+                                     'pairs': 'tree',
                                      'seed': 0,
                                      'noise_seed': None,
                                      'progress': None},
@@ -551,7 +552,11 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'stall_stop': 'also stop the reweighting once 10 iterations improve its fit by less '
                                                "than the releases' noise can tell apart (on by default: where it "
                                                'acts, closer 2-way marginals and fewer repeated rows; see the tables '
-                                               'tutorial)'},
+                                               'tutorial)',
+                                 'pairs': '"tree" (MST\'s private tree of pairs and the label\'s pairs) or "all" '
+                                          '(the 2-way marginal of every pair of columns in one release, no '
+                                          "selection: the model takes a tree of them and the label's pairs, the "
+                                          'reweighting matches them all)'},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '

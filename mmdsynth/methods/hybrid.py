@@ -23,6 +23,7 @@ label's dependence on every column jointly, numeric joint structure).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import warnings
@@ -38,6 +39,7 @@ from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
+from ..privacy.marginals import Measure
 from ..runtime import mapped_zeros, phase
 from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
@@ -100,6 +102,9 @@ class Hybrid(MST):
         "proportions_share": "the class proportions' share of the kernel part",
         "numeric_share": "the numeric columns' released CDFs' share of the kernel part",
         "marginals": '"mst" (a private spanning tree of 2-way marginals) or "aim" (AIM\'s rounds, at AIM\'s defaults)',
+        "pairs": '"tree" (MST\'s private tree of pairs and the label\'s pairs) or "all" (the 2-way marginal of every pair '
+                 "of columns in one release, no selection: the model takes a tree of them and the label's pairs, the "
+                 "reweighting matches them all)",
         "tree_score": '"dependence" (a pair\'s distance from independence: no column gathers the tree\'s edges '
                       'because its own 1-way estimate is poor) or "model" (MST\'s) for the tree of pairs (with '
                       'marginals "mst")',
@@ -114,7 +119,8 @@ class Hybrid(MST):
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
                  proportions_share: float = 0.1, numeric_share: float = 0.1, max_cells: int = DEFAULT_CELLS,
                  iters: int = 3000, marginals: str = "mst", label_pairs: bool | None = None, cover: int = 1,
-                 grid: str = "public", tree_score: str = "dependence", stall_stop: bool = True, seed: int = 0,
+                 grid: str = "public", tree_score: str = "dependence", stall_stop: bool = True, pairs: str = "tree",
+                 seed: int = 0,
                  noise_seed: int | None = None, progress: bool | None = None):
         super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, grid=grid,
                          tree_score=tree_score, seed=seed, noise_seed=noise_seed, progress=progress)
@@ -124,6 +130,7 @@ class Hybrid(MST):
         self.proportions_share, self.numeric_share = proportions_share, numeric_share
         self.cover = cover
         self.stall_stop = stall_stop
+        self.pairs = pairs
 
     # -- the plan -----------------------------------------------------------------------------------------
     def _kernel(self, schema) -> DPMERF:
@@ -138,9 +145,51 @@ class Hybrid(MST):
 
     def _planner(self, domain, rho: float, n: int):
         """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
-        if self._s.marginals == "mst":
-            return super()._planner(domain, rho, n)
-        return self._aim()._planner(domain, rho, n)
+        if self._s.marginals == "aim":
+            return self._aim()._planner(domain, rho, n)
+        if self._s.pairs == "all":
+            return self._every_pair(domain, rho)
+        return super()._planner(domain, rho, n)
+
+    def _every_pair(self, domain, rho: float):
+        """``pairs="all"``: the 1-way marginals (a third of the marginal part, numeric columns on the fine grid), then
+        the 2-way marginal of every pair of columns in one Gaussian release (the rest): no private selection. Which of
+        them the graphical model is estimated from is post-processing (:meth:`_modelled`); the reweighting matches
+        them all."""
+        attrs = tuple(domain.attributes)
+        one, std1 = yield Measure(tuple((a,) for a in attrs), rho / 3, "1-way marginals of every column, numeric "
+                                  "ones on their full public grid", domain=domain.fine())
+        domain = self._cut(domain, {c[0]: y for c, y in one.items()})
+        two, std2 = yield Measure(tuple(itertools.combinations(attrs, 2)), 2 * rho / 3,
+                                  "2-way marginals of every pair of columns", domain=domain)
+        return [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
+
+    def _modelled(self, measurements: list) -> list:
+        """With ``pairs="all"`` the model is estimated from the 1-way marginals, the label's pairs and a maximum
+        spanning tree of the other pairs by their noisy counts' distance from independence (post-processing of the
+        release: the same junction tree as the default's); the reweighting matches every measured pair."""
+        if self._s.pairs != "all" or self._s.marginals != "mst":
+            return measurements
+        import networkx as nx
+
+        domain = self.domain_()
+        label = domain.schema.label
+        graph = nx.Graph()
+        graph.add_nodes_from(a for a in domain.attributes if a != label)
+        keep = set()
+        for clique, y, _, fine in measurements:
+            if len(clique) != 2:
+                continue
+            if label in clique:
+                keep.add(clique)
+                continue
+            a, b = clique
+            C = np.maximum(np.asarray(y, dtype=np.float64), 0.0).reshape(domain.size(a), domain.size(b))
+            total = max(C.sum(), 1e-12)
+            graph.add_edge(a, b, weight=float(np.abs(C - np.outer(C.sum(1), C.sum(0)) / total).sum() / total),
+                           clique=clique)
+        keep |= {d["clique"] for _, _, d in nx.maximum_spanning_tree(graph).edges(data=True)}
+        return [m for m in measurements if len(m[0]) == 1 or m[0] in keep]
 
     def _aim(self) -> AIM:
         """The marginal part as AIM's rounds (``marginals="aim"``): AIM's settings, the hybrid's cells and grid."""
@@ -151,9 +200,13 @@ class Hybrid(MST):
 
     def _stage_outline(self, domain):
         """The marginal part's stages in words (MST's, or AIM's rounds with ``marginals="aim"``)."""
-        if self._s.marginals == "mst":
-            return super()._stage_outline(domain)
-        return self._aim()._stage_outline(domain)
+        if self._s.marginals == "aim":
+            return self._aim()._stage_outline(domain)
+        if self._s.pairs == "all":
+            return [("1-way marginals of every column (numeric ones on their full public grid)", 1 / 3),
+                    (f"2-way marginals of all {len(domain.attributes) * (len(domain.attributes) - 1) // 2} pairs of "
+                     f"columns", 2 / 3)]
+        return super()._stage_outline(domain)
 
     def _pool_rows(self, n: int) -> int:
         """The reweighted pool's rows for ``n`` public records (``pool`` per record, at most ``max_pool``)."""
@@ -184,6 +237,11 @@ class Hybrid(MST):
         s = self._s
         if s.marginals not in ("mst", "aim"):
             raise InvalidParameterError(f"marginals must be 'mst' or 'aim'; got {s.marginals!r}.")
+        if s.pairs not in ("tree", "all"):
+            raise InvalidParameterError(f'pairs must be "tree" or "all"; got {s.pairs!r}.')
+        if s.pairs == "all" and s.marginals != "mst":
+            raise InvalidParameterError('pairs="all" measures every pair instead of MST\'s tree: it needs '
+                                        'marginals="mst" (AIM chooses its own cliques).')
         if s.label_pairs is True and s.marginals != "mst":
             raise InvalidParameterError("label_pairs adds the label's pairs to MST's tree: it needs marginals='mst' "
                                         "(AIM chooses its own pairs).")
@@ -262,11 +320,13 @@ class Hybrid(MST):
             if len(extra):
                 pool = pd.concat([pool, self._decode(extra, s.seed + 1)], ignore_index=True)
                 weights = cover_floor(np.r_[weights, np.zeros(len(extra))], size, m)
+                codes = np.concatenate([codes, extra])
         logger.info("hybrid: %d model rows reweighted in %d steps (%s), residual %.4g of %d released entries, "
                     "effective size %.2f of the pool; %d covering rows added", size, fit.steps, fit.stopped,
                     fit.objective[-1], fit.entries, fit.effective_fraction, len(pool) - size)
         X, y = encoder_of(release).minmax().encode(pool)               # the minmax encoder checks no IDs
-        self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64), "w": weights}
+        self.pool_ = {"X": np.asarray(X, dtype=np.float64), "y": np.asarray(y, dtype=np.int64), "w": weights,
+                      "order": draw_order(codes, self.domain_())}
         self.reweighting_ = {"pool": len(pool), "covering_rows": len(pool) - size,
                              "covering_share": float(weights[size:].sum()), "steps": fit.steps, "stopped": fit.stopped,
                              "objective_first": fit.objective[0], "objective_last": fit.objective[-1],
@@ -360,8 +420,9 @@ class Hybrid(MST):
         return matrix, np.concatenate(targets)
 
     def sample(self, n: int, *, seed: int | None = None, **_) -> pd.DataFrame:
-        """``n`` synthetic rows (post-processing): drawn from the reweighted pool by systematic resampling (seeded,
-        in a seeded random order), typed by the schema."""
+        """``n`` synthetic rows (post-processing): drawn from the reweighted pool by systematic resampling along the
+        pool's cell order (:func:`draw_order`: stratified, so the rows' marginals follow the weighted pool's instead
+        of adding a random draw's error; seeded), returned in a seeded random order, typed by the schema."""
         check_positive(n, "n", integer=True)
         pool = self._pool()
         effective = 1.0 / float((pool["w"] ** 2).sum())
@@ -371,7 +432,9 @@ class Hybrid(MST):
                           f"repeat their categories and cells (a repeated pool row gets fresh numeric values inside its "
                           f"cells). {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning, stacklevel=2)
         rng = np.random.default_rng(self._s.seed if seed is None else seed)
-        idx = rng.permutation(systematic(pool["w"], int(n), rng))
+        order = pool.get("order")                   # a model saved before the cell order: the pool's own order
+        order = np.arange(len(pool["w"])) if order is None else np.asarray(order, dtype=np.int64)
+        idx = rng.permutation(order[systematic(pool["w"][order], int(n), rng)])
         out = encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax", rng=rng)
         return self._fresh_copies(out, idx, rng)
 
@@ -461,6 +524,20 @@ def covering_rows(codes: np.ndarray, w: np.ndarray, domain, k: int, m: int, rng:
                 rows[:, y] = c
             out.append(rows)
     return np.concatenate(out) if out else codes[:0]
+
+
+def draw_order(codes: np.ndarray, domain) -> np.ndarray:
+    """The pool's rows sorted by their cells (``codes``): the label first, then the other columns from the fewest
+    cells to the most (a public function of the schema's domain; stable). Systematic resampling along this order is
+    stratified sampling: every run of rows sharing their leading cells gets its weight's share of the drawn rows to
+    within one row, so the drawn rows' 1- and 2-way marginals match the weighted pool's where a plain draw of n rows
+    adds a multinomial error (wvs at eps 10: 2-way TVD 0.018 for n rows against 0.009 for the weighted pool itself,
+    as far from the truth as n rows resampled from the real table, 0.016). Post-processing of public rows."""
+    attributes = list(domain.attributes)
+    label = domain.schema.label
+    rest = sorted((a for a in attributes if a != label), key=lambda a: (domain.size(a), attributes.index(a)))
+    keys = ([label] if label else []) + rest
+    return np.lexsort([codes[:, attributes.index(a)] for a in reversed(keys)]).astype(np.int64)
 
 
 def by_class(codes: np.ndarray, domain) -> np.ndarray:

@@ -336,12 +336,16 @@ class MST(Method):
             raise InvalidParameterError("this MST is not fitted; call fit() or mmdsynth.load().")
         if getattr(self, "_model", None) is None:
             spec = self.release_.feature_spec
-            measurements = [(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"],
-                             bool(m.get("fine"))) for m in spec["measurements"]]
+            measurements = self._modelled([(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"],
+                                            bool(m.get("fine"))) for m in spec["measurements"]])
             with phase("estimating the graphical model", self._s.progress):
                 self._model = estimate(self.domain_(), measurements, self.release_.dataset["n_records"],
                                        self._final_iters)
         return self._model
+
+    def _modelled(self, measurements: list) -> list:
+        """The measurements the graphical model is estimated from (MST: all of them)."""
+        return measurements
 
     def _calibrated(self) -> "ModelMarginals":
         """The model's junction tree calibrated in numpy (:class:`ModelMarginals`), once per model: each later

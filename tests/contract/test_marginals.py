@@ -1,5 +1,6 @@
 """Marginals and private selection as releases of the engine (issue 47 item 1): zCDP accounting cross-checked,
 the exponential mechanism's distribution, the filter's refusals, worst-case neighbours for every new release."""
+import itertools
 import math
 
 import numpy as np
@@ -155,7 +156,7 @@ def _released_domain():
 def test_marginal_counts_move_within_their_sensitivity(row, replacement, grid):
     """Replace any one record by an extreme one: the counts of k cliques move by at most sqrt(2 k) (L2), every
     L1 score by at most 2, and every other record's cells are unchanged. The cliques include MST's
-    ``label_pairs`` release (the label with every column); the domain is the public grid's, or one cut by a
+    ``label_pairs`` release (the label with every column) and the hybrid's ``pairs="all"`` (every pair); the domain is the public grid's, or one cut by a
     released 1-way marginal (MST's ``grid="released"``)."""
     df = _table()
     other = df.copy()
@@ -165,6 +166,7 @@ def test_marginal_counts_move_within_their_sensitivity(row, replacement, grid):
     enc = TableEncoder(SCHEMA, list(df.columns))
     cliques = [(a,) for a in domain.attributes] + [("age", "amount"), ("colour", "y"), ("age", "amount", "colour")]
     cliques += [c for c in label_star(domain) if c not in cliques]
+    cliques += [c for c in itertools.combinations(domain.attributes, 2) if c not in cliques]   # the hybrid's pairs="all"
     assert ("amount", "y") in cliques
     a, b = (clique_counts(as_source(enc.clean(d)), domain, enc, cliques) for d in (df, other))
     move = math.sqrt(sum(float(((a[k] - b[k]) ** 2).sum()) for k in a))

@@ -1,5 +1,6 @@
 """The hybrid (issue 47 item 3): MST's marginals and DP-MERF's kernel embedding in one zCDP plan, and a pool of model
 rows reweighted toward both releases."""
+import itertools
 import math
 
 import numpy as np
@@ -608,3 +609,55 @@ def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert arrays.returncode == 2 and "--method is required for images and array shards" in arrays.stderr
     assert not (tmp_path / "a").exists()
+
+
+def test_every_pair_measured_in_one_release_and_a_tree_of_them_modelled():
+    """``pairs="all"`` (issue 81, item 1): the 2-way marginal of every pair of columns in one release (no private
+    selection), a third of the marginal part for the 1-way marginals and two thirds for the pairs; the graphical model
+    takes the label's pairs and a spanning tree of the others chosen from the noisy counts (post-processing); the
+    reweighting's targets hold every pair. Refused with AIM's rounds."""
+    import networkx as nx
+
+    df = toy_table(600)
+    df["smoker"] = np.where(df["colour"] == "red", "yes", df["smoker"])          # one strong non-label pair
+    h = Hybrid(epsilon=50.0, noise_seed=0, pairs="all", **FAST).fit(df, label="y", schema=SCHEMA)
+    attrs = ["age", "score", "colour", "smoker", "y"]
+    measured = [tuple(m["clique"]) for m in h.release_.feature_spec["measurements"]]
+    assert sorted(c for c in measured if len(c) == 2) == sorted(itertools.combinations(attrs, 2))
+    marg = [e for e in h.release_.ledger.entries if "marginals" in e.description]
+    assert [e.description.split(":")[0] for e in marg] == ["1-way marginals of every column, numeric ones on their "
+                                                           "full public grid", "2-way marginals of every pair of columns"]
+    assert marg[1].rho == pytest.approx(2 * marg[0].rho, rel=1e-9)
+    assert sum(e.rho for e in marg) == pytest.approx(0.5 * marg[0].plan["rho"], rel=1e-9)
+    kept = [m[0] for m in h._modelled([(tuple(m["clique"]), h.release_.tensors[m["tensor"]].numpy(), m["std"],
+                                        bool(m.get("fine"))) for m in h.release_.feature_spec["measurements"]])]
+    label_pairs = {c for c in kept if len(c) == 2 and "y" in c}
+    others = [c for c in kept if len(c) == 2 and "y" not in c]
+    assert len(label_pairs) == 4 and len(others) == 3 and nx.is_tree(nx.Graph(others))
+    assert ("colour", "smoker") in others                                        # the dependent pair is modelled
+    cells = sum(h.release_.tensors[m["tensor"]].numel() for m in h.release_.feature_spec["measurements"])
+    assert h.targets(h.sample(50, seed=0)).entries == h.release_.tensors["embedding"].numel() + cells
+    outline = h.plan_outline(mmdsynth.Schema.from_dict(SCHEMA), mmdsynth.PublicFacts(n_records=600))
+    assert any("2-way marginals of all 10 pairs" in what for what, _ in outline.releases)
+    with pytest.raises(InvalidParameterError, match='pairs="all"'):
+        Hybrid(epsilon=1.0, pairs="all", marginals="aim").fit(df, label="y", schema=SCHEMA)
+    with pytest.raises(InvalidParameterError, match="pairs must be"):
+        Hybrid(epsilon=1.0, pairs="some").fit(df, label="y", schema=SCHEMA)
+
+
+def test_rows_are_drawn_stratified_along_the_pools_cells():
+    """Drawing n rows from the weighted pool adds a random draw's error to every marginal unless the draw is
+    stratified (issue 81: wvs at eps 10, 2-way TVD 0.018 for n drawn rows against 0.009 for the weighted pool). Along
+    :func:`draw_order` (the label, then the columns from the fewest cells up) every run of rows sharing their
+    leading cells gets its weight's share of the n rows to within one row."""
+    h = Hybrid(epsilon=5.0, noise_seed=0, **FAST).fit(toy_table(600), label="y", schema=SCHEMA)
+    pool = h._pool()
+    rows = encoder_of(h.release_).minmax().decode(pool["X"], pool["y"], categorical="argmax",
+                                                  rng=np.random.default_rng(0))
+    n = 450
+    for seed in range(3):
+        drawn = h.sample(n, seed=seed)
+        for keys, slack in ((["y", "smoker"], 1.0), (["y", "smoker", "colour"], 1.0)):
+            share = pd.Series(pool["w"], index=pd.MultiIndex.from_frame(rows[keys])).groupby(level=keys).sum()
+            counts = drawn.groupby(keys).size().reindex(share.index, fill_value=0)
+            assert (counts - n * share).abs().max() <= slack + 1e-9, (keys, (counts - n * share).abs().max())
