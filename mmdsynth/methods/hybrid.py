@@ -17,7 +17,7 @@ match the kernel embedding and every measured marginal at once, each weighted by
 stopping where the fit reaches the releases' noise level or (``stall_stop``, the default) where it stops improving
 by more than that noise can tell apart; every (class, category) the weighted pool holds at less
 than one record's weight then gets ``cover`` rows of its own at one record's weight (:func:`covering_rows`); synthetic
-rows are drawn from the weighted pool. The
+rows are drawn from the weighted pool, stratified along its cells (:func:`draw_order`). The
 marginals carry fidelity (1-, 2-way structure), the kernel embedding carries what a tree of pairs misses (the
 label's dependence on every column jointly, numeric joint structure).
 """
