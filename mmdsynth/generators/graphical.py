@@ -3,15 +3,14 @@
 
 The marginal methods (:mod:`mmdsynth.methods.marginal`: MST, AIM, the hybrid's marginal half) hand it noisy clique
 counts with their noise std and the public record count; it returns mbi's model, any 1- or 2-way marginal of that
-model computed in numpy (:class:`ModelMarginals`), and rows drawn from it (:func:`draw_codes`). Nothing here reads
+model computed in numpy (:class:`ModelMarginals`), and rows drawn from it (:func:`draw_codes`, randomized rounding
+along the junction tree, the same rows for a seed in every process). Nothing here reads
 private rows. The adapter uses parts of mbi beyond its documented path (:data:`MBI_INTERNALS`): pyproject pins mbi's
 minor version and a test fails naming any of them a new mbi moves.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import threading
 
 import networkx as nx
 import numpy as np
@@ -21,15 +20,13 @@ from ..data.discrete import Domain
 from ..errors import InvalidParameterError
 
 
-#: the parts of mbi this adapter uses beyond its documented estimate-and-sample path (the junction tree, the
-#: Shafer-Shenoy oracle, the weighted query, the sampler's oracle module): pyproject pins mbi's minor version, and
-#: tests/unit/test_mst.py fails naming any of these that a new mbi moves, before the pin is widened
-MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "MarkovRandomField", "CliqueVector",
-                 "estimation.MirrorDescent", "junction_tree.hypothetical_model_size",
-                 "junction_tree.make_junction_tree", "junction_tree.maximal_cliques",
-                 "junction_tree.message_passing_order", "marginal_loss.WeightedQuery",
-                 "marginal_loss.from_linear_measurements", "marginal_oracles.message_passing_shafer_shenoy",
-                 "markov_random_field.marginal_oracles")
+#: the parts of mbi this adapter uses beyond its documented estimate path (the junction tree, the Shafer-Shenoy oracle,
+#: the weighted query): pyproject pins mbi's minor version, and tests/unit/test_mst.py fails naming any of these that
+#: a new mbi moves, before the pin is widened
+MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "estimation.MirrorDescent",
+                 "junction_tree.hypothetical_model_size", "junction_tree.make_junction_tree",
+                 "junction_tree.maximal_cliques", "junction_tree.message_passing_order", "marginal_loss.WeightedQuery",
+                 "marginal_loss.from_linear_measurements", "marginal_oracles.message_passing_shafer_shenoy")
 
 
 def mbi_internals_missing(lib) -> list[str]:
@@ -107,79 +104,73 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
 
 
 def draw_codes(model, calibrated: "ModelMarginals", n: int) -> dict:
-    """``n`` rows of codes drawn by mbi's sampler (its randomized rounding, from numpy's global generator) from
-    ``model``, handed the junction tree's counts from ``calibrated`` (:class:`ModelMarginals`: calibrated in numpy)
-    where mbi would run its HUGIN pass, compiled for each tree: the same marginals, nothing compiled. That pass
-    took about 65 s of compiling in a fit on epileptic (177 cliques) and, with the expansion and projections mbi
-    compiles op by op, about 3 s of adult's. Post-processing. Models fitted under mbi constraints (none here) take
-    mbi's own path."""
-    lib = mbi()
-    from mbi import markov_random_field as mrf
-
+    """``n`` rows of codes drawn from ``model`` by randomized rounding along its junction tree (numpy's global
+    generator, seeded by the caller): the first column of the elimination order (reversed) rounded to its counts,
+    then each next column, within every group of rows sharing its parents (the columns drawn so far that share one of
+    the tree's cliques with it), at evenly spaced points of its conditional distribution (each row's rank in a random
+    order of its group plus a uniform jitter, over the group's size): a group's counts follow the model's conditional
+    to within a row, as mbi's sampler does. The counts come from ``calibrated`` (:class:`ModelMarginals`: the tree
+    calibrated in numpy, nothing compiled). Unlike mbi's sampler (which orders a column's parents by iterating a
+    Python set of column names: another process, another string hash, other rows for the same seed), the parents
+    are taken in the domain's order, so a seed gives the same rows in every process. Post-processing. Models fitted
+    under mbi constraints (none here) take mbi's own path."""
     if model.constraints:
         return model.synthetic_data(rows=int(n)).to_dict()
-    counts = _TreeCounts(calibrated)
-    sampler = lib.MarkovRandomField(potentials=_structure_class()(model.potentials.domain, model.potentials.cliques,
-                                                                  model.potentials.tables),
-                                    marginals=model.marginals, total=model.total)
-    with _SAMPLER_ORACLE:
-        oracles = mrf.marginal_oracles                 # the module as mbi's sampler sees it; put back below
-        mrf.marginal_oracles = _Oracles(counts)
-        try:
-            return sampler.synthetic_data(rows=int(n)).to_dict()
-        finally:
-            mrf.marginal_oracles = oracles
+    total = int(n)
+    attributes = list(calibrated.sizes)
+    cliques = [set(c) for c in calibrated.tree.nodes]
+    order = list(calibrated.order)[::-1]
+    data: dict = {}
+    for k, col in enumerate(order):
+        near = set().union(*[c for c in cliques if col in c]) if cliques else set()
+        parents = tuple(a for a in attributes if a in near and a in order[:k])
+        counts = calibrated.inside_a_clique(parents + (col,))
+        data[col] = _rounded_column(counts, total) if not parents else \
+            _conditional_column(counts, np.stack([data[a] for a in parents], -1), total)
+    return data
 
 
-#: one sampler at a time sees the numpy oracle (:func:`draw_codes` swaps it in for the call)
-_SAMPLER_ORACLE = threading.Lock()
+def _rounded_column(counts: np.ndarray, total: int) -> np.ndarray:
+    """``total`` codes whose counts are ``counts`` scaled to ``total``, each rounded down or up (the units left over
+    drawn by the fractional parts, without replacement), in a random order."""
+    counts = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    scaled = counts * (total / counts.sum())
+    whole = np.floor(scaled).astype(np.int64)
+    left = total - int(whole.sum())
+    if left > 0:
+        frac = scaled - whole
+        whole[np.random.choice(len(counts), left, replace=False, p=frac / frac.sum())] += 1
+    out = np.repeat(np.arange(len(counts)), whole)
+    np.random.shuffle(out)
+    return out
 
 
-class _Oracles:
-    """What mbi's sampler asks of its ``marginal_oracles`` module: the junction tree's counts, here already
-    computed in numpy."""
-
-    def __init__(self, counts: "_TreeCounts"):
-        self._counts = counts
-
-    def message_passing_stable(self, potentials, total):
-        return self._counts
-
-
-class _TreeCounts:
-    """The junction tree's clique counts in mbi's interface for its sampler (``project(attrs).datavector()``)."""
-
-    def __init__(self, calibrated: "ModelMarginals"):
-        self._calibrated = calibrated
-
-    def project(self, attrs) -> "_Counts":
-        attrs = (attrs,) if isinstance(attrs, str) else tuple(attrs)
-        return _Counts(self._calibrated.inside_a_clique(attrs))
-
-
-class _Counts:
-    def __init__(self, values: np.ndarray):
-        self.values = values
-
-    def datavector(self, flatten: bool = True) -> np.ndarray:
-        return self.values.reshape(-1) if flatten else self.values
-
-
-@functools.cache
-def _structure_class():
-    """mbi's CliqueVector that stands for the model's cliques only: mbi's sampler expands the potentials onto the
-    junction tree (op by op, each compiled) and hands them to its marginal oracle, which :func:`draw_codes`
-    answers from numpy without reading them; so the expansion is skipped."""
-    lib = mbi()
-    import jax
-
-    @jax.tree_util.register_dataclass
-    @dataclasses.dataclass
-    class Structure(lib.CliqueVector):
-        def expand(self, cliques):
-            return self
-
-    return Structure
+def _conditional_column(joint: np.ndarray, parents: np.ndarray, total: int) -> np.ndarray:
+    """A column drawn for rows whose parents' codes are ``parents`` (total x p) from the model's ``joint`` counts
+    (axes: the parents, then the column): within each group of rows sharing their parents' codes, evenly spaced
+    points (rank in a random order of the group, plus a uniform jitter, over the group's size) read through the
+    column's conditional CDF given those codes."""
+    joint = np.asarray(joint, dtype=np.float64)
+    given = joint.sum(-1, keepdims=True)
+    cdf = np.cumsum(np.divide(joint, given, out=np.zeros_like(joint), where=given != 0), -1)
+    groups, which, sizes = np.unique(parents, axis=0, return_inverse=True, return_counts=True)
+    which = which.reshape(-1)
+    rows = np.argsort(which, kind="stable")
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    for g in range(len(sizes)):
+        np.random.shuffle(rows[starts[g]:starts[g] + sizes[g]])
+    ranks = np.empty(total, dtype=np.int64)
+    ranks[rows] = np.arange(total) - np.repeat(starts, sizes)
+    u = (ranks + np.random.rand(total)) / sizes[which]
+    out = np.empty(total, dtype=np.int64)
+    last = joint.shape[-1] - 1
+    for g, key in enumerate(groups):
+        members = rows[starts[g]:starts[g] + sizes[g]]
+        out[members] = np.minimum(np.searchsorted(cdf[tuple(key)], u[members], side="right"), last)
+    return out
 
 
 class _Factor:
@@ -214,7 +205,7 @@ class ModelMarginals:
         dom = pot.domain
         self.total = float(model.total)
         self.sizes = {a: dom.size(a) for a in dom.attributes}
-        self.tree = lib.junction_tree.make_junction_tree(dom, pot.cliques)[0]
+        self.tree, self.order = lib.junction_tree.make_junction_tree(dom, pot.cliques)
         cliques = lib.junction_tree.maximal_cliques(self.tree)
         logb = {c: np.zeros([self.sizes[a] for a in c]) for c in cliques}
         for cl in pot.cliques:

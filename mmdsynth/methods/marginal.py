@@ -363,9 +363,10 @@ class MST(Method):
         return self._decode(self._model_codes(n, seed), seed)
 
     def _model_codes(self, n: int, seed: int) -> np.ndarray:
-        """(n, attributes) codes drawn from the graphical model (mbi's randomized rounding, public seed)."""
+        """(n, attributes) codes drawn from the graphical model (randomized rounding, :func:`draw_codes`; public
+        seed)."""
         calibrated = self._calibrated()
-        state = np.random.get_state()                    # mbi draws from numpy's global generator: public, seeded
+        state = np.random.get_state()                    # the draw reads numpy's global generator: public, seeded
         try:
             np.random.seed(seed)
             rows = draw_codes(self.model_(), calibrated, n)

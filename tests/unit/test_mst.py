@@ -290,15 +290,15 @@ def test_a_tree_scored_by_dependence_joins_the_dependent_pairs_and_says_so(tmp_p
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothing():
-    """mbi's sampler is handed the junction tree's counts calibrated in numpy (ModelMarginals) where it would
-    compile its HUGIN pass (65 s on epileptic): for one seed the rows are mbi's own, array by array, on a model
-    whose cliques form a cycle (so the tree has fill-in) plus a separate component; no program is compiled for the
-    draw; and mbi's oracles are its own again afterwards, also after a failed draw."""
+def test_rows_are_rounded_along_the_junction_tree_and_compile_nothing():
+    """The draw (randomized rounding along the calibrated junction tree, in numpy) on a model whose cliques form a
+    cycle (so the tree has fill-in) plus a separate component: the first column's counts are the model's to within a
+    row, every later column's counts within each group of rows sharing its parents are the model's conditional
+    counts to within two rows (one evenly spaced, jittered point per row: each end of a category's interval may take
+    one or not), a seed gives the same rows again, and no program is compiled."""
     import jax.monitoring
-    from mbi import markov_random_field as mrf
 
-    from mmdsynth.generators.graphical import ModelMarginals, draw_codes, mbi
+    from mmdsynth.generators.graphical import ModelMarginals, draw_codes
 
     sizes, model = _model_with_a_cycle(seed=1, n_attributes=8)
     calibrated = ModelMarginals(model)
@@ -306,19 +306,52 @@ def test_sampling_from_the_numpy_calibration_gives_mbis_rows_and_compiles_nothin
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, secs, **kw: compiled.append(kw.get("fun_name"))
         if listening[0] and "backend_compile" in event else None)
+    n = 2000
     np.random.seed(3)
-    ours = draw_codes(model, calibrated, 2000)
+    rows = draw_codes(model, calibrated, n)
     listening[0] = False
-    assert compiled == []                             # (drawn first: mbi's own draw below compiles its programs)
+    assert compiled == []
     np.random.seed(3)
-    theirs = model.synthetic_data(rows=2000).to_dict()
-    for a in sizes:
-        np.testing.assert_array_equal(ours[a], theirs[a], err_msg=a)
-    assert mrf.marginal_oracles is mbi().marginal_oracles
-    calibrated.beliefs = {}                             # nothing to answer from: the draw fails, mbi is restored
-    with pytest.raises(InvalidParameterError, match="no clique"):
-        draw_codes(model, calibrated, 10)
-    assert mrf.marginal_oracles is mbi().marginal_oracles
+    again = draw_codes(model, calibrated, n)
+    assert all(np.array_equal(rows[a], again[a]) for a in sizes)
+    order = list(calibrated.order)[::-1]
+    first = calibrated.inside_a_clique((order[0],))
+    seen = np.bincount(rows[order[0]], minlength=sizes[order[0]])
+    assert np.abs(seen - n * first / first.sum()).max() < 1 + 1e-9
+    cliques = [set(c) for c in calibrated.tree.nodes]
+    checked = 0
+    for k, col in enumerate(order[1:], 1):
+        near = set().union(*[c for c in cliques if col in c])
+        parents = tuple(a for a in sizes if a in near and a in order[:k])
+        if not parents:
+            continue
+        joint = calibrated.inside_a_clique(parents + (col,))
+        keys = np.stack([rows[a] for a in parents], -1)
+        for key in np.unique(keys, axis=0):
+            members = (keys == key).all(1)
+            cond = joint[tuple(key)] / joint[tuple(key)].sum()
+            got = np.bincount(rows[col][members], minlength=sizes[col])
+            assert np.abs(got - members.sum() * cond).max() < 2, (col, parents, key)   # a jittered point per row
+            checked += 1
+    assert checked > 20 and any(len(set(c)) >= 3 for c in calibrated.tree.nodes)
+
+
+def test_a_seed_draws_the_same_rows_in_every_process(tmp_path):
+    """A saved model's ``sample(n, seed=s)`` is the same in another process. mbi's own sampler orders a column's
+    parents by iterating a Python set of column names, so another process (another string hash) drew other rows from
+    the same model and seed; the draw here takes the parents in the domain's order. A model with the label's pairs
+    has cliques of three (a column with two parents)."""
+    import hashlib
+    import os
+
+    m = MST(epsilon=5.0, iters=200, label_pairs=True, noise_seed=0).fit(toy_table(600), label="y", schema=SCHEMA,
+                                                                          out=tmp_path / "m")
+    code = ("import sys, hashlib, mmdsynth; m = mmdsynth.load(sys.argv[1]); "
+            "print(hashlib.sha256(m.sample(3000, seed=4).to_csv().encode()).hexdigest())")
+    here = hashlib.sha256(m.sample(3000, seed=4).to_csv().encode()).hexdigest()
+    there = {subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONHASHSEED": h}).stdout.strip() for h in ("1", "2", "3")}
+    assert there == {here}
 
 
 def test_the_calibration_answers_any_set_inside_a_clique_in_the_order_asked():
