@@ -7,7 +7,6 @@ release: the reweighting is post-processing), each scored by the suite's evaluat
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -16,35 +15,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite  # noqa: E402
 
 
-def main() -> None:
-    import mmdsynth
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tables", nargs="+", default=[t for t in suite.TABLES if t not in ("males", "flights")])
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args()
-    for name in args.tables:
-        schema, train, test = suite.split(name)
-        for seed in args.seeds:
-            model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon, seed=seed)
-            if model.method != "hybrid":
-                continue
-            line = {"table": name, "epsilon": args.epsilon, "seed": seed,
-                    "params": suite.chosen_params(train, schema, args.epsilon), "date": time.strftime("%Y-%m-%d")}
-            for stall in (False, True):
-                model.settings_.stall_stop = stall
-                t = time.perf_counter()
-                model._reweight()
-                seconds = time.perf_counter() - t
-                r = model.reweighting_
-                line["on" if stall else "off"] = {
-                    **suite.score(train, test, model.sample(len(train), seed=seed), schema),
-                    "reweight_s": round(seconds, 1), "steps": r["steps"], "stopped": r["stopped"],
-                    "ess": round(r["effective_fraction"], 3)}
-            suite.emit(line, args.out)
+def fill(model, train, test, schema, seed: int, line: dict) -> None:
+    """The same pool reweighted with the stall rule off, then on, each drawn and scored."""
+    for stall in (False, True):
+        model.settings_.stall_stop = stall
+        t = time.perf_counter()
+        model._reweight()
+        seconds = time.perf_counter() - t
+        r = model.reweighting_
+        line["on" if stall else "off"] = {
+            **suite.score(train, test, model.sample(len(train), seed=seed), schema),
+            "reweight_s": round(seconds, 1), "steps": r["steps"], "stopped": r["stopped"],
+            "ess": round(r["effective_fraction"], 3)}
 
 
 if __name__ == "__main__":
-    main()
+    suite.paired(__doc__.split("\n\n")[0], fill)

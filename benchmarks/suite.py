@@ -125,6 +125,31 @@ def emit(line: dict, out: Path) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
+def paired(description: str, fill) -> None:
+    """The scaffold of a paired post-processing measurement (``stall_paired.py``, ``draw_paired.py``): its command
+    line (``--tables --epsilon --seeds --out``), one table-default fit per (table, epsilon, seed) on the suite's split
+    (tables the default fits with another method are skipped), and one line per fit that ``fill(model, train, test,
+    schema, seed, line)`` completes with each variant's scores (the same release, post-processed each way)."""
+    import mmdsynth
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--tables", nargs="+", default=[t for t in TABLES if t not in ("males", "flights")])
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    for name in args.tables:
+        schema, train, test = split(name)
+        for seed in args.seeds:
+            model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon, seed=seed)
+            if model.method != "hybrid":
+                continue
+            line = {"table": name, "epsilon": args.epsilon, "seed": seed,
+                    "params": chosen_params(train, schema, args.epsilon), "date": time.strftime("%Y-%m-%d")}
+            fill(model, train, test, schema, seed, line)
+            emit(line, args.out)
+
+
 def run(args) -> None:
     import mmdsynth
 

@@ -109,7 +109,7 @@ def draw_codes(model, calibrated: "ModelMarginals", n: int) -> dict:
     then each next column, within every group of rows sharing its parents (the columns drawn so far that share one of
     the tree's cliques with it), at evenly spaced points of its conditional distribution (each row's rank in a random
     order of its group plus a uniform jitter, over the group's size): a group's counts follow the model's conditional
-    to within a row, as mbi's sampler does. The counts come from ``calibrated`` (:class:`ModelMarginals`: the tree
+    to within two rows, as in mbi's sampler. The counts come from ``calibrated`` (:class:`ModelMarginals`: the tree
     calibrated in numpy, nothing compiled). Unlike mbi's sampler (which orders a column's parents by iterating a
     Python set of column names: another process, another string hash, other rows for the same seed), the parents
     are taken in the domain's order, so a seed gives the same rows in every process. Post-processing. Models fitted
