@@ -372,7 +372,7 @@ class _PersonMarginalTarget(_ProjectionTarget):
         from .privacy.marginals import clique_counts, clique_key
 
         self.epsilon, self.delta = epsilon, delta
-        self._template = open_engine(epsilon, delta)            # calibrated once; no budget file
+        self._template = open_engine(epsilon, delta)           # calibrated once; no budget file
         self.sensitivity = math.sqrt(2 * len(self.CLIQUES))
         self.output_sensitivity = self.sensitivity
         self.sigma = 1.0 / math.sqrt(2 * self._template.rho)  # std / sensitivity of a Gaussian release spending rho

@@ -136,7 +136,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
                                    shares={"class_proportions": proportions_share})
         engine = open_engine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
-                               noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
+                             noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
     parts = feature_map.parts()
     for name in [n for n, _, _ in parts] + (["proxy"] if proxy_map else []) + \
             (["class_proportions"] if proportions_share is not None else []):
@@ -246,7 +246,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     m = len(X)                                        # public (replace-one neighbours)
     plan = PrivacyPlan((), q, n_blocks, neighbouring)
     engine = open_engine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
-                           sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
+                         sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
     n_cols = int(n_classes) if conditional else 1
     what = ("class-conditional mean embedding" if conditional else "mean embedding") + \
         f" under {feature_map.spec()['name']} features"
