@@ -266,8 +266,8 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     chunk = feature_map.batch_rows()
     blocks = []
     for t in range(n_blocks):                         # the engine draws step t's records (secret) and its noise
-        noisy, _ = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
-                                                                       chunk), 1.0)
+        noisy = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
+                                                                    chunk), 1.0)
         blocks.append(noisy.T / (q * m * scale))
     # ---- end of private data ------------------------------------------------------------
     embedding = torch.cat(blocks, 0)

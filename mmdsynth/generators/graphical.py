@@ -121,9 +121,9 @@ def draw_codes(model, calibrated: "ModelMarginals", n: int) -> dict:
     cliques = [set(c) for c in calibrated.tree.nodes]
     order = list(calibrated.order)[::-1]
     data: dict = {}
-    for k, col in enumerate(order):
-        near = set().union(*[c for c in cliques if col in c]) if cliques else set()
-        parents = tuple(a for a in attributes if a in near and a in order[:k])
+    for col in order:
+        near = set().union(*[c for c in cliques if col in c])
+        parents = tuple(a for a in attributes if a in near and a in data)      # drawn already, in the domain's order
         counts = calibrated.inside_a_clique(parents + (col,))
         data[col] = _rounded_column(counts, total) if not parents else \
             _conditional_column(counts, np.stack([data[a] for a in parents], -1), total)

@@ -43,8 +43,8 @@ def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.T
 
 def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor, y_all: torch.Tensor, *,
                      reg: float, clip: float, engine, expected_batch: float, persons=None) -> torch.Tensor:
-    """The mean gradient of one DP-SGD step, run by ``engine`` (a
-    :class:`~mmdsynth.privacy.engine.PrivacyEngine` of a DP-SGD plan, :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`):
+    """The mean gradient of one DP-SGD step, run by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine`
+    of a DP-SGD plan, :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`):
     the engine draws the step's records from its secret sampler (every record of ``x_all``/``y_all`` in a one-step
     plan), :func:`clipped_sum` sums their clipped gradients, the engine adds N(0, (sigma C)^2 I); the result is
     divided by the public expected batch ``q N`` (a Poisson batch may be empty). With a person as the privacy unit
@@ -61,7 +61,7 @@ def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.
         return clipped_sum(kernel, x_s, y_s, x_all[idx], y_all[idx], reg, clip, weights=w)
 
     n = x_all.shape[0] if persons is None else persons.n_records
-    total, _ = engine.step(n, statistic, clip)
+    total = engine.step(n, statistic, clip)
     scale = expected_batch if engine.private else max(seen["size"], 1)
     return (total / scale).to(device=x_s.device, dtype=x_s.dtype)
 

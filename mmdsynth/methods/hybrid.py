@@ -39,7 +39,7 @@ from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
-from ..privacy.marginals import Measure
+from ..privacy.marginals import Measure, pair_dependence
 from ..runtime import mapped_zeros, phase
 from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
@@ -156,11 +156,8 @@ class Hybrid(MST):
         the 2-way marginal of every pair of columns in one Gaussian release (the rest): no private selection. Which of
         them the graphical model is estimated from is post-processing (:meth:`_modelled`); the reweighting matches
         them all."""
-        attrs = tuple(domain.attributes)
-        one, std1 = yield Measure(tuple((a,) for a in attrs), rho / 3, "1-way marginals of every column, numeric "
-                                  "ones on their full public grid", domain=domain.fine())
-        domain = self._cut(domain, {c[0]: y for c, y in one.items()})
-        two, std2 = yield Measure(tuple(itertools.combinations(attrs, 2)), 2 * rho / 3,
+        one, std1, domain = yield from self._one_way(domain, rho / 3)
+        two, std2 = yield Measure(tuple(itertools.combinations(domain.attributes, 2)), 2 * rho / 3,
                                   "2-way marginals of every pair of columns", domain=domain)
         return [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
 
@@ -177,7 +174,7 @@ class Hybrid(MST):
         graph = nx.Graph()
         graph.add_nodes_from(a for a in domain.attributes if a != label)
         keep = set()
-        for clique, y, _, fine in measurements:
+        for clique, y, _, _ in measurements:
             if len(clique) != 2:
                 continue
             if label in clique:
@@ -186,8 +183,7 @@ class Hybrid(MST):
             a, b = clique
             C = np.maximum(np.asarray(y, dtype=np.float64), 0.0).reshape(domain.size(a), domain.size(b))
             total = max(C.sum(), 1e-12)
-            graph.add_edge(a, b, weight=float(np.abs(C - np.outer(C.sum(1), C.sum(0)) / total).sum() / total),
-                           clique=clique)
+            graph.add_edge(a, b, weight=pair_dependence(C, total) / total, clique=clique)
         keep |= {d["clique"] for _, _, d in nx.maximum_spanning_tree(graph).edges(data=True)}
         return [m for m in measurements if len(m[0]) == 1 or m[0] in keep]
 

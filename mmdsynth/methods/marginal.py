@@ -274,9 +274,7 @@ class MST(Method):
         attrs = tuple(domain.attributes)
         star = label_star(domain) if self._label_pairs() else ()
         parts = 4 if star else 3
-        one, std1 = yield Measure(tuple((a,) for a in attrs), rho / parts, "1-way marginals of every column, numeric "
-                                  "ones on their full public grid", domain=domain.fine())
-        domain = self._cut(domain, {c[0]: y for c, y in one.items()})
+        one, std1, domain = yield from self._one_way(domain, rho / parts)
         p = {a: simplex_projection(coarse_counts(domain, a, one[(a,)])) for a in attrs}   # the 1-ways' model
         pairs = tuple(itertools.combinations(attrs, 2))
         tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs},
@@ -289,6 +287,14 @@ class MST(Method):
                                         "the tree does not pair it with (a public choice)", domain=domain)
             out += [(c, y, std3, False) for c, y in extra.items()]
         return out
+
+    def _one_way(self, domain: Domain, rho: float):
+        """The first stage of MST's plan (and of the hybrid's every-pair plan): the 1-way marginals of every column,
+        numeric ones on the fine grid, in one release costing ``rho``; returns (noisy counts, their std, the domain
+        cut by them: :meth:`_cut`)."""
+        one, std = yield Measure(tuple((a,) for a in domain.attributes), rho, "1-way marginals of every column, "
+                                 "numeric ones on their full public grid", domain=domain.fine())
+        return one, std, self._cut(domain, {c[0]: y for c, y in one.items()})
 
     def _cut(self, domain: Domain, fine_counts: dict) -> Domain:
         """The model's domain once the 1-way marginals on the fine grid are released (``fine_counts``: {column:

@@ -202,18 +202,18 @@ class PrivacyEngine:
                             n_records, None, notes=notes, relation=self.plan.neighbouring,
                             sampler=self.sampler.policy)
 
-    def step(self, n: int, statistic, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, n: int, statistic, clip: float) -> torch.Tensor:
         """One step of the plan's subsampled Gaussian releases (DP-SGD's, a sampled embedding's), run here: the
         records it reads drawn from the secret sampler at the plan's rate (every one of the ``n`` records in a plan
         that is not subsampled: a one-step full-batch release), ``statistic(chosen)`` their sum (each record's part
         of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I). Returns the noisy sum (the sum
-        itself in a non-private run) and the records chosen. The entry of the steps is :meth:`declare_dpsgd`'s."""
+        itself in a non-private run). The entry of the steps is :meth:`declare_dpsgd`'s."""
         chosen = self.sampler.sample(n, self.plan.sample_rate) if self.sampler is not None \
             else torch.arange(int(n))
         total = statistic(chosen)
         if not self.private:
-            return total.detach().to(dtype=torch.float64), chosen
-        return gaussian_mechanism(total, clip, self.sigma, self.noise), chosen
+            return total.detach().to(dtype=torch.float64)
+        return gaussian_mechanism(total, clip, self.sigma, self.noise)
 
     def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
                 *, notes: tuple = (), relation: str = "replace_one", sampler: str = "",

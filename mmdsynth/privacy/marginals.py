@@ -161,13 +161,16 @@ def _l1_scores(counts: dict, estimates: dict, cliques) -> np.ndarray:
                        for c in cliques])
 
 
+def pair_dependence(C: np.ndarray, m: float) -> float:
+    """A pair's distance from independence, ||C - r c^T / m||_1: ``C`` its counts as a matrix, r and c their sums
+    over its rows and columns, ``m`` the total they are scaled by."""
+    return float(np.abs(C - np.outer(C.sum(axis=1), C.sum(axis=0)) / m).sum())
+
+
 def _dependence_scores(counts: dict, domain, cliques, m: int) -> np.ndarray:
-    """Each pair's ||C - r c^T / m||_1 (C its counts as a matrix, r and c their sums over its rows and columns)."""
-    out = []
-    for a, b in cliques:
-        C = counts[clique_key((a, b))].reshape(domain.sizes[a], domain.sizes[b])
-        out.append(np.abs(C - np.outer(C.sum(axis=1), C.sum(axis=0)) / m).sum())
-    return np.asarray(out)
+    """Each pair's :func:`pair_dependence` (its counts as a matrix over the public m)."""
+    return np.asarray([pair_dependence(counts[clique_key((a, b))].reshape(domain.sizes[a], domain.sizes[b]), m)
+                       for a, b in cliques])
 
 
 def _tree_scores(stage: SelectTree, source, domain, encoder) -> tuple[dict, float, str, str]:
