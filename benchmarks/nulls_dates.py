@@ -114,7 +114,7 @@ def main():
         train = read_table(folder / "train.csv", schema, label="Origin")
         test = read_table(folder / "test.csv", schema, label="Origin")
         for name in args.methods:
-            method = table_default(len(train)) if name == "default" else name
+            method = table_default(len(train), args.epsilon) if name == "default" else name
             if method == "real" or args.score_only:
                 csv = folder / f"synth_{name}_eps{args.epsilon:g}{args.tag}.csv"
                 synth = train if method == "real" else read_table(csv, schema, label="Origin")

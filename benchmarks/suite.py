@@ -105,7 +105,7 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     with tempfile.TemporaryDirectory() as tmp:
         train.to_csv(f"{tmp}/train.csv", index=False)
         run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
-                              "--train", f"{tmp}/train.csv", "--schema", str(ROOT / name / "schema.json"),
+                              "--train", f"{tmp}/train.csv", "--schema", str(ROOT / name.split("@")[0] / "schema.json"),
                               "--algorithm", algorithm, "--rho", repr(rho_for_epsilon(epsilon, delta)),
                               "--rows", str(len(train)), "--seed", str(seed), "--out", f"{tmp}/synth.csv"],
                              capture_output=True, text=True)
@@ -164,6 +164,9 @@ def run(args) -> None:
     params = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     for name in args.tables:
         schema, train, test = split(name)
+        if args.rows:                           # a smaller table: a fixed sample of the training part, the test kept
+            train = train.sample(n=min(args.rows, len(train)), random_state=0).reset_index(drop=True)
+            name = f"{name}@{len(train)}"
         for method in args.methods:
             for seed in args.seeds:
                 if method.startswith("opendp-"):
@@ -249,6 +252,7 @@ def goal_rows(lines: list[dict]) -> list[dict]:
     from mmdsynth.choice import PublicFacts, choose_table_default
 
     rows = []
+    lines = [d for d in lines if "@" not in d["table"]]      # a --rows sample is not the suite's table
     keys = sorted({(d["table"], d["epsilon"]) for d in lines},
                   key=lambda k: ((TABLES + PAPERS).index(k[0]) if k[0] in TABLES + PAPERS else 99, k[1]))
     for table, eps in keys:
@@ -274,7 +278,30 @@ def _fmt(stat, digits=3) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if n > 1 else "")
 
 
-def _verdict(row: dict) -> str:
+def tried(lines: list[dict]) -> dict:
+    """The hybrid's variants measured apart from the default (``--tried`` files: other settings, or the default's
+    code before a change), per (table, epsilon): {variant: {metric: (mean, sd, n)}}."""
+    out: dict = {}
+    for d in lines:
+        if d.get("chose") != "hybrid" or "@" in d["table"]:
+            continue
+        name = d.get("variant") or ",".join(f"{k}={v}" for k, v in (d.get("set") or {}).items()) or "hybrid"
+        out.setdefault((d["table"], d["epsilon"]), {}).setdefault(name, []).append(d)
+    return {key: {name: {k: _stats(ds, k) for k in ("ml_efficacy", "tvd_2way")} for name, ds in variants.items()}
+            for key, variants in out.items()}
+
+
+def _best_tried(variants: dict, key: str, lower: bool) -> str:
+    """The best of the variants tried on one metric, as the verdict's note (empty when none was tried)."""
+    measured = [(name, v[key]) for name, v in variants.items() if v[key]]
+    if not measured:
+        return ""
+    name, (mean, _, n) = (min if lower else max)(measured, key=lambda p: p[1][0])
+    return f"; best tried: {name} {mean:.3f} ({n} seed{'s' if n > 1 else ''})"
+
+
+def _verdict(row: dict, variants: dict | None = None) -> str:
+    variants = variants or {}
     r = row["roles"]
     d = r["default"]
     if d["tvd_2way"] is None:
@@ -286,14 +313,16 @@ def _verdict(row: dict) -> str:
         name, best = min(tv_peers, key=lambda p: p[1][0])
         slack = max(d["tvd_2way"][1], best[1])
         gap = d["tvd_2way"][0] - best[0]
-        out.append("2-way met" if gap <= slack else f"2-way misses by {gap:.3f} ({name})")
+        out.append("2-way met" if gap <= slack else f"2-way misses by {gap:.3f} ({name})"
+                   + _best_tried(variants, "tvd_2way", lower=True))
     ml_peers = [(name, r[name]["ml_efficacy"]) for name in ("aim", "mst", "opendp-aim", "opendp-mst", "dp-merf")
                 if r[name]["ml_efficacy"]]
     if ml_peers:
         name, best = max(ml_peers, key=lambda p: p[1][0])
         slack = max(d["ml_efficacy"][1], best[1])
         gap = best[0] - d["ml_efficacy"][0]
-        out.append("ML met" if gap <= slack else f"ML misses by {gap:.3f} ({name})")
+        out.append("ML met" if gap <= slack else f"ML misses by {gap:.3f} ({name})"
+                   + _best_tried(variants, "ml_efficacy", lower=False))
     if r["aim"]["fit_s"] and d["fit_s"]:
         ratio = d["fit_s"][0] / r["aim"]["fit_s"][0]
         out.append(f"time {ratio:.2f} of AIM's" + (" met" if ratio <= 0.1 else " (goal 0.1)"))
@@ -302,7 +331,10 @@ def _verdict(row: dict) -> str:
     return "; ".join(out)
 
 
-def goal_table(lines: list[dict]) -> str:
+def goal_table(lines: list[dict], variants: dict | None = None) -> str:
+    """Issue 81's goal table of ``lines``; ``variants`` (:func:`tried`) name the best variant tried where a cell
+    misses."""
+    variants = variants or {}
     head = ("| table (training rows), eps | the default | role | seeds | ML efficacy | 1-way TVD | 2-way TVD | 3-way TVD "
             "| fit s | verdict |\n|---|---|---|---|---|---|---|---|---|---|")
     out = [head]
@@ -314,7 +346,8 @@ def goal_table(lines: list[dict]) -> str:
             label = f"{row['table']} ({row['rows']:,}), {row['epsilon']:g}" if first else ""
             out.append(f"| {label} | {row['default_is'] if first else ''} | {'**default**' if role == 'default' else role} | "
                        f"{stats['ml_efficacy'][2] if stats['ml_efficacy'] else 0} | {_fmt(stats['ml_efficacy'])} | {_fmt(stats['tvd_1way'])} | {_fmt(stats['tvd_2way'])} | "
-                       f"{_fmt(stats['tvd_3way'])} | {_fmt(stats['fit_s'], 0)} | {_verdict(row) if first else ''} |")
+                       f"{_fmt(stats['tvd_3way'])} | {_fmt(stats['fit_s'], 0)} | "
+                       f"{_verdict(row, variants.get((row['table'], row['epsilon']))) if first else ''} |")
             first = False
     return "\n".join(out)
 
@@ -332,14 +365,18 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--set", nargs="*", default=[], help="KEY=JSON parameters for every method named")
+    ap.add_argument("--rows", type=int, help="fit on a fixed sample of this many training rows (the line's table is "
+                                             "NAME@ROWS; keep such lines out of suite.jsonl's goal table)")
     ap.add_argument("--variant", default="", help="a name for this code's or setting's variant in the lines")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these stored lines and stop")
     ap.add_argument("--goal-table", nargs="+", type=Path, help="print issue 81's goal table of these stored lines")
+    ap.add_argument("--tried", nargs="+", type=Path, default=[],
+                    help="with --goal-table: lines of the hybrid's variants; a missed cell names the best of them")
     ap.add_argument("--write", type=Path, help="with --goal-table: replace its block in this file (RESULTS.md)")
     args = ap.parse_args()
     if args.goal_table:
-        text = goal_table(_lines(args.goal_table))
+        text = goal_table(_lines(args.goal_table), tried(_lines(args.tried)) if args.tried else None)
         failed = failures(args.goal_table)
         if failed:
             text += "\n\nPeer runs that ended in the peer's own error (not scored): " + "; ".join(

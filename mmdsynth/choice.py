@@ -29,7 +29,7 @@ def default_delta(n_records: int | None) -> float:
 
 #: the table default's size rule (`mmdsynth fit` without --method, ``mmdsynth.fit``): from this many records up the
 #: hybrid (measured marginals and a kernel embedding in one plan), below it DP-MERF, whose one release keeps the whole
-#: budget. Measured (benchmarks/log/2026-12-04.md#suite-small: the twelve-table suite's 80/20 splits, eps 1, 3 seeds):
+#: budget, unless records x epsilon reaches HYBRID_MIN_RECORDS_EPSILON. Measured (benchmarks/log/2026-12-04.md#suite-small: the twelve-table suite's 80/20 splits, eps 1, 3 seeds):
 #: on the seven tables of 3,525-4,305 training rows the hybrid (16 cells cut at released mass, the rule below) trains
 #: classifiers as good as DP-MERF's or better on all seven (mean ROC AUC / F1 +0.008 to +0.033, level on wvs) with
 #: closer 2-way marginals on five (TVD -0.009 to -0.060; farther on wvs and arrests); on males' 2,492 rows the two are
@@ -37,12 +37,25 @@ def default_delta(n_records: int | None) -> float:
 #: patients (benchmarks/RESULTS.md). The line lies between 2,500 and 3,525 records; 3,000 is a choice inside that gap,
 #: not a measured optimum (until 2026-12-04 it was 5,000). The count is public, like every release's m.
 HYBRID_MIN_ROWS = 3_000
+#: below HYBRID_MIN_ROWS records the hybrid is still the default where records x epsilon is at least this. Measured
+#: (benchmarks/log/2026-12-05.md#small-line: fixed 1,000- and 2,000-row samples of six suite tables, seed 0, the
+#: hybrid sized as the rule sizes it against the DP-MERF the rule chose): at eps 10 (records x epsilon 10,000 and
+#: 20,000) the hybrid's 2-way marginals are closer on all 12 (TVD -0.009 to -0.045) and its 3-way on all 12, its
+#: classifiers level (ROC AUC / F1 -0.020 to +0.014, mean -0.002), its fit 2-5x faster; males' 2,492 rows at eps 10
+#: (3 seeds): 2-way 0.068 against 0.079, ROC 0.717 against 0.706. At eps 1 (1,000 and 2,000) its classifiers lose on
+#: 9 of 12 (down to -0.148 on cps1988's 1,000 rows): DP-MERF keeps the small, low-epsilon tables. Between 2,000 and
+#: 10,000 records x epsilon nothing below 3,000 records was measured: the line is at the lowest point measured level.
+HYBRID_MIN_RECORDS_EPSILON = 10_000
 
 
-def table_default(n_records: int | None) -> str:
+def table_default(n_records: int | None, epsilon: float | None = None) -> str:
     """The method a table of ``n_records`` records (rows, or persons under a person unit: the public count) is
-    fitted with when none is named (unknown size: the hybrid)."""
-    return "dp-merf" if n_records is not None and n_records < HYBRID_MIN_ROWS else "hybrid"
+    fitted with at ``epsilon`` when none is named: the hybrid from ``HYBRID_MIN_ROWS`` records or from
+    ``HYBRID_MIN_RECORDS_EPSILON`` records x epsilon, DP-MERF below both (unknown size: the hybrid; unknown
+    epsilon: the count alone)."""
+    if n_records is None or n_records >= HYBRID_MIN_ROWS:
+        return "hybrid"
+    return "hybrid" if epsilon is not None and n_records * epsilon >= HYBRID_MIN_RECORDS_EPSILON else "dp-merf"
 
 
 #: under this many rows the table default (DP-MERF) trains its generator for SHORT_TRAINING_ITERATIONS iterations, not
@@ -82,7 +95,7 @@ def table_default_params(n_records: int | None, epsilon: float | None = None) ->
     not)."""
     if n_records is None:
         return {}
-    if table_default(n_records) == "dp-merf":
+    if table_default(n_records, epsilon) == "dp-merf":
         return {"iterations": SHORT_TRAINING_ITERATIONS} if n_records < SHORT_TRAINING_ROWS else {}
     coarse = epsilon is not None and n_records * epsilon < COARSE_CELLS_ROWS_EPSILON
     return {"max_cells": COARSE_CELLS, "grid": COARSE_GRID} if coarse else {}
@@ -171,15 +184,25 @@ class TableDefault:
     why: str = ""
 
 
+def _by_epsilon(facts: PublicFacts) -> str:
+    """Why a table under ``HYBRID_MIN_ROWS`` records gets the hybrid, in words (empty for a larger one)."""
+    if facts.n_records is None or facts.n_records >= HYBRID_MIN_ROWS:
+        return ""
+    return (f" at epsilon {facts.epsilon:g} (records x epsilon {facts.n_records * facts.epsilon:,.0f}, at least "
+            f"{HYBRID_MIN_RECORDS_EPSILON:,})")
+
+
 def choose_table_default(facts: PublicFacts, given=()) -> TableDefault:
     """The table default for ``facts`` (:func:`table_default` and :func:`table_default_params` on its public count
     and epsilon), without the settings named in ``given``."""
     check_enough(facts)                       # a table too small for any release: refused before a plan is chosen
     n = facts.n_records
-    method = table_default(n)
+    method = table_default(n, facts.epsilon)
     sized = {k: v for k, v in table_default_params(n, facts.epsilon).items() if k not in given}
-    why = (f"{facts.records}, fewer than {HYBRID_MIN_ROWS:,}: one kernel release keeps the whole budget"
-           if method == "dp-merf" else f"{facts.records}: measured marginals and a kernel embedding in one plan")
+    why = (f"{facts.records}, fewer than {HYBRID_MIN_ROWS:,} and records x epsilon under "
+           f"{HYBRID_MIN_RECORDS_EPSILON:,}: one kernel release keeps the whole budget"
+           if method == "dp-merf" else f"{facts.records}{_by_epsilon(facts)}: measured marginals and a kernel embedding "
+                                       f"in one plan")
     if sized:
         why += f"; {sized_settings(sized)}"
     return TableDefault(method, sized, why)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts, table_default
+from ..choice import HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts, table_default
 from . import _catalog
 from ._types import existing_file
 
@@ -49,7 +49,7 @@ def _choose_table_default(args, data, fit_kwargs, defaults, facts):
     checked against the chosen method and win. Says which method and why."""
     epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")    # a --dataset preset's
     public = public_facts(data[0], fit_kwargs.get("schema"), epsilon)
-    chosen = table_default(public.n_records)
+    chosen = table_default(public.n_records, epsilon)
     if chosen != args.method:
         args.method = chosen
         if args.dataset:
@@ -121,7 +121,8 @@ def cmd_fit(args) -> int:
         raise InvalidParameterError(f"--method is required for images and array shards ({', '.join(METHODS)}); a "
                                     f"table (--csv, --db, --shards with --schema, a table --dataset) gets the table "
                                     f"default when it is left out "
-                                    f"(hybrid, or dp-merf under {HYBRID_MIN_ROWS:,} rows), and `fit --resume --out "
+                                    f"(hybrid, or dp-merf under {HYBRID_MIN_ROWS:,} rows where rows x epsilon is under "
+                                    f"{HYBRID_MIN_RECORDS_EPSILON:,}), and `fit --resume --out "
                                     f"DIR` reads it from the folder.")
     else:
         data, fit_kwargs, defaults, facts, kind = _fit_inputs(args)
@@ -490,7 +491,8 @@ def _epilog(cls, methods: dict, generic) -> str:
     name = cls.method if cls is not None else "dp-merf"
     if "table" in kinds and cls is None:
         lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # no "
-                     f"--method: the table default, hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows)")
+                     f"--method: the table default, hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows where "
+                     f"rows x epsilon is under {HYBRID_MIN_RECORDS_EPSILON:,})")
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
     if "image" in kinds and (cls is not None and "table" not in kinds):
@@ -607,7 +609,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "(tables: hybrid by default)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FIT_EPILOG)
     s.add_argument("--method", help="a registered method (hybrid, mst, aim, dp-merf, dp-ntk, dp-kip, ...); tables "
-                   f"default to hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows; table shards: by --n-records); images and array "
+                   f"default to hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows where rows x epsilon is under "
+                   f"{HYBRID_MIN_RECORDS_EPSILON:,}; table shards: by --n-records); images and array "
                    "shards need one; `fit --resume --out DIR` reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
