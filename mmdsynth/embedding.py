@@ -120,16 +120,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     0..n_classes-1): a dataset whose labels hold one class is released like any other.
     """
     conditional = (n_classes is not None) if isinstance(X, Source) or encoder is not None else (y is not None)
-    if conditional and (n_classes is None or int(n_classes) < 2):
-        raise InvalidParameterError(
-            f"n_classes must be given (public knowledge, >= 2) for a class-conditional release; got "
-            f"{n_classes!r}. It is never read from the private labels."
-        )
-    if proportions_share is not None:
-        if not conditional or not 0 < float(proportions_share) < 1:
-            raise InvalidParameterError(
-                f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
-            )
+    _check_embedding_args(conditional, n_classes, proportions_share)
     if engine is None:
         if epsilon is None or delta is None:
             raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
@@ -137,16 +128,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                                    shares={"class_proportions": proportions_share})
         engine = open_engine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
                              noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
-    parts = feature_map.parts()
-    for name in [n for n, _, _ in parts] + (["proxy"] if proxy_map else []) + \
-            (["class_proportions"] if proportions_share is not None else []):
-        engine.multiplier(name)                                   # every release is in the plan
-    declared = feature_map.noise_multipliers()                    # the map's blocks keep their ratios in it
-    ratios = [engine.multiplier(name) / declared[name] for name, _, _ in parts]
-    if max(ratios) - min(ratios) > 1e-9 * max(ratios):
-        raise InvalidParameterError(f"the plan's block multipliers {[engine.multiplier(n) for n, _, _ in parts]} do "
-                                    f"not keep the feature map's ratios {declared}: the plan would not match the "
-                                    f"releases.")
+    _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
 
     # ---- private data from here on -------------------------------------------------
     source = as_source(X, y if conditional else None)
@@ -161,25 +143,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     public = public_assumptions(m, n_classes if conditional else None, public_facts)
     tensors = dict(prior_tensors or {})
     n_before = len(engine.entries)
-
-    def mean(totals: dict, start: int, stop: int) -> torch.Tensor:
-        """The mean embedding's rows start:stop (one block), divided by the public m (only that block's rows)."""
-        sums = totals["sums"]
-        return sums.T[start:stop] / m if conditional else sums[0][start:stop] / m
-
-    declared = []
-    if proportions_share is not None:
-        declared.append(GaussianRelease(
-            "class_proportions", 2 ** 0.5 / m, f"class proportions ({proportions_share:g} of the plan's privacy)",
-            {**public, "sensitivity": "sqrt(2) / m (one label changes)"}, lambda t: t["counts"] / m))
-    start = 0
-    for name, width, bound in parts:
-        block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
-        declared.append(GaussianRelease(
-            name, 2.0 * bound / m, f"{what}{block}",
-            {**public, "feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"},
-            lambda t, a=start, b=start + width: mean(t, a, b).contiguous()))
-        start += width
+    declared = _embedding_releases(feature_map.parts(), m, conditional, what, public, proportions_share)
     noisy = engine.releases(source, statistic, declared)
     if proportions_share is not None:
         tensors["class_proportions"], noisy = noisy[0], noisy[1:]
@@ -202,6 +166,62 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, engine.sigma, n_released)
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
+
+
+def _check_embedding_args(conditional: bool, n_classes, proportions_share) -> None:
+    """The public arguments of :func:`release_mean_embedding`, checked before a plan is made."""
+    if conditional and (n_classes is None or int(n_classes) < 2):
+        raise InvalidParameterError(
+            f"n_classes must be given (public knowledge, >= 2) for a class-conditional release; got "
+            f"{n_classes!r}. It is never read from the private labels."
+        )
+    if proportions_share is not None:
+        if not conditional or not 0 < float(proportions_share) < 1:
+            raise InvalidParameterError(
+                f"proportions_share must be a number in (0, 1) and needs labels; got {proportions_share!r}."
+            )
+
+
+def _check_in_plan(engine: PrivacyEngine, feature_map: FeatureMap, proxy: bool, proportions: bool) -> None:
+    """Every release :func:`release_mean_embedding` makes is in ``engine``'s plan, the map's blocks at the ratios of
+    its own multipliers (a plan that would not match the releases is refused before a row is read)."""
+    parts = feature_map.parts()
+    for name in [n for n, _, _ in parts] + (["proxy"] if proxy else []) + (["class_proportions"] if proportions
+                                                                            else []):
+        engine.multiplier(name)                                   # every release is in the plan
+    declared = feature_map.noise_multipliers()                    # the map's blocks keep their ratios in it
+    ratios = [engine.multiplier(name) / declared[name] for name, _, _ in parts]
+    if max(ratios) - min(ratios) > 1e-9 * max(ratios):
+        raise InvalidParameterError(f"the plan's block multipliers {[engine.multiplier(n) for n, _, _ in parts]} do "
+                                    f"not keep the feature map's ratios {declared}: the plan would not match the "
+                                    f"releases.")
+
+
+def _embedding_releases(parts, m: int, conditional: bool, what: str, public: dict,
+                        proportions_share) -> list[GaussianRelease]:
+    """The Gaussian releases of a mean embedding of ``m`` public records: the class proportions (when their share is
+    given), then one per block of the feature map (``parts``: name, width, norm bound), each the block's rows of the
+    summed embedding divided by m."""
+
+    def mean(totals: dict, start: int, stop: int) -> torch.Tensor:
+        """The mean embedding's rows start:stop (one block), divided by the public m (only that block's rows)."""
+        sums = totals["sums"]
+        return sums.T[start:stop] / m if conditional else sums[0][start:stop] / m
+
+    declared = []
+    if proportions_share is not None:
+        declared.append(GaussianRelease(
+            "class_proportions", 2 ** 0.5 / m, f"class proportions ({proportions_share:g} of the plan's privacy)",
+            {**public, "sensitivity": "sqrt(2) / m (one label changes)"}, lambda t: t["counts"] / m))
+    start = 0
+    for name, width, bound in parts:
+        block = f", block {name} (rows {start}:{start + width} of 'embedding')" if len(parts) > 1 else ""
+        declared.append(GaussianRelease(
+            name, 2.0 * bound / m, f"{what}{block}",
+            {**public, "feature_norm_bound": bound, "sensitivity": "2 * feature_norm_bound / m"},
+            lambda t, a=start, b=start + width: mean(t, a, b).contiguous()))
+        start += width
+    return declared
 
 
 def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float, delta: float, sample_rate: float,

@@ -280,6 +280,41 @@ class DPKIP(Method):
                            neighbouring=self._s.neighbouring), mults
 
     # -- fit ------------------------------------------------------------------------------
+    def _choose_start(self, public_init, image_shape, shares: dict) -> None:
+        """The support set's start settled and checked before calibration and the charge (the default: the private
+        pixels start, or the public set when one is given); a private start's share joins ``shares``.
+        ``image_shape``: the records' shape (None for table rows)."""
+        s = self._s
+        if s.start is None:
+            s.start = "noise" if public_init is not None else DEFAULT_START
+        if s.start == "noise":
+            return
+        if public_init is not None:
+            raise InvalidParameterError(
+                f"public_init and start={s.start!r} both give the starting support set: pass start='noise' "
+                f"with a public set (it then replaces the noise), or leave public_init out.")
+        if s.start == "random-conv" and (image_shape is None or len(image_shape) != 3):
+            raise InvalidParameterError(
+                f"start='random-conv' takes images (channels, height, width); the records are "
+                f"{'table rows' if image_shape is None else f'of shape {list(image_shape)}'}: use start='pixels'.")
+        shares[START_RELEASE] = s.start_share
+
+    def _dpsgd_assumptions(self, n_records: int, persons: bool) -> dict:
+        """What the DP-SGD steps' ledger entry assumes (the neighbour relation's sensitivity, the sampling, persons)."""
+        s = self._s
+        return {"N": int(n_records), "n_classes": int(s.n_classes), "clip": float(s.clip),
+                "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
+                               "moves the sum by <= 2 clip (the accountant's replace-one relation: "
+                               "mixtures at +-clip)" if s.neighbouring == "replace_one" else
+                               "clip: one record zeroed out (replaced by a null record that adds "
+                               "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
+                               "so the add/remove accounting holds for zero-out neighbours only, not for "
+                               "adding or removing a record",
+                "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N",
+                **({"persons": "N counts persons; a step samples persons and reads all their rows, each "
+                               "row's clipped gradient weighted by 1 / its person's rows, so one person "
+                               "adds at most C"} if persons else {})}
+
     def fit(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "", out=None,
             budget: BudgetFile | None = None, resume: bool = False, public_facts: dict | None = None,
             privacy_unit: str = PRIVACY_UNIT, public_init=None):
@@ -291,14 +326,7 @@ class DPKIP(Method):
         instead of N(0, I) noise; it is not charged, so it must not come from the private data.
         Returns self."""
         out = Path(out) if out is not None else None
-        if out is not None and (out / "release" / META_FILE).exists():
-            raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
-        ckpt = out is not None and (out / CKPT_META).exists()
-        if ckpt and not resume:
-            raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True to "
-                                f"continue it, or use a new folder.")
-        if resume and not ckpt:
-            raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
+        ckpt = _checkpointed(out, resume)
         state, encoded = None, None
         table = isinstance(X, pd.DataFrame)
         # the settings of this fit: per-kind defaults for the data's kind; the constructor's attributes stay as given
@@ -327,71 +355,14 @@ class DPKIP(Method):
         persons = source if isinstance(source, PersonTable) else None    # DP-SGD samples persons, not rows
         self._settle_delta(n_records)                     # public: the rows, or the persons
         self._validate(n_records)
-        if s.start is None:          # the default: the private pixels start, or the public set when one is given
-            s.start = "noise" if public_init is not None else DEFAULT_START
-        if self._s.start != "noise":
-            if public_init is not None:
-                raise InvalidParameterError(
-                    f"public_init and start={self._s.start!r} both give the starting support set: pass start='noise' "
-                    f"with a public set (it then replaces the noise), or leave public_init out.")
-            if self._s.start == "random-conv" and (table or len(shape) != 3):   # before calibration and the charge
-                raise InvalidParameterError(
-                    f"start='random-conv' takes images (channels, height, width); the records are "
-                    f"{'table rows' if table else f'of shape {list(shape)}'}: use start='pixels'.")
-            shares[START_RELEASE] = self._s.start_share
+        self._choose_start(public_init, None if table else shape, shares)
         plan, mults = self.plan(n_records, shares)
         if state is not None:
-            entry = state.entry
-            if entry.n_records != n_records or entry.plan != plan.to_dict():
-                raise ArtifactError(f"the checkpoint in {out} was calibrated for {entry.n_records} records and plan "
-                                    f"{entry.plan}; the data given now has {n_records} records. Resume with the "
-                                    f"same data.")
-            if table and entry.privacy_unit != privacy_unit:
-                raise ArtifactError(f"the checkpoint in {out} protects {entry.privacy_unit}; this fit protects "
-                                    f"{privacy_unit}. Resume with the same schema's privacy unit.")
+            _check_resumed(state.entry, out, n_records, plan, privacy_unit if table else None)
         else:
-            # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
-            # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
-            engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
-                                       privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
-                                       private=self.private,
-                                       reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
-            table_state = prepare_table(engine, X, source, schema) if table else None   # private releases
-            if table:
-                shape = [table_state[0].dim]
-            description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
-                           f"{plan.describe()}, clip {self._s.clip:g}; start: {self._start_words(public_init)}")
-            # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
-            # records' input domain, and the private start's post-processing rehearsed on a placeholder
-            start_x = self._public_start(public_init, shape) if self._s.start == "noise" else None
-            encoded = self._encode(X, y, table_state, n_records)
-            if self._s.start != "noise":
-                parts = self._start_parts(shape, table_state)
-                self._rehearse_start(parts, engine, n_records, dataset)
-                engine.charge(description)          # the whole plan, before the start's release reads a record
-                start_x = self._private_start(engine, source if table else X, y, parts, dataset)
-            entry = engine.declare_dpsgd(
-                clip=self._s.clip, n_records=n_records, description=description,
-                assumed={"N": int(n_records), "n_classes": int(self._s.n_classes), "clip": float(self._s.clip),
-                         "sensitivity": "clip: every record's clipped gradient has norm <= clip, so replacing one "
-                                        "moves the sum by <= 2 clip (the accountant's replace-one relation: "
-                                        "mixtures at +-clip)" if self._s.neighbouring == "replace_one" else
-                                        "clip: one record zeroed out (replaced by a null record that adds "
-                                        "nothing) moves the sum by <= clip; the sum is divided by the public q N, "
-                                        "so the add/remove accounting holds for zero-out neighbours only, not for "
-                                        "adding or removing a record",
-                         "sampling": "Poisson, rate batch_size / N, secret; divided by the expected batch q N",
-                         **({"persons": "N counts persons; a step samples persons and reads all their rows, each "
-                                        "row's clipped gradient weighted by 1 / its person's rows, so one person "
-                                        "adds at most C"} if persons is not None else {})},
-                notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
-                       "after private steps) until it is resumed and finishes; delete it or resume it, never "
-                       "publish it",))
-            state = _KIPState.start(s, shape, engine, start_x, table_state)
-            engine.charge(entry.description)
-            if out is not None:
-                out.mkdir(parents=True, exist_ok=True)
-                state.save(out)
+            state, encoded = self._begin(X, y, source, schema, plan, mults, n_records=n_records, budget=budget,
+                                         dataset=dataset, privacy_unit=privacy_unit, shape=None if table else shape,
+                                         public_init=public_init, persons=persons is not None, out=out)
         encoder, prior, table_facts = state.table or (None, {}, {})
         if encoder is not None:
             shape = [encoder.dim]
@@ -410,6 +381,45 @@ class DPKIP(Method):
             self.save(out)
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
         return self
+
+    def _begin(self, X, y, source, schema, plan: PrivacyPlan, mults: dict, *, n_records: int, budget, dataset: str,
+               privacy_unit: str, shape, public_init, persons: bool, out: Path | None) -> tuple:
+        """A fresh run's start: the engine calibrated for the whole plan, a table's releases, every check that can fail,
+        the charge, the private start's release (when there is one) and the DP-SGD steps declared; the state saved
+        to ``out``. Returns (the run's state, the encoded records). ``shape``: the records' (None for a table)."""
+        s, table = self._s, shape is None
+        # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
+        # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
+        engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                   privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
+                                   private=self.private,
+                                   reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
+        table_state = prepare_table(engine, X, source, schema) if table else None   # private releases
+        if table:
+            shape = [table_state[0].dim]
+        description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
+                       f"{plan.describe()}, clip {self._s.clip:g}; start: {self._start_words(public_init)}")
+        # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
+        # records' input domain, and the private start's post-processing rehearsed on a placeholder
+        start_x = self._public_start(public_init, shape) if self._s.start == "noise" else None
+        encoded = self._encode(X, y, table_state, n_records)
+        if self._s.start != "noise":
+            parts = self._start_parts(shape, table_state)
+            self._rehearse_start(parts, engine, n_records, dataset)
+            engine.charge(description)          # the whole plan, before the start's release reads a record
+            start_x = self._private_start(engine, source if table else X, y, parts, dataset)
+        entry = engine.declare_dpsgd(
+            clip=self._s.clip, n_records=n_records, description=description,
+            assumed=self._dpsgd_assumptions(n_records, persons),
+            notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
+                   "after private steps) until it is resumed and finishes; delete it or resume it, never "
+                   "publish it",))
+        state = _KIPState.start(s, shape, engine, start_x, table_state)
+        engine.charge(entry.description)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            state.save(out)
+        return state, encoded
 
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None,
                persons: PersonTable | None = None) -> None:
@@ -553,3 +563,29 @@ class _KIPState:
         restore_optimizer(state.optimizer, t, meta)
         state.step = int(meta["step"])
         return state
+
+
+def _checkpointed(out: Path | None, resume: bool) -> bool:
+    """Whether ``out`` holds an interrupted DP-KIP run to resume (refused: a finished run there, a checkpoint without
+    ``resume``, ``resume`` without a checkpoint)."""
+    if out is not None and (out / "release" / META_FILE).exists():
+        raise ArtifactError(f"{out} already holds a finished DP-KIP support set; use a new folder.")
+    ckpt = out is not None and (out / CKPT_META).exists()
+    if ckpt and not resume:
+        raise ArtifactError(f"{out} holds an interrupted DP-KIP run: pass resume=True to "
+                            f"continue it, or use a new folder.")
+    if resume and not ckpt:
+        raise ArtifactError(f"nothing to resume: {out} holds no DP-KIP checkpoint.")
+    return ckpt
+
+
+def _check_resumed(entry, out: Path, n_records: int, plan: PrivacyPlan, privacy_unit: str | None) -> None:
+    """A checkpoint is resumed with the data it was calibrated for: the same count and plan (and, for a table, the
+    same privacy unit)."""
+    if entry.n_records != n_records or entry.plan != plan.to_dict():
+        raise ArtifactError(f"the checkpoint in {out} was calibrated for {entry.n_records} records and plan "
+                            f"{entry.plan}; the data given now has {n_records} records. Resume with the "
+                            f"same data.")
+    if privacy_unit is not None and entry.privacy_unit != privacy_unit:
+        raise ArtifactError(f"the checkpoint in {out} protects {entry.privacy_unit}; this fit protects "
+                            f"{privacy_unit}. Resume with the same schema's privacy unit.")
