@@ -147,18 +147,11 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     noisy = engine.releases(source, statistic, declared)
     if proportions_share is not None:
         tensors["class_proportions"], noisy = noisy[0], noisy[1:]
-    blocks = noisy
-    tensors["embedding"] = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 0)
+    tensors["embedding"] = noisy[0] if len(noisy) == 1 else torch.cat(noisy, 0)
     extra = {}
     if proxy_map is not None:
-        proxy_spec = proxy_map.spec()
-        tensors["proxy"] = release_proxy(
-            proxy_map, source, engine, batch_size,
-            description=f"DP early-stopping proxy: mean embedding under {proxy_spec['name']} features of "
-                        f"the public network {proxy_spec.get('encoder', '')}",
-            assumed={**public, "feature_norm_bound": proxy_map.norm_bound,
-                     "sensitivity": "2 * feature_norm_bound / m", "public network": proxy_spec.get("encoder", "")})
-        extra = {"proxy_spec": proxy_spec}
+        tensors["proxy"] = _proxy(proxy_map, source, engine, batch_size, public)
+        extra = {"proxy_spec": proxy_map.spec()}
     # ---- end of private data ------------------------------------------------------------
     n_released = len(engine.entries) - n_before
     engine.charge(what + (f" ({n_released} Gaussian releases in one plan)" if n_released > 1 else ""))
@@ -166,6 +159,18 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     facts.update(public_facts or {})
     logger.info("released %s: sigma=%.4g (%d Gaussian releases)", what, engine.sigma, n_released)
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
+
+
+def _proxy(proxy_map: FeatureMap, source, engine: PrivacyEngine, batch_size, public: dict) -> torch.Tensor:
+    """DP early stopping's proxy: the unconditional mean embedding under the public network's features
+    (:func:`~mmdsynth.early_stopping.release_proxy`, at its own multiplier in the plan)."""
+    spec = proxy_map.spec()
+    return release_proxy(
+        proxy_map, source, engine, batch_size,
+        description=f"DP early-stopping proxy: mean embedding under {spec['name']} features of "
+                    f"the public network {spec.get('encoder', '')}",
+        assumed={**public, "feature_norm_bound": proxy_map.norm_bound,
+                 "sensitivity": "2 * feature_norm_bound / m", "public network": spec.get("encoder", "")})
 
 
 def _check_embedding_args(conditional: bool, n_classes, proportions_share) -> None:

@@ -280,6 +280,35 @@ class DPKIP(Method):
                            neighbouring=self._s.neighbouring), mults
 
     # -- fit ------------------------------------------------------------------------------
+    def _support_release(self, state: "_KIPState", shape, dataset: str, n_records: int, public_facts) -> Release:
+        """The trained support set as the release (a table's schema / sketch tensors beside it), with its public
+        facts (the records' ``shape``; a table's: its encoder's width)."""
+        encoder, prior, table_facts = state.table or (None, {}, {})
+        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self._s.n_classes), "conditional": True,
+                 "record_shape": [encoder.dim] if encoder is not None else shape, "method": self.method,
+                 **table_facts, **(public_facts or {})}
+        return Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
+                       self.kernel.spec(), facts, state.engine.ledger,
+                       extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self._s.reg})
+
+    def _fit_settings(self, kind: str, checkpoint: Path | None):
+        """The settings of this fit: per-kind defaults for the data's kind (the constructor's attributes stay as
+        given), the device (the CLI's default: a GPU when one is visible); resuming, the interrupted run's settings,
+        calibration and ledger entry from its ``checkpoint`` folder, whatever was passed now. Returns the
+        checkpoint's state (None for a fresh run)."""
+        s = self.settings_ = self.settings_for(kind, require_epsilon=False)
+        if s.device is None:
+            s.device = str(default_device())
+        state = None
+        if checkpoint is not None:
+            state = _KIPState.load(checkpoint, s.device)
+            for k, v in self.known_params(state.model_params, f"the checkpoint in {checkpoint}").items():
+                if k not in ("progress", "device"):
+                    setattr(s, k, v)
+        if s.epsilon is None:
+            raise epsilon_required(kind)
+        return state
+
     def _choose_start(self, public_init, image_shape, shares: dict) -> None:
         """The support set's start settled and checked before calibration and the charge (the default: the private
         pixels start, or the public set when one is given); a private start's share joins ``shares``.
@@ -327,25 +356,14 @@ class DPKIP(Method):
         Returns self."""
         out = Path(out) if out is not None else None
         ckpt = _checkpointed(out, resume)
-        state, encoded = None, None
+        encoded = None
         table = isinstance(X, pd.DataFrame)
-        # the settings of this fit: per-kind defaults for the data's kind; the constructor's attributes stay as given
-        kind = "table" if table else "image"
-        s = self.settings_ = self.settings_for(kind, require_epsilon=False)
-        if s.device is None:                # the CLI's default: a GPU when one is visible
-            s.device = str(default_device())
-        if ckpt:   # the interrupted run's settings, calibration and ledger entry, whatever was passed now
-            state = _KIPState.load(out, s.device)
-            for k, v in self.known_params(state.model_params, f"the checkpoint in {out}").items():
-                if k not in ("progress", "device"):
-                    setattr(s, k, v)
-        if s.epsilon is None:
-            raise epsilon_required(kind)
+        state = self._fit_settings("table" if table else "image", out if ckpt else None)
         shares, source = {}, None
         if table:
             schema = _as_schema(schema, label, X)
             privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
-            s.n_classes = schema.n_classes
+            self._s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
                                   numeric_share=self._s.numeric_share)
             source = person_source(X, schema)                   # a person table: DP-SGD then samples persons
@@ -363,20 +381,13 @@ class DPKIP(Method):
             state, encoded = self._begin(X, y, source, schema, plan, mults, n_records=n_records, budget=budget,
                                          dataset=dataset, privacy_unit=privacy_unit, shape=None if table else shape,
                                          public_init=public_init, persons=persons is not None, out=out)
-        encoder, prior, table_facts = state.table or (None, {}, {})
-        if encoder is not None:
-            shape = [encoder.dim]
-        facts = {"name": dataset, "n_records": n_records, "n_classes": int(self._s.n_classes), "conditional": True,
-                 "record_shape": shape, "method": self.method, **table_facts, **(public_facts or {})}
         # ---- private data from here on, through private_gradient only -----------------------
         Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
         x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self._s.device)
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
         self._train(state, x_all, y_all, plan, out, persons)
         # ---- end of private data -----------------------------------------------------------------
-        self.release_ = Release({"support_x": state.x.detach().double().cpu(), "support_y": state.labels, **prior},
-                                self.kernel.spec(), facts, state.engine.ledger,
-                                extra={"kernel_input": "(x - 0.5) / 0.5", "reg": self._s.reg})
+        self.release_ = self._support_release(state, None if table else shape, dataset, n_records, public_facts)
         if out is not None:
             self.save(out)
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
