@@ -161,6 +161,27 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
 
 
+def _sampled_blocks(engine: PrivacyEngine, feature_map: FeatureMap, X, y, m: int, n_cols: int,
+                    q: float) -> torch.Tensor:
+    """The private part of :func:`release_sampled_embedding`: the records checked (finite features, labels in
+    0..n_cols-1; ``y`` None: one column), then one subsampled step per block of ``feature_map`` (the engine draws the
+    step's records, secret, and its noise), block t stored as the noisy sum / (q m sqrt(n_blocks))."""
+    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
+    if Xt.shape[0] != m:
+        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
+    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else torch.zeros(m, dtype=torch.int64)
+    warn_delta_vs_n(engine.delta, m)
+    n_blocks = int(feature_map.n_blocks)
+    scale = n_blocks ** 0.5
+    chunk = feature_map.batch_rows()
+    blocks = []
+    for t in range(n_blocks):
+        noisy = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
+                                                                    chunk), 1.0)
+        blocks.append(noisy.T / (q * m * scale))
+    return torch.cat(blocks, 0)
+
+
 def _proxy(proxy_map: FeatureMap, source, engine: PrivacyEngine, batch_size, public: dict) -> torch.Tensor:
     """DP early stopping's proxy: the unconditional mean embedding under the public network's features
     (:func:`~mmdsynth.early_stopping.release_proxy`, at its own multiplier in the plan)."""
@@ -262,9 +283,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
                                     f"{feature_map.spec()['name']} has {n_blocks}. Use release_mean_embedding.")
     q = check_probability(sample_rate, "sample_rate")
     conditional = y is not None
-    if conditional and (n_classes is None or int(n_classes) < 2):
-        raise InvalidParameterError(f"n_classes must be given (public knowledge, >= 2) for a class-conditional "
-                                    f"release; got {n_classes!r}. It is never read from the private labels.")
+    _check_embedding_args(conditional, n_classes, None)
     if isinstance(X, Source):
         raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
                                     "release_mean_embedding (sample_rate=None) for shards.")
@@ -282,20 +301,8 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
                          assumed=public, n_records=m, mechanism="subsampled-gaussian")
 
     # ---- private data from here on -------------------------------------------------
-    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
-    if Xt.shape[0] != m:
-        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
-    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if conditional else torch.zeros(m, dtype=torch.int64)
-    warn_delta_vs_n(engine.delta, m)
-    scale = n_blocks ** 0.5
-    chunk = feature_map.batch_rows()
-    blocks = []
-    for t in range(n_blocks):                         # the engine draws step t's records (secret) and its noise
-        noisy = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
-                                                                    chunk), 1.0)
-        blocks.append(noisy.T / (q * m * scale))
+    embedding = _sampled_blocks(engine, feature_map, X, y if conditional else None, m, n_cols, q)
     # ---- end of private data ------------------------------------------------------------
-    embedding = torch.cat(blocks, 0)
     tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}
     engine.charge(f"{what} ({n_blocks} subsampled steps)")
     facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,
