@@ -491,8 +491,7 @@ def _epilog(cls, methods: dict, generic) -> str:
     name = cls.method if cls is not None else "dp-merf"
     if "table" in kinds and cls is None:
         lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # no "
-                     f"--method: the table default, hybrid (dp-merf under {HYBRID_MIN_ROWS:,} rows where "
-                     f"rows x epsilon is under {HYBRID_MIN_RECORDS_EPSILON:,})")
+                     f"--method: the table default (hybrid, or dp-merf for a small table)")
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
     if "image" in kinds and (cls is not None and "table" not in kinds):
