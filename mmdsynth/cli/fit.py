@@ -490,8 +490,8 @@ def _epilog(cls, methods: dict, generic) -> str:
               "that the chosen method does not take is refused by name (exit status 2).", "", "examples:"]
     name = cls.method if cls is not None else "dp-merf"
     if "table" in kinds and cls is None:
-        lines.append(f"  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # no "
-                     f"--method: the table default (hybrid, or dp-merf for a small table)")
+        lines.append("  mmdsynth fit --csv data.csv --schema schema.json --label income --out runs/mine      # no "
+                     "--method: the table default (hybrid, or dp-merf for a small table)")
     if "table" in kinds:
         lines.append(f"  mmdsynth fit --method {name} --csv data.csv --schema schema.json --label income --out runs/mine")
     if "image" in kinds and (cls is not None and "table" not in kinds):
