@@ -21,9 +21,13 @@ library chooses; otherwise the registry name, ``mst`` / ``aim`` / ``dp-merf`` / 
     python benchmarks/suite.py --summarize benchmarks/out/suite.jsonl
 
 ``--goal-table`` prints issue 81's table (the default as the current rule chooses it beside AIM, MST and DP-MERF, with
-each cell's verdict), ``--write benchmarks/RESULTS.md`` replaces its block there:
+each cell's verdict; ``--tried`` lines of the hybrid's variants, named where a cell misses), ``--write
+benchmarks/RESULTS.md`` replaces its block there (the command RESULTS.md's table is built with):
 
-    python benchmarks/suite.py --goal-table benchmarks/out/suite.jsonl --write benchmarks/RESULTS.md
+    python benchmarks/suite.py --goal-table benchmarks/out/suite.jsonl --tried benchmarks/out/suite_released_grid.jsonl \
+        benchmarks/out/suite_small_hybrid.jsonl benchmarks/out/suite_pairs_all.jsonl benchmarks/out/suite_share.jsonl \
+        benchmarks/out/suite_hybrid_aim_inside.jsonl benchmarks/out/suite_stall_off.jsonl \
+        benchmarks/out/suite_unstratified.jsonl --write benchmarks/RESULTS.md
 """
 from __future__ import annotations
 
@@ -199,6 +203,12 @@ def run(args) -> None:
                 emit(line, args.out)
 
 
+def _rank(table: str) -> int:
+    """A table's place in the printed tables: the twelve, then the papers', then any other (a --rows sample)."""
+    order = TABLES + PAPERS
+    return order.index(table) if table in order else len(order)
+
+
 def summarize(paths) -> None:
     groups: dict = {}
     for d in _lines(paths):
@@ -206,8 +216,7 @@ def summarize(paths) -> None:
         groups.setdefault(key, []).append(d)
     print("| table | eps | method (chose) | n | ML efficacy | 1-way | 2-way | 3-way | fit s | repeats (real) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for (table, eps, method), ds in sorted(groups.items(), key=lambda kv: ((TABLES + PAPERS).index(kv[0][0]) if kv[0][0] in TABLES + PAPERS
-                                                                         else 99, kv[0][1], kv[0][2])):
+    for (table, eps, method), ds in sorted(groups.items(), key=lambda kv: (_rank(kv[0][0]), kv[0][1], kv[0][2])):
         mean = lambda k: statistics.mean(d[k] for d in ds if d.get(k) is not None)  # noqa: E731
         print(f"| {table} | {eps:g} | {method} ({ds[0]['chose']}) | {len(ds)} | {mean('ml_efficacy'):.3f} | "
               f"{mean('tvd_1way'):.3f} | {mean('tvd_2way'):.3f} | {mean('tvd_3way'):.3f} | {mean('fit_s'):.0f} | "
@@ -254,7 +263,7 @@ def goal_rows(lines: list[dict]) -> list[dict]:
     rows = []
     lines = [d for d in lines if "@" not in d["table"]]      # a --rows sample is not the suite's table
     keys = sorted({(d["table"], d["epsilon"]) for d in lines},
-                  key=lambda k: ((TABLES + PAPERS).index(k[0]) if k[0] in TABLES + PAPERS else 99, k[1]))
+                  key=lambda k: (_rank(k[0]), k[1]))
     for table, eps in keys:
         here = [d for d in lines if d["table"] == table and d["epsilon"] == eps]
         n = here[0]["rows"]
