@@ -368,18 +368,19 @@ class DPKIP(Method):
                                   numeric_share=self._s.numeric_share)
             source = person_source(X, schema)                   # a person table: DP-SGD then samples persons
             n_records = source.n_records                        # public: the rows, or the persons
+            shape = None                                        # a table's: its encoder's width, once prepared
         else:
             shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
         persons = source if isinstance(source, PersonTable) else None    # DP-SGD samples persons, not rows
         self._settle_delta(n_records)                     # public: the rows, or the persons
         self._validate(n_records)
-        self._choose_start(public_init, None if table else shape, shares)
+        self._choose_start(public_init, shape, shares)
         plan, mults = self.plan(n_records, shares)
         if state is not None:
             _check_resumed(state.entry, out, n_records, plan, privacy_unit if table else None)
         else:
             state, encoded = self._begin(X, y, source, schema, plan, mults, n_records=n_records, budget=budget,
-                                         dataset=dataset, privacy_unit=privacy_unit, shape=None if table else shape,
+                                         dataset=dataset, privacy_unit=privacy_unit, shape=shape,
                                          public_init=public_init, persons=persons is not None, out=out)
         # ---- private data from here on, through private_gradient only -----------------------
         Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
@@ -387,7 +388,7 @@ class DPKIP(Method):
         y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
         self._train(state, x_all, y_all, plan, out, persons)
         # ---- end of private data -----------------------------------------------------------------
-        self.release_ = self._support_release(state, None if table else shape, dataset, n_records, public_facts)
+        self.release_ = self._support_release(state, shape, dataset, n_records, public_facts)
         if out is not None:
             self.save(out)
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
