@@ -29,7 +29,8 @@ def default_delta(n_records: int | None) -> float:
 
 #: the table default's size rule (`mmdsynth fit` without --method, ``mmdsynth.fit``): from this many records up the
 #: hybrid (measured marginals and a kernel embedding in one plan), below it DP-MERF, whose one release keeps the whole
-#: budget, unless records x epsilon reaches HYBRID_MIN_RECORDS_EPSILON. Measured (benchmarks/log/2026-12-04.md#suite-small: the twelve-table suite's 80/20 splits, eps 1, 3 seeds):
+#: budget, unless records x epsilon reaches HYBRID_MIN_RECORDS_EPSILON. Measured (benchmarks/log/2026-12-04.md#suite-small:
+#: the twelve-table suite's 80/20 splits, eps 1, 3 seeds):
 #: on the seven tables of 3,525-4,305 training rows the hybrid (16 cells cut at released mass, the rule below) trains
 #: classifiers as good as DP-MERF's or better on all seven (mean ROC AUC / F1 +0.008 to +0.033, level on wvs) with
 #: closer 2-way marginals on five (TVD -0.009 to -0.060; farther on wvs and arrests); on males' 2,492 rows the two are

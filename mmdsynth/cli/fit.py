@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..choice import HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts, table_default
+from ..choice import (HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts,
+                      table_default)
 from . import _catalog
 from ._types import existing_file
 
