@@ -31,7 +31,7 @@ import torch
 import mmdsynth
 from mmdsynth import DPKIP
 from mmdsynth.audit import audit
-from mmdsynth.kip import dpsgd
+from mmdsynth.statistics import gradients
 from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.kip.krr import centred_one_hot
 from mmdsynth.methods.kip import to_kernel_space
@@ -50,7 +50,7 @@ def put_back_old_behaviour() -> None:
             super().__init__(seed=0)
 
     engine_module.PoissonSampler = PublicSampler
-    dpsgd.factored_clipped_sum = leaky_per_record.factored_clipped_sum
+    gradients.factored_clipped_sum = leaky_per_record.factored_clipped_sum
 
 
 def identical_batches() -> dict:
@@ -83,11 +83,11 @@ def worst_clip() -> dict:
     xb, yb = x[1:30], centred_one_hot(digits.y_train[1:30], 10).double()
     k, clip, out = FCReLUKernel(1), 1e-6, {}
     for reg in (1e-6, 1e-7):
-        base = dpsgd.clipped_sum(k, xs, ys, xb, yb, reg, clip)
+        base = gradients.clipped_sum(k, xs, ys, xb, yb, reg, clip)
         worst = 0.0
         for label in range(10):
             yt = centred_one_hot(torch.tensor([label]), 10).double()
-            more = dpsgd.clipped_sum(k, xs, ys, torch.cat([xb, x[:1]]), torch.cat([yb, yt]), reg, clip)
+            more = gradients.clipped_sum(k, xs, ys, torch.cat([xb, x[:1]]), torch.cat([yb, yt]), reg, clip)
             worst = max(worst, float((more - base).norm()) / clip)
         out[f"lambda={reg:g}"] = round(worst, 4)
     return out

@@ -22,7 +22,7 @@ claimed (epsilon 1, delta 1e-5), replace-one, SECURE noise (the default source).
 
 Per pair it reports: how the two sides ended (released / refused, the message); for released sides the
 exact (noise-free) embeddings, computed by the release's own statistic
-(:class:`~mmdsynth.features.sums.ClassSums` with the release's encoder and feature map), their distance
+(:class:`~mmdsynth.statistics.embedding.ClassSums` with the release's encoder and feature map), their distance
 over the ledger's recorded sensitivity (``sensitivity_ratio``: <= 1 for a correct release), and how many
 of the other 399 rows encode differently; the distinguisher: project every released embedding on the
 direction (exact B - exact A), flag "B" above the midpoint of the two exact projections (direction and
@@ -65,7 +65,7 @@ import mmdsynth
 from mmdsynth import DPMERF, Schema
 from mmdsynth.audit import epsilon_bounds, smallest_provable_shift, threshold_test
 from mmdsynth.features.base import build_feature_map
-from mmdsynth.features.sums import ClassSums
+from mmdsynth.statistics.embedding import ClassSums
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _rows import emit  # noqa: E402

@@ -19,10 +19,10 @@ import torch
 from _rows import emit
 
 from mmdsynth import load_dataset
-from mmdsynth.kip.dpsgd import clipped_sum, private_gradient
+from mmdsynth.privacy.dpsgd import private_gradient
 from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.kip.krr import centred_one_hot
-from mmdsynth.kip.per_record import _support_terms, gradient_matrices, per_record_factors, squared_norms
+from mmdsynth.statistics.gradients import _support_terms, clipped_sum, gradient_matrices, per_record_factors, squared_norms
 from mmdsynth.methods.kip import to_kernel_space
 from mmdsynth.privacy import NoiseSource
 from mmdsynth.privacy.engine import PrivacyEngine

@@ -11,7 +11,7 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
    worst case the sensitivity proof must cover);
 2. ``trials`` runs of the mechanism on D and as many on D', each with fresh noise, through the
    same function a fit uses (:func:`~mmdsynth.embedding.release_mean_embedding`, DP-KIP's
-   :func:`~mmdsynth.kip.dpsgd.private_gradient` for one step, a whole ``DPKIP.fit`` with its own
+   :func:`~mmdsynth.privacy.dpsgd.private_gradient` for one step, a whole ``DPKIP.fit`` with its own
    secret sampler and clipping, or the marginal methods' private selection, a ``Select`` stage run by
    :func:`~mmdsynth.privacy.marginals.run_stages` through a zCDP filter), calibrated once to the claimed
    (epsilon, delta);
@@ -369,7 +369,8 @@ class _PersonMarginalTarget(_ProjectionTarget):
         from .data.schema import Schema
         from .engines.persons import PersonTable
         from .privacy.engine import open_engine
-        from .privacy.marginals import clique_counts, clique_key
+        from .privacy.marginals import clique_counts
+        from .statistics.tables import clique_key
 
         self.epsilon, self.delta = epsilon, delta
         self._template = open_engine(epsilon, delta)           # calibrated once; no budget file
@@ -417,7 +418,7 @@ class _DPSGDTarget(_ProjectionTarget):
     neighbouring = "add_remove"
 
     def __init__(self, epsilon, delta, n_records: int, seed: int, clip: float = 1e-3):
-        from .kip.dpsgd import clipped_sum
+        from .statistics.gradients import clipped_sum
         from .kip.kernels import FCReLUKernel
         from .privacy.calibration import PrivacyPlan
         from .privacy.engine import open_engine
@@ -454,7 +455,7 @@ class _DPSGDTarget(_ProjectionTarget):
                             f"clip {clip:g})")
 
     def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
-        from .kip.dpsgd import private_gradient
+        from .privacy.dpsgd import private_gradient
 
         X, y = (self.X2, self.y2) if neighbour else (self.X, self.y)
         g = private_gradient(self.kernel, self.x_s, self.y_s, X, y, reg=1e-6, clip=self.clip, engine=self.engine,
@@ -524,12 +525,12 @@ class _DPSGDFitTarget:
 
     def _contribution(self, x_s, X, y) -> torch.Tensor:
         """The fit's own clipped sum (the function its private_gradient calls) over records X, y."""
-        from .kip import dpsgd
+        from .statistics import gradients
 
         y_s = self._one_hot(torch.arange(x_s.shape[0]) // self.PER_CLASS, self.CLASSES, torch.float64)
         xb = self._to_kernel(torch.as_tensor(X)).double()
         yb = self._one_hot(torch.as_tensor(y), self.CLASSES, torch.float64)
-        return dpsgd.clipped_sum(self._kernel, x_s, y_s, xb, yb, self.reg, self.clip)
+        return gradients.clipped_sum(self._kernel, x_s, y_s, xb, yb, self.reg, self.clip)
 
     def prepare(self) -> float:
         """Direction of the canary at the public start, and its measured sensitivity: the largest
@@ -611,7 +612,7 @@ class _SampledReleaseTarget:
     SIM_DIVISORS = tuple(float(2 ** (k / 4)) for k in range(1, 29))      # 1.19 .. 128
 
     def __init__(self, epsilon, delta, n_records: int, seed: int, neighbouring: str = "replace_one"):
-        from .embedding import sampled_block_sums
+        from .statistics.embedding import sampled_block_sums
         from .features.randconv import RandomConvFeatures
         from .privacy.calibration import PrivacyPlan
         from .privacy.engine import open_engine

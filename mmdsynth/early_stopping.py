@@ -17,7 +17,7 @@ import torch
 
 from .engines import as_source
 from .features.base import FeatureMap
-from .features.sums import ClassSums
+from .statistics.embedding import ClassSums
 from .privacy.engine import PrivacyEngine
 
 

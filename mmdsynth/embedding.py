@@ -17,8 +17,7 @@ from .early_stopping import release_proxy
 from .engines import Source, as_source
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
-from .features.sums import ClassSums
-from .privacy.mechanisms import bounded_rows
+from .statistics.embedding import ClassSums, SampledBlockSums
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
 from .privacy.engine import GaussianRelease, PrivacyEngine, open_engine
@@ -95,7 +94,7 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     against the rows read) or, with ``encoder`` (a :class:`~mmdsynth.data.encoding.TableEncoder`), a
     DataFrame or a table Source whose rows the encoder turns into records; either is
     class-conditional when ``n_classes`` is given. Only sums over records are computed from the data
-    (:class:`~mmdsynth.features.sums.ClassSums`); the engine adds the noise, once, after they are
+    (:class:`~mmdsynth.statistics.embedding.ClassSums`); the engine adds the noise, once, after they are
     added up, records every ledger entry and charges the budget once.
 
     A feature map of several blocks (:meth:`FeatureMap.parts`, e.g. DP-MEPF's phi1 and phi2,
@@ -176,8 +175,7 @@ def _sampled_blocks(engine: PrivacyEngine, feature_map: FeatureMap, X, y, m: int
     chunk = feature_map.batch_rows()
     blocks = []
     for t in range(n_blocks):
-        noisy = engine.step(m, lambda idx, t=t: sampled_block_sums(feature_map, t, Xt[idx], yt[idx], n_cols, scale,
-                                                                    chunk), 1.0)
+        noisy = engine.step(m, SampledBlockSums(feature_map, t, Xt, yt, n_cols, scale, chunk), 1.0)
         blocks.append(noisy.T / (q * m * scale))
     return torch.cat(blocks, 0)
 
@@ -312,14 +310,3 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     return Release(tensors, feature_map.spec(), facts, engine.ledger, {})
 
 
-def sampled_block_sums(feature_map: FeatureMap, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int,
-                       scale: float, chunk: int) -> torch.Tensor:
-    """(C, width) float64: sum over the records given of ``scale`` * block ``block``'s features, each record's
-    row bounded to norm 1 (:func:`bounded_rows`: a larger or non-finite row cannot add more), in its class row."""
-    width = feature_map.out_dim // feature_map.n_blocks
-    acc = torch.zeros((n_cols, width), dtype=torch.float64)
-    with torch.no_grad():
-        for start in range(0, X.shape[0], chunk):
-            rows = bounded_rows(scale * feature_map.block_features(X[start:start + chunk], block).double(), 1.0)
-            acc.index_add_(0, y[start:start + chunk], rows.cpu())
-    return acc

@@ -1,4 +1,5 @@
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,42 @@ if "MMDSYNTH_DATA_DIR" not in os.environ and SHARED.is_dir():
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MMDSYNTH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _defined_in(statistic) -> str:
+    """The module a statistic is defined in: a function's (a partial's function's), else its class's."""
+    f = getattr(statistic, "func", statistic)
+    return f.__module__ if isinstance(f, types.FunctionType) else type(f).__module__
+
+
+@pytest.fixture(autouse=True)
+def _only_the_statistics_read_private_rows(request, monkeypatch):
+    """Issue 82: every sum over private rows that a test runs in this process (an engine's pass over a source's
+    shards, the privacy engine's subsampled step) reads the rows through a statistic of ``mmdsynth/statistics/``.
+    A statistic defined anywhere else (a lambda in a method, a class beside a planner) fails the test that ran it.
+    A test that feeds a source its own statistic says so: ``@pytest.mark.own_statistic``."""
+    if request.node.get_closest_marker("own_statistic"):
+        yield
+        return
+    from mmdsynth.engines import StreamEngine
+    from mmdsynth.engines.ray_engine import RayEngine
+    from mmdsynth.privacy.engine import PrivacyEngine
+
+    outside: list[str] = []
+
+    def checked(original, position):
+        def run(self, *args, **kwargs):
+            where = _defined_in(args[position])
+            if not where.startswith("mmdsynth.statistics."):
+                outside.append(f"{original.__qualname__} ran a statistic defined in {where}")
+            return original(self, *args, **kwargs)
+        return run
+
+    monkeypatch.setattr(StreamEngine, "partials", checked(StreamEngine.partials, 1))
+    monkeypatch.setattr(RayEngine, "partials", checked(RayEngine.partials, 1))
+    monkeypatch.setattr(PrivacyEngine, "step", checked(PrivacyEngine.step, 1))
+    yield
+    assert not outside, f"private rows read outside mmdsynth/statistics/: {sorted(set(outside))}"
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from ..errors import InvalidParameterError
 from .encoding import TableEncoder
 from .numeric_sketch import ColumnGrid
 from .schema import Schema
-from .values import category_text, category_texts
+from ..statistics.values import category_text, category_texts
 
 #: numeric columns get at most this many cells by default (the peers' public grid: issue 47)
 DEFAULT_CELLS = 32

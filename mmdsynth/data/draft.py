@@ -30,58 +30,18 @@ import numpy as np
 import pandas as pd
 
 from .._io import LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT, atomic_write, sealed
-from ..engines import unweighted
 from ..errors import SchemaError
+from ..statistics.tables import ValueKinds
+from ..statistics.values import KINDS, category_texts, dates, marked_missing, numbers
 from .private_schema import OTHER, SchemaInference, complete_schema, release_schema_statistics
 from .schema import Column, Schema
-from .values import _FALSE, _TRUE, _each, category_texts, date_seconds, dates, marked_missing, number, numbers
 
-#: the kinds a value is read as, in the order of the released counts
-KINDS = ("missing", "boolean", "integer", "decimal", "date", "text")
 #: the share of the plan the types release gets (the rest: bounds and categories)
 TYPES_SHARE = 0.3
 #: a column takes a type when at least this share of its present values are of it (by the noisy counts)
 TYPE_SHARE = 0.95
 #: a column is nullable when its noisy count of missing values exceeds this many noise standard deviations
 NULLABLE_SIGMAS = 1.0
-#: words read as booleans in the draft (integers 0 / 1 stay integers: a column of them is drafted numeric)
-BOOLEAN_WORDS = (_TRUE | _FALSE) - {"1", "0", "1.0", "0.0"}
-
-
-def value_kind(value) -> int:
-    """The index in :data:`KINDS` of one value, read by itself (a pure function of that value)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return 0
-    text = str(value).strip()
-    if text == "":
-        return 0
-    if text.lower() in BOOLEAN_WORDS:
-        return 1
-    x = number(text)
-    if x is not None and math.isfinite(x):
-        return 2 if float(x).is_integer() else 3
-    if date_seconds(text) is not None:
-        return 4
-    return 5
-
-
-class ValueKinds:
-    """The statistic of the types release, for :meth:`~mmdsynth.engines.Source.total`: every column's count of
-    each of :data:`KINDS` over one batch of text cells (declared missing-value markers count as missing); under a
-    privacy unit each row weighs 1 / its person's rows."""
-
-    def __init__(self, columns, markers=()):
-        self.columns, self.markers = list(columns), list(markers)
-
-    def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)
-        out = {}
-        for name in self.columns:
-            s = df[name]
-            kinds = np.asarray(_each(s, value_kind), dtype=np.int64)      # each distinct text read once
-            kinds[marked_missing(s, self.markers)] = 0
-            out[name] = np.bincount(kinds, weights=weights, minlength=len(KINDS)).astype(np.float64)
-        return out
 
 
 def column_type(counts: np.ndarray, noise_std: float) -> dict:

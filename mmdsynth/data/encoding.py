@@ -22,7 +22,7 @@ import pandas as pd
 from .numeric_sketch import QuantileMap
 from .private_schema import conform, declared_part, inferred_columns, require_complete
 from .schema import Schema, enforce_constraints
-from .values import category_text
+from ..statistics.values import category_text
 
 
 #: where a missing numeric value sits in [0, 1] (public; the decoder discards it)
@@ -227,7 +227,8 @@ def person_ids(col, n: int, rows_per_person, rng: np.random.Generator) -> np.nda
     statistic of how a person's rows relate."""
     if rows_per_person is None:
         return fresh_ids(col, n, rng)
-    from ..engines.persons import ROWS_EDGES, draw_rows
+    from ..engines.persons import draw_rows
+    from ..statistics.persons import ROWS_EDGES
 
     p = np.asarray(rows_per_person, dtype=np.float64)
     mean = float(((np.asarray(ROWS_EDGES[:-1]) + np.asarray(ROWS_EDGES[1:]) - 1) / 2 * p).sum())

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..engines import as_source, unweighted
+from ..engines import as_source
+from ..statistics.tables import SketchCounts
 from .schema import Column, Schema
 
 #: geometric edges: this many per doubling, from RELATIVE_FLOOR x (hi - lo) up to the bounds
@@ -188,27 +189,6 @@ class NumericSketch:
 def max_cells(n_records: int, noise_std: float) -> int:
     """How many cells the noise allows (public: m and the calibrated noise std), at least 8."""
     return max(8, int(n_records / (CELL_COUNT_SIGMAS * noise_std)))
-
-
-class SketchCounts:
-    """The statistic the numeric sketch sums, for :meth:`~mmdsynth.engines.Source.total`: each
-    sketched column's cell counts over one batch of a table, after ``encoder.clean`` (the table
-    checked against, and conformed to, the complete schema) when an encoder is given."""
-
-    def __init__(self, sketch: "NumericSketch", encoder=None):
-        self.sketch, self.encoder = sketch, encoder
-
-    def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
-        if self.encoder is not None:
-            df = self.encoder.clean(df)
-        out = {}
-        for name, grid in self.sketch.grids.items():     # missing values (nullable columns) count nowhere
-            values = df[name].to_numpy(dtype=np.float64)
-            keep = ~np.isnan(values)
-            out[name] = np.bincount(grid.cells(values[keep]), weights=None if weights is None else weights[keep],
-                                    minlength=grid.n_cells).astype(np.float64)
-        return out
 
 
 def release_numeric_sketch(data, sketch: NumericSketch, engine, encoder=None) -> dict[str, torch.Tensor]:

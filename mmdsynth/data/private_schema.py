@@ -33,13 +33,13 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 import torch
 from scipy.stats import norm
 
-from ..engines import as_source, unweighted
+from ..engines import as_source
 from ..engines.persons import PersonShards, PersonTable
 from ..errors import SchemaError
+from ..statistics.tables import SchemaCounts, bin_edges, person_values  # noqa: F401
 from .schema import OTHER, RESOLUTION_SECONDS, Schema, conform, declared_part, inferred_columns  # noqa: F401
 
 #: numeric bins: a bin bounds the data when its noisy count exceeds this many noise stds
@@ -47,12 +47,6 @@ from .schema import OTHER, RESOLUTION_SECONDS, Schema, conform, declared_part, i
 NUMERIC_THRESHOLD_SIGMAS = 5.0
 #: share of delta that the category thresholds use when categories are inferred
 THRESHOLD_DELTA_SHARE = 0.5
-
-
-def bin_edges() -> np.ndarray:
-    """The public grid: 0 and +-2^(k/4) for k = -40..160, ascending (403 edges, 402 bins)."""
-    pos = 2.0 ** (np.arange(-40, 161) / 4.0)
-    return np.concatenate([-pos[::-1], [0.0], pos])
 
 
 @dataclass(frozen=True)
@@ -82,63 +76,6 @@ class SchemaInference:
         """tau with (number of inferred categorical columns) x P[1 + N(0, std^2) > tau] = threshold delta."""
         per_column = self.threshold_delta(delta) / len(self.categorical)
         return 1.0 + noise_std * float(norm.isf(per_column))
-
-
-class SchemaCounts:
-    """The statistic schema inference sums, for :meth:`~mmdsynth.engines.Source.total`: of one batch
-    of a table checked by :meth:`Schema.validate` (numbers finite, missing values only in nullable
-    columns, where they are not counted), the per-bin
-    counts of each numeric column to infer and the count of every value of each categorical one.
-
-    Under a privacy unit (a batch of :class:`~mmdsynth.engines.Weighted` rows, ``ids`` the schema's reading of the
-    person column): numeric bins sum the rows' weights (each person's rows weigh 1 in all), and a categorical
-    column's counts are kept per person, ``{person: {value: rows}}`` (integers: exact across shards, added key by
-    key), so that :func:`person_values` can give each person **one** value at weight 1. Weighting a person's K
-    distinct values by 1/K each would let a heavy person propose K candidate values, each clearing the keep-threshold
-    with about the delta meant for one record (issue 80)."""
-
-    def __init__(self, inference: "SchemaInference", ids=None):
-        self.inference, self.ids = inference, ids
-
-    def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
-        edges = bin_edges()
-        out: dict = {}
-        for name in self.inference.numeric:                 # missing values (nullable columns) count nowhere
-            values = df[name].to_numpy(dtype=float)
-            keep = ~np.isnan(values)
-            idx = np.clip(np.searchsorted(edges, values[keep], side="right") - 1, 0, len(edges) - 2)
-            out[name] = np.bincount(idx, weights=None if weights is None else weights[keep],
-                                    minlength=len(edges) - 1).astype(np.float64)
-        if self.inference.categorical and weights is not None and self.ids is None:
-            raise RuntimeError("category inference over persons needs the person column's reader (ids); nothing "
-                               "was released.")
-        persons = self.ids(df) if weights is not None and self.inference.categorical else None
-        for name in self.inference.categorical:
-            col = df[name]
-            keep = col.notna().to_numpy()
-            if persons is None:
-                out[name] = {str(k): float(v) for k, v in col[keep].astype(str).value_counts(sort=False).items()}
-            else:                                   # rows per (person, value): each person's value chosen later
-                rows = pd.Series(1, index=pd.MultiIndex.from_arrays(
-                    [persons[keep].to_numpy(), col[keep].astype(str).to_numpy()])).groupby(level=[0, 1]).sum()
-                nested: dict = {}
-                for (person, value), n in rows.items():
-                    nested.setdefault(person, {})[str(value)] = int(n)
-                out[name] = nested
-        return out
-
-
-def person_values(rows: dict) -> dict[str, float]:
-    """Category counts with each person counted once: ``rows`` is ``{person: {value: rows}}`` (summed over every
-    shard); each person adds 1 to the value most of their rows hold (ties: the first in text order), a function of
-    that person's rows alone. Replacing a person moves two counts by 1: the sensitivity of one record, and a value
-    held by one person only is a candidate with count 1, whatever their number of rows."""
-    counts: dict[str, float] = {}
-    for values in rows.values():
-        top = min(values.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        counts[top] = counts.get(top, 0.0) + 1.0
-    return counts
 
 
 def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataValidationError, SchemaError
-from .values import category_text, category_texts, date_seconds, dates, marked_missing, numbers
+from ..statistics.values import category_text, category_texts, date_seconds, dates, marked_missing, numbers
 
 
 #: the resolutions a datetime column may declare (pandas frequency aliases)
@@ -33,7 +33,7 @@ COLUMN_KEYS = {"name", "type", "bounds", "categories", "integer", "nullable", "r
 
 def _seconds(value, name: str, fmt: str | None = None) -> float:
     """A declared date (ISO text, or text in ``fmt``) as seconds since 1970-01-01 UTC, read exactly as a
-    value of the column is (:func:`~mmdsynth.data.values.date_seconds`). Bounds are public: the message
+    value of the column is (:func:`~mmdsynth.statistics.values.date_seconds`). Bounds are public: the message
     may quote them."""
     seconds = date_seconds(value, fmt) if isinstance(value, str) else None
     if seconds is None and fmt is not None and isinstance(value, str):
@@ -409,7 +409,7 @@ class Schema:
 
 
 def _checked_values(col: Column, s: pd.Series) -> pd.Series:
-    """The non-missing values of one column, each read by itself (:mod:`mmdsynth.data.values`: nothing is
+    """The non-missing values of one column, each read by itself (:mod:`mmdsynth.statistics.values`: nothing is
     decided from the column) and checked against the declaration: categories as their text, numbers
     and dates (as seconds) as floats in bounds, IDs in their range or without the synthetic prefix.
     A refusal names the column, the rule and a count, never a value."""
@@ -454,7 +454,7 @@ def _checked_values(col: Column, s: pd.Series) -> pd.Series:
 
 
 def datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
-    """Dates as seconds since 1970-01-01 UTC, each read by itself (:func:`~mmdsynth.data.values.date_seconds`):
+    """Dates as seconds since 1970-01-01 UTC, each read by itself (:func:`~mmdsynth.statistics.values.date_seconds`):
     pandas datetimes, numbers (Unix seconds: a validated table holds them), or text in the column's
     declared ``format``, else ISO 8601 (an offset converts its value to UTC; none means UTC). A value that
     is not a date is refused with a count, never quoted."""

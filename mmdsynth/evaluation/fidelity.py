@@ -27,7 +27,7 @@ import pandas as pd
 from scipy.stats import wasserstein_distance
 
 from ..data.schema import Schema, datetime_seconds
-from ..data.values import category_text, category_texts
+from ..statistics.values import category_text, category_texts
 
 MISSING = "(missing)"
 
@@ -53,7 +53,7 @@ def numeric_marginal(real: np.ndarray, synth: np.ndarray) -> dict:
 
 def categorical_marginal(real: pd.Series, synth: pd.Series, categories) -> dict:
     """TV between the two columns' category frequencies, every value and declared category compared as its
-    category text (:func:`~mmdsynth.data.values.category_text`: a declared "0.0", a read "0" and a sampled 0.0 are
+    category text (:func:`~mmdsynth.statistics.values.category_text`: a declared "0.0", a read "0" and a sampled 0.0 are
     one category), missing values one more category."""
     cats = category_labels(categories, missing=True)
     return {"kind": "categorical",

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import unknown_name
-from ..privacy.mechanisms import bounded_rows
+from ..statistics.bounds import bounded_rows
 
 FEATURE_MAPS: dict[str, type] = {}
 

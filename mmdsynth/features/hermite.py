@@ -38,7 +38,7 @@ import math
 import torch
 
 from ..errors import InvalidParameterError
-from ..privacy.mechanisms import bounded_rows
+from ..statistics.bounds import bounded_rows
 from ..validation import check_positive
 from .base import FeatureMap, register
 

@@ -5,7 +5,7 @@ infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
 q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
 set from public noise N(0, I) with fixed balanced labels (or, with ``start``, from a set distilled from a
 release of a share of the same plan), and only then reads private records, through
-:func:`mmdsynth.kip.dpsgd.private_gradient` alone. State is checkpointed after every
+:func:`mmdsynth.privacy.dpsgd.private_gradient` alone. State is checkpointed after every
 step (support set, Adam, step; the noise and the Poisson sample are fresh from the OS CSPRNG
 every step, so there is no generator state to keep unless a testing-only seed fixed them), so an
 interrupted run resumes where it stopped without re-spending budget; the checkpoint holds
@@ -42,7 +42,7 @@ from ..embedding import release_mean_embedding
 from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
-from ..kip.dpsgd import private_gradient
+from ..privacy.dpsgd import private_gradient
 from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile

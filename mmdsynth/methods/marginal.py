@@ -35,14 +35,14 @@ from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..privacy.engine import ZCDPEngine
 from ..privacy.ledger import PRIVACY_UNIT
-from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree, clique_key, run_stages
+from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree, run_stages
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
 from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
-from ..engines import unweighted
+from ..statistics.tables import CheckedRows, clique_key
 from ..engines.persons import person_source
 from .tables import encoder_of, release_rows_per_person, unit_shares
 
@@ -56,17 +56,6 @@ def coarse_counts(domain: Domain, name: str, fine_counts) -> np.ndarray:
     """A fine 1-way measurement summed over the cells of ``domain`` (post-processing)."""
     return np.bincount(domain.coarse_of_fine(name), weights=np.asarray(fine_counts, dtype=np.float64),
                        minlength=domain.size(name))
-
-
-class CheckedRows:
-    """A statistic for :meth:`~mmdsynth.engines.Source.total`: each batch checked against the schema (the table
-    encoder's ``clean``), counted. Run before the charge, so a bad shard is refused at no cost."""
-
-    def __init__(self, encoder):
-        self.encoder = encoder
-
-    def __call__(self, batch) -> dict:
-        return {"rows": len(self.encoder.clean(unweighted(batch)[0]))}
 
 
 def _schema_dict(schema) -> dict:

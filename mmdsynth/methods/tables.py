@@ -23,8 +23,9 @@ from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, m
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
                                    release_schema_statistics, require_complete)
 from ..data.schema import Schema
-from ..engines.persons import ROWS_EDGES, PersonShards, PersonTable, RowsPerPerson
+from ..engines.persons import PersonShards, PersonTable
 from ..errors import InvalidParameterError
+from ..statistics.persons import ROWS_EDGES, RowsPerPerson
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engines import as_source, unweighted
+from ..engines import as_source
+from ..statistics.tables import CliqueCounts, clique_key
 from ..errors import InvalidParameterError
 
 #: the L1 distance between a clique's counts and a public vector moves by at most this when one record is replaced
@@ -38,11 +39,6 @@ def dependence_sensitivity(m: int) -> float:
     most (2m + 2m + 4) / m: 6 + 4/m in all (a record of a person table weighs 1 / its person's rows, m counts the
     persons, and the same bound holds: dr and dc have L1 at most 2)."""
     return 6.0 + 4.0 / m
-
-
-def clique_key(clique) -> str:
-    """The name of a clique's counts in a release (attributes joined by ``|``)."""
-    return "|".join(clique)
 
 
 @dataclass(frozen=True)
@@ -92,27 +88,6 @@ class Select:
     penalties: dict = field(default_factory=dict)
     #: the domain to count in (as :class:`Measure`'s)
     domain: object = field(default=None, repr=False)
-
-
-class CliqueCounts:
-    """The statistic of :func:`clique_counts` for :meth:`~mmdsynth.engines.Source.total`: each clique's cell
-    counts over one batch of a table, after ``encoder.clean`` (the rows checked against the schema), every record's
-    cell read from its own values (:meth:`~mmdsynth.data.discrete.Domain.codes`)."""
-
-    def __init__(self, domain, encoder, cliques):
-        self.domain, self.encoder, self.cliques = domain, encoder, [tuple(c) for c in cliques]
-
-    def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
-        codes = self.domain.codes(self.encoder.clean(df))
-        index = {a: j for j, a in enumerate(self.domain.attributes)}
-        sizes = self.domain.sizes
-        out = {}
-        for clique in self.cliques:
-            shape = [sizes[a] for a in clique]
-            flat = np.ravel_multi_index([codes[:, index[a]] for a in clique], shape)
-            out[clique_key(clique)] = np.bincount(flat, weights=weights, minlength=math.prod(shape)).astype(np.float64)
-        return out
 
 
 def clique_counts(source, domain, encoder, cliques) -> dict[str, np.ndarray]:

@@ -23,10 +23,10 @@ from mmdsynth import DPKIP, cli
 from mmdsynth.audit import audit
 from mmdsynth.errors import ArtifactError
 from mmdsynth.features.base import FeatureMap
-from mmdsynth.kip import dpsgd
 from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.kip.krr import centred_one_hot
-from mmdsynth.kip.per_record import factored_clipped_sum
+from mmdsynth.statistics import gradients
+from mmdsynth.statistics.gradients import factored_clipped_sum
 from mmdsynth.methods.kip import to_kernel_space
 from mmdsynth.privacy import engine as engine_module
 from mmdsynth.privacy.ledger import Ledger
@@ -136,9 +136,8 @@ def test_the_old_factored_clipping_fails_the_same_check():
 
 
 def test_benign_support_sets_keep_the_fast_closed_form(monkeypatch):
-    from mmdsynth.kip import per_record
 
-    monkeypatch.setattr(per_record, "explicit_clipped_sum", lambda *a: pytest.fail("explicit path on a benign set"))
+    monkeypatch.setattr(gradients, "explicit_clipped_sum", lambda *a: pytest.fail("explicit path on a benign set"))
     g = torch.Generator().manual_seed(1)
     xs, xb = torch.randn(20, 64, generator=g, dtype=torch.float64), torch.randn(200, 64, generator=g, dtype=torch.float64)
     ys = centred_one_hot(torch.arange(20) // 2, 10).double()
@@ -269,7 +268,7 @@ def test_fit_audit_passes_the_fixed_code():
 
 
 def test_fit_audit_catches_the_old_clipping(monkeypatch):
-    monkeypatch.setattr(dpsgd, "factored_clipped_sum", leaky_per_record.factored_clipped_sum)
+    monkeypatch.setattr(gradients, "factored_clipped_sum", leaky_per_record.factored_clipped_sum)
     r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=100, duplicate_start=True)
     assert r.canary_gap > 5 and not r.passed and "SENSITIVITY EXCEEDED" in r.format()
 

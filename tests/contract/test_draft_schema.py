@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from mmdsynth.cli import main
-from mmdsynth.data.draft import KINDS, draft_schema, value_kind
+from mmdsynth.data.draft import draft_schema
+from mmdsynth.statistics.values import KINDS, value_kind
 from mmdsynth.privacy.engine import PrivacyEngine
 
 from support import toy_table

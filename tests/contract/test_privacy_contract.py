@@ -26,7 +26,7 @@ from mmdsynth import release_mean_embedding
 from mmdsynth.features import (FEATURE_MAPS, ENTKFeatures, HermiteFeatures, MixedRFF, PerceptualFeatures, PixelFeatures,
                               PooledFeatures, RandomConvFeatures, RandomFourierFeatures, build_feature_map)
 from mmdsynth.features.encoders import build_encoder, save_encoder
-from mmdsynth.kip.dpsgd import private_gradient
+from mmdsynth.privacy.dpsgd import private_gradient
 from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.methods import DPHP, DPKIP, DPMEPF, DPMERF, DPNTK, METHODS
 from mmdsynth.methods.kernel import DPRandConv
@@ -239,7 +239,8 @@ def test_sampled_release_add_remove_contract():
     """neighbouring="add_remove" (NDPDC's accounting): the ledger and plan say add/remove, the plan is within
     epsilon at that relation, and adding any adversarial record to a step's sample moves that step's sum (the
     release's own sampled_block_sums) by <= clip = 1, the add/remove sensitivity the accountant prices."""
-    from mmdsynth.embedding import release_sampled_embedding, sampled_block_sums
+    from mmdsynth.embedding import release_sampled_embedding
+    from mmdsynth.statistics.embedding import sampled_block_sums
     fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
     X, y = _base(IMAGE)
     rel = release_sampled_embedding(fmap, X, y, epsilon=1.0, delta=1e-5, n_classes=C, sample_rate=0.5, seed=0,

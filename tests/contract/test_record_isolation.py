@@ -37,7 +37,8 @@ from hypothesis import HealthCheck, given, reject, settings, strategies as st
 from mmdsynth import Schema
 from mmdsynth.data import ShardedTable, read_sql, read_table
 from mmdsynth.data.encoding import TableEncoder
-from mmdsynth.data.private_schema import OTHER, SchemaCounts, SchemaInference
+from mmdsynth.data.private_schema import OTHER, SchemaInference
+from mmdsynth.statistics.tables import SchemaCounts
 from mmdsynth.engines import add_partials
 from mmdsynth.errors import DataValidationError, SchemaError
 
@@ -538,7 +539,7 @@ def test_text_columns_read_once_per_distinct_text_read_each_value_alike(boolean)
     """A column of texts is read once per distinct text and spread back (the fast path); the result is, value by
     value, what reading that value alone gives, also where the column holds one non-text value (the general path)
     and where equal texts come as str and numpy str."""
-    from mmdsynth.data.values import boolean_text, category_text, category_texts
+    from mmdsynth.statistics.values import boolean_text, category_text, category_texts
 
     read = boolean_text if boolean else category_text
     texts = ["true", " False ", "1", "0", "yes", "no", "a b", "1.0", "x"] if boolean else \

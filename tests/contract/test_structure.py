@@ -3,6 +3,8 @@
 * calibration, the Gaussian mechanism on private data and ledger entries each have one home (the
   privacy engine): outside ``mmdsynth/privacy/`` at most one module calls each (the `budget`
   calculator command may calibrate; nobody else);
+* every function that reads private rows lives in ``mmdsynth/statistics/`` and columns are parsed value by value
+  there (issue 82);
 * the package's imports (module-level and inside functions) form no circle;
 * the CLI is generated from the methods: a flag the method does not take is refused by name, and a
   method's defaults are its own; ``import mmdsynth.cli`` loads no torch.
@@ -76,6 +78,56 @@ def test_every_engine_is_built_in_one_place():
                             node.func.id in ("PrivacyEngine", "ZCDPEngine"):
                         sites.add((name, fn.name))
     assert sites == {("mmdsynth.privacy.engine", "open_engine")}, sorted(sites)
+
+
+def test_only_the_statistics_folder_unpacks_a_batch():
+    """Issue 82: every function that reads private rows lives in ``mmdsynth/statistics/``. Outside it no module
+    unpacks a batch (``unweighted(...)``) or defines a statistic (a ``__call__`` reading a ``batch``); a batch's
+    weighted form is built only where sources build batches (``mmdsynth/engines/``). ``tests/conftest.py`` checks
+    the same at run time for every sum a test runs."""
+    found = set()
+    for name, _, tree in _modules():
+        if name.startswith("mmdsynth.statistics"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if called == "unweighted" or (called == "Weighted" and not name.startswith("mmdsynth.engines")):
+                    found.add((name, called))
+            if isinstance(node, ast.FunctionDef) and node.name == "__call__" and \
+                    any(a.arg == "batch" for a in node.args.args):
+                found.add((name, "__call__(batch)"))
+    assert not found, f"private rows read outside mmdsynth/statistics/: {sorted(found)}"
+
+
+#: the column-wide parses (``pd.to_numeric``, ``pd.to_datetime``, ``.astype(str)``) outside the per-value readers
+#: (``mmdsynth/statistics/values.py``), each on data that is not private: the papers' registered tables as their
+#: presets load them (public files), a schema drawn from public data, synthetic seconds decoded to dates, and the
+#: evaluation's report to the data holder (not a release). A new one fails here: read each value by itself.
+COLUMN_PARSES = {
+    ("mmdsynth.data.tabular", "to_numeric"), ("mmdsynth.data.tabular", "astype(str)"),
+    ("mmdsynth.data.presets", "astype(str)"), ("mmdsynth.data.schema", "to_numeric"),
+    ("mmdsynth.data.encoding", "to_datetime"), ("mmdsynth.evaluation.fidelity", "astype(str)"),
+}
+
+
+def test_columns_are_parsed_value_by_value():
+    found = set()
+    for name, _, tree in _modules():
+        if name == "mmdsynth.statistics.values":
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr in ("to_numeric", "to_datetime"):
+                found.add((name, node.func.attr))
+            elif node.func.attr == "astype" and node.args and isinstance(node.args[0], ast.Name) and \
+                    node.args[0].id == "str":
+                found.add((name, "astype(str)"))
+    assert found == COLUMN_PARSES, (f"column-wide parses outside mmdsynth/statistics/values.py: new "
+                                    f"{sorted(found - COLUMN_PARSES)}, gone (take them off COLUMN_PARSES) "
+                                    f"{sorted(COLUMN_PARSES - found)}")
 
 
 def _imports() -> dict[str, set[str]]:

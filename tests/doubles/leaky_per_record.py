@@ -7,7 +7,7 @@ the tests and benchmarks/dpsgd_attacks.py.
 import torch
 
 from mmdsynth.kip.kernels import FCReLUKernel
-from mmdsynth.kip.per_record import (CHUNK_BYTES, _support_terms, gradient_matrices, per_record_factors,
+from mmdsynth.statistics.gradients import (CHUNK_BYTES, _support_terms, gradient_matrices, per_record_factors,
                                     squared_norms)
 
 
@@ -15,7 +15,7 @@ def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, c
                          weights=None) -> torch.Tensor:
     """Sum over the batch of the per-record KIP gradients w.r.t. ``x_s``, each made finite and
     clipped to norm <= ``clip``: equal (to float64 rounding) to summing
-    :func:`mmdsynth.kip.dpsgd.clipped_gradients`, without forming them. Returns float64 (m, d)."""
+    :func:`mmdsynth.statistics.gradients.clipped_gradients`, without forming them. Returns float64 (m, d)."""
     assert weights is None, "the old clipping knew rows only"
     x_s, y_s = x_s.detach().double(), y_s.double()
     x_b, y_b = x_b.reshape(x_b.shape[0], -1).double(), y_b.double()

@@ -68,6 +68,7 @@ class _MovableSums:
         return {"sums": torch.as_tensor(np.asarray(batch[0]), dtype=torch.float64).sum(0)}
 
 
+@pytest.mark.own_statistic
 @pytest.mark.parametrize("gpu", [False, True])
 def test_stream_engine_sums_on_the_gpu_when_one_is_visible_and_moves_the_statistic_back(monkeypatch, gpu):
     import mmdsynth.runtime as runtime
@@ -271,6 +272,7 @@ class SlowOnce:
         return {"rows": float(len(df)), "age": float(df["age"].astype(float).sum())}
 
 
+@pytest.mark.own_statistic
 def test_ray_retries_a_shard_whose_worker_was_killed_and_counts_it_once(tmp_path, ray_cluster):
     import sys
     import threading

@@ -13,10 +13,11 @@ from mmdsynth import DPKIP, epsilon_for_sigma
 from mmdsynth._io import sealed
 from mmdsynth.cli import main
 from mmdsynth.errors import ArtifactError
-from mmdsynth.kip.dpsgd import clipped_gradients, clipped_sum, private_gradient
 from mmdsynth.kip.kernels import FCReLUKernel
 from mmdsynth.kip.krr import centred_one_hot, krr_loss, krr_weights
-from mmdsynth.kip.per_record import _support_terms, factored_clipped_sum, gradient_matrices, per_record_factors
+from mmdsynth.privacy.dpsgd import private_gradient
+from mmdsynth.statistics.gradients import (_support_terms, clipped_gradients, clipped_sum, factored_clipped_sum,
+                                          gradient_matrices, per_record_factors)
 from mmdsynth.methods import kip as kip_module
 from mmdsynth.privacy import PrivacyPlan
 from mmdsynth.privacy import engine as engine_module
@@ -148,7 +149,7 @@ def test_weighted_clipped_sum_is_each_clipped_gradient_times_its_weight(factored
     """A person's rows enter the step at 1 / their count: the weighted sum equals the reference's clipped
     per-record gradients times the weights, both paths; all-ones weights change nothing."""
     if factored == "explicit":                  # every record through the closed form's explicit fallback
-        monkeypatch.setattr("mmdsynth.kip.per_record.TRUST", float("inf"))
+        monkeypatch.setattr("mmdsynth.statistics.gradients.TRUST", float("inf"))
         factored = True
     k, xs, ys, xb, yb = _problem(B=9, m=7, d=11, seed=3)
     xs, ys, xb, yb = xs.double(), ys.double(), xb.double(), yb.double()
@@ -167,7 +168,7 @@ def test_one_person_with_many_worst_case_rows_moves_the_step_by_at_most_C(factor
     person with 500 extreme rows (or one) moves the clipped sum by at most C, where unweighted rows move it by
     far more."""
     from mmdsynth.engines.persons import PersonTable
-    from mmdsynth.kip.dpsgd import person_rows
+    from mmdsynth.statistics.gradients import person_rows
 
     k, xs, ys, xb, yb = _problem()
     clip = 1e-3

@@ -68,17 +68,17 @@ def test_dp_kip_samples_persons(tmp_path):
 def test_each_step_reads_whole_persons_at_one_in_all(monkeypatch):
     """The wiring of DP-KIP's steps: every step's rows carry weights 1 / (their person's rows), whole persons
     only (a weight 1 / c on a multiple of c rows), adding up to the number of persons sampled."""
-    from mmdsynth.kip import dpsgd
+    from mmdsynth.statistics import gradients
 
     df, _ = visits(200)
-    seen, original = [], dpsgd.person_rows
+    seen, original = [], gradients.person_rows
 
     def spy(persons, chosen):
         rows, weights = original(persons, chosen)
         seen.append(weights)
         return rows, weights
 
-    monkeypatch.setattr(dpsgd, "person_rows", spy)
+    monkeypatch.setattr(gradients, "person_rows", spy)
     DPKIP(epsilon=1.0, epochs=1, batch_size=40, images_per_class=2).fit(
         df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient"))
     assert len(seen) == 5 and all(w is not None for w in seen)
@@ -90,6 +90,7 @@ def test_each_step_reads_whole_persons_at_one_in_all(monkeypatch):
         assert np.allclose(1 / w, np.rint(1 / w))
 
 
+@pytest.mark.own_statistic
 def test_a_shard_that_changes_during_the_fit_is_refused(tmp_path):
     """The counting pass fixes each person's weight; a later pass that finds other rows (a new person, or a
     person's rows added while another's are removed, the same row count) refuses instead of using stale weights."""

@@ -1,12 +1,13 @@
-"""Sums of features over records: what every mean-embedding release adds up, wherever the rows live."""
+"""The statistics of a mean embedding: sums of features over records (every mean-embedding release adds them up,
+wherever the rows live), and one feature block's sums over the records a subsampled step draws."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..engines import unweighted
 from ..validation import check_features, check_labels
-from .base import FeatureMap
+from .bounds import bounded_rows
+from .rows import unweighted
 
 
 class ClassSums:
@@ -16,9 +17,9 @@ class ClassSums:
     a DataFrame that ``encoder`` (a :class:`~mmdsynth.data.encoding.TableEncoder`) turns into them. The
     records are checked here (finite numbers, labels in 0..n_classes-1) wherever the batch is read:
     in process or on a worker (``validate=False``: not checked; every row is still bounded by the map's
-    :meth:`~FeatureMap.bounded`, non-finite ones to zero)."""
+    :meth:`~mmdsynth.features.base.FeatureMap.bounded`, non-finite ones to zero)."""
 
-    def __init__(self, feature_map: FeatureMap, n_classes: int | None, *, encoder=None,
+    def __init__(self, feature_map, n_classes: int | None, *, encoder=None,
                  batch_size: int | None = None, validate: bool = True):
         self.feature_map, self.n_classes, self.encoder, self.batch_size = feature_map, n_classes, encoder, batch_size
         self.validate = validate
@@ -47,3 +48,31 @@ class ClassSums:
             out["counts"] = torch.bincount(y_t.cpu(), weights=None if w_t is None else w_t.cpu(),
                                            minlength=self.n_classes).to(torch.float64)
         return out
+
+
+def sampled_block_sums(feature_map, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int,
+                       scale: float, chunk: int) -> torch.Tensor:
+    """(C, width) float64: sum over the records given of ``scale`` * block ``block``'s features, each record's
+    row bounded to norm 1 (:func:`bounded_rows`: a larger or non-finite row cannot add more), in its class row."""
+    width = feature_map.out_dim // feature_map.n_blocks
+    acc = torch.zeros((n_cols, width), dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk):
+            rows = bounded_rows(scale * feature_map.block_features(X[start:start + chunk], block).double(), 1.0)
+            acc.index_add_(0, y[start:start + chunk], rows.cpu())
+    return acc
+
+
+class SampledBlockSums:
+    """The statistic of one subsampled step of a sampled embedding, for
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`: given the records the engine drew (indices into ``X`` /
+    ``y``, the checked private records), :func:`sampled_block_sums` of block ``block`` over them."""
+
+    def __init__(self, feature_map, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int, scale: float,
+                 chunk: int):
+        self.feature_map, self.block, self.X, self.y = feature_map, block, X, y
+        self.n_cols, self.scale, self.chunk = n_cols, scale, chunk
+
+    def __call__(self, chosen: torch.Tensor) -> torch.Tensor:
+        return sampled_block_sums(self.feature_map, self.block, self.X[chosen], self.y[chosen], self.n_cols,
+                                  self.scale, self.chunk)

@@ -227,3 +227,28 @@ def dates(s: pd.Series, fmt: str | None = None) -> tuple[pd.Series, np.ndarray]:
     else:
         values = _floats(_each(s, lambda v: date_seconds(v, fmt)))
     return pd.Series(values, index=s.index, dtype="float64"), ~np.isfinite(values)
+
+
+#: the kinds a value is read as, in the order of the released counts
+KINDS = ("missing", "boolean", "integer", "decimal", "date", "text")
+
+
+#: words read as booleans in the draft (integers 0 / 1 stay integers: a column of them is drafted numeric)
+BOOLEAN_WORDS = (_TRUE | _FALSE) - {"1", "0", "1.0", "0.0"}
+
+
+def value_kind(value) -> int:
+    """The index in :data:`KINDS` of one value, read by itself (a pure function of that value)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return 0
+    text = str(value).strip()
+    if text == "":
+        return 0
+    if text.lower() in BOOLEAN_WORDS:
+        return 1
+    x = number(text)
+    if x is not None and math.isfinite(x):
+        return 2 if float(x).is_integer() else 3
+    if date_seconds(text) is not None:
+        return 4
+    return 5

@@ -1,4 +1,9 @@
-"""Per-record KIP gradients in closed, factored form: the fast path of the DP-SGD step.
+"""The statistic of a DP-SGD step: each drawn record's KIP gradient, made finite, clipped and summed
+(:class:`ClippedGradientSums`; :func:`~mmdsynth.privacy.dpsgd.private_gradient` runs it through the engine's step).
+Two exact ways to the sum: the ``torch.func`` reference (:func:`clipped_gradients`, any kernel) and the closed,
+factored form below (FC ReLU NTK only; the default).
+
+Per-record KIP gradients in closed, factored form: the fast path of the DP-SGD step.
 
 For one target record (x_t, y_t) the KIP loss is L = 0.5 mean_c (k alpha - y_t)^2 with
 k = K(x_t, X) (1 x m), alpha = (K_ss + lambda tr(K_ss)/m I)^-1 Y_s. Its cotangents are
@@ -22,7 +27,7 @@ sum is (sum_i w_i R_i) X + sum_i w_i v_i x_t,i^T with w_i = min(1, C / |g_i|). C
 O(B m^3 + B m d) instead of O(B m^2 d), in float64. Every rule is applied to each record on
 its own (clip; a record whose factors or norm are not finite contributes 0), so adding or
 removing one record moves the sum by at most C, as for the ``torch.func`` reference
-(:func:`mmdsynth.kip.dpsgd.clipped_gradients`), which the tests compare it with.
+(:func:`clipped_gradients`), which the tests compare it with.
 
 **When the closed form is not trusted.** The norm formula subtracts large terms when the support
 set is ill-conditioned (support points that coincide, e.g. a public start of one image repeated,
@@ -31,18 +36,20 @@ wrong by orders of magnitude or <= 0, and the old code added such a record uncli
 digits at lambda 1e-7). Each record's formula is therefore checked against a cancellation-free
 magnitude of everything it sums, M^2 = |R|abs|_F^2 |X|_F^2 + |v|^2 |x_t|^2 (|R|abs the entrywise
 absolute terms that form R): if |g|^2 < TRUST M^2 the record's gradient is formed explicitly
-(R X + v x_t^T, an m x d matrix), clipped by :func:`~mmdsynth.privacy.mechanisms.bounded_rows` and
+(R X + v x_t^T, an m x d matrix), clipped by :func:`~mmdsynth.statistics.bounds.bounded_rows` and
 added as it is, so its contribution is <= C by construction whatever the rounding. Above the
 threshold the formula's relative error is below ~m u / TRUST (u = 2^-53) and the sum's rounding
 below u C / sqrt(TRUST), both negligible. Benign support sets never take the explicit path.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+from torch.func import grad, vmap
 
-from ..privacy.mechanisms import bounded_rows
-from .kernels import FCReLUKernel
-from .krr import ridge_cholesky
+from ..kip.kernels import FCReLUKernel
+from ..kip.krr import krr_loss, ridge_cholesky
+from .bounds import bounded_rows
 
 CHUNK_BYTES = 64 * 2 ** 20          # bound on the (records x m x m) float64 factors held at once
 #: |g|^2 below TRUST x (the magnitude of its terms)^2: the closed-form norm may have cancelled;
@@ -104,7 +111,7 @@ def factored_clipped_sum(kernel: FCReLUKernel, x_s, y_s, x_b, y_b, reg: float, c
                          weights: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over the batch of the per-record KIP gradients w.r.t. ``x_s``, each made finite and
     clipped to norm <= ``clip`` (then times its ``weights`` entry, in [0, 1], when given: a person's rows
-    at 1 / their count): equal (to float64 rounding) to summing :func:`mmdsynth.kip.dpsgd.clipped_gradients`,
+    at 1 / their count): equal (to float64 rounding) to summing :func:`clipped_gradients`,
     without forming them. Returns float64 (m, d)."""
     x_s, y_s = x_s.detach().double(), y_s.double()
     x_b, y_b = x_b.reshape(x_b.shape[0], -1).double(), y_b.double()
@@ -145,3 +152,60 @@ def explicit_clipped_sum(s: dict, R, v, x_t, clip: float, weights: torch.Tensor)
     (norm <= ``clip`` by construction; a non-finite one contributes 0)."""
     g = R @ s["X"] + v[:, :, None] * x_t[:, None, :]
     return (weights[:, None] * bounded_rows(g.reshape(g.shape[0], -1), clip)).sum(0).reshape(s["X"].shape)
+
+
+def clipped_gradients(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_b: torch.Tensor, y_b: torch.Tensor,
+                      reg: float, clip: float) -> torch.Tensor:
+    """(B, *x_s.shape) per-record gradients of the KIP loss w.r.t. ``x_s``, each made finite (a
+    non-finite one becomes 0) and clipped to norm <= ``clip``."""
+    def loss_one(xs, xt, yt):
+        return krr_loss(kernel, xs, y_s, xt[None], yt[None], reg)
+
+    g = vmap(grad(loss_one), in_dims=(None, 0, 0))(x_s, x_b, y_b)
+    return bounded_rows(g.reshape(g.shape[0], -1), clip).reshape(g.shape)
+
+
+def person_rows(persons, chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the rows one DP-SGD step reads, their weights): the sampled records themselves (weights None), or with a
+    person as the unit every row of each sampled person, weighted by 1 / that person's rows."""
+    if persons is None:
+        return chosen, None
+    rows = np.flatnonzero(np.isin(persons.codes, chosen.numpy()))
+    return torch.from_numpy(rows), torch.from_numpy(persons.data.weights[rows])
+
+
+def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float, *, factored: bool = True,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum of the clipped per-record gradients, each times its ``weights`` entry when given (zeros for an
+    empty batch). Without noise this is NOT private: the engine's step (:func:`~mmdsynth.privacy.dpsgd.private_gradient`, through
+    :class:`ClippedGradientSums`) is the only caller on private data.
+    ``factored=False`` (or a kernel other than the FC ReLU NTK) uses the torch.func reference."""
+    if not x_b.shape[0]:
+        return torch.zeros_like(x_s)
+    if factored and isinstance(kernel, FCReLUKernel):
+        return factored_clipped_sum(kernel, x_s, y_s, x_b, y_b, reg, clip, weights)     # float64
+    g = clipped_gradients(kernel, x_s.detach(), y_s, x_b.to(x_s.dtype), y_b.to(x_s.dtype), reg, clip)
+    if weights is not None:
+        g = g * torch.as_tensor(weights, dtype=g.dtype, device=g.device).reshape(-1, *([1] * (g.dim() - 1)))
+    return g.sum(0)
+
+
+class ClippedGradientSums:
+    """The statistic of one DP-SGD step, for :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`: given the records
+    the engine drew (indices into ``x_all`` / ``y_all``; with a person as the unit, ``persons``, the rows'
+    :class:`~mmdsynth.engines.persons.PersonTable`, indices of persons, whose every row is read at weight 1 / that
+    person's rows: :func:`person_rows`), the sum of their clipped gradients (:func:`clipped_sum`). ``size`` keeps the
+    realised batch (rows, or the persons' weights) of the last call, which only a non-private run reads."""
+
+    def __init__(self, kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor, y_all: torch.Tensor, *,
+                 reg: float, clip: float, persons=None):
+        self.kernel, self.x_s, self.y_s, self.x_all, self.y_all = kernel, x_s, y_s, x_all, y_all
+        self.reg, self.clip, self.persons = reg, clip, persons
+        self.size = 0
+
+    def __call__(self, chosen: torch.Tensor) -> torch.Tensor:
+        idx, w = person_rows(self.persons, chosen)
+        idx = idx.to(self.x_all.device)
+        self.size = len(idx) if w is None else float(w.sum())
+        return clipped_sum(self.kernel, self.x_s, self.y_s, self.x_all[idx], self.y_all[idx], self.reg, self.clip,
+                           weights=w)
