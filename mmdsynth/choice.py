@@ -44,9 +44,12 @@ HYBRID_MIN_ROWS = 3_000
 #: 20,000) the hybrid's 2-way marginals are closer on all 12 (TVD -0.009 to -0.045) and its 3-way on all 12, its
 #: classifiers level (ROC AUC / F1 -0.020 to +0.014, mean -0.002), its fit 2-5x faster; males' 2,492 rows at eps 10
 #: (3 seeds): 2-way 0.068 against 0.079, ROC 0.717 against 0.706. At eps 1 (1,000 and 2,000) its classifiers lose on
-#: 9 of 12 (down to -0.148 on cps1988's 1,000 rows): DP-MERF keeps the small, low-epsilon tables. Between 2,000 and
-#: 10,000 records x epsilon nothing below 3,000 records was measured: the line is at the lowest point measured level.
-HYBRID_MIN_RECORDS_EPSILON = 10_000
+#: 9 of 12 (down to -0.148 on cps1988's 1,000 rows): DP-MERF keeps the small, low-epsilon tables. Between them
+#: (benchmarks/log/2026-12-05.md#small-line-3000: 1,000 rows at eps 3 and 5, 2,000 at eps 2 and 4, the same six
+#: tables) the hybrid's classifiers are level from 3,000 records x epsilon up (mean -0.002 to +0.005, as at 10,000)
+#: and its 2-way marginals closer on 23 of 24 (3-way 23), fitted in 2-11 s against 14-37 s; at 1,000 and 2,000 they
+#: lose (mean -0.033, -0.039). The line is 3,000, the lowest point measured level (until 2026-12-05 afternoon 10,000).
+HYBRID_MIN_RECORDS_EPSILON = 3_000
 
 
 def table_default(n_records: int | None, epsilon: float | None = None) -> str:

@@ -19,7 +19,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     """Fit ``data`` with ``method`` and return the fitted model. A table (a DataFrame or a ShardedTable) with no method
     named gets the table default, chosen from public facts only (:func:`mmdsynth.choice.choose_table_default`: the
     record count, which is the number of persons under a person unit, never their rows; epsilon): ``"hybrid"`` from
-    ``HYBRID_MIN_ROWS`` (3,000) records up or from ``HYBRID_MIN_RECORDS_EPSILON`` (10,000) records x epsilon,
+    ``HYBRID_MIN_ROWS`` (3,000) records up or from ``HYBRID_MIN_RECORDS_EPSILON`` (3,000) records x epsilon,
     ``"dp-merf"`` below (its one release keeps the whole budget), with 250
     generator iterations under 1,000 records and the hybrid's numeric columns on 16 cells cut at equal released mass
     where records x epsilon is under 15,000 (a parameter given wins), logged. ``params`` are the

@@ -374,8 +374,8 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
 
     assert HYBRID_MIN_ROWS == 3_000
     assert [table_default(n) for n in (None, 2_999, 3_000)] == ["hybrid", "dp-merf", "hybrid"]
-    # under 3,000 records the hybrid from 10,000 records x epsilon (the count and epsilon, both public)
-    assert [table_default(n, eps) for n, eps in ((2_000, 4.99), (2_000, 5.0), (999, 10.0), (1_000, 10.0))] == [
+    # under 3,000 records the hybrid from 3,000 records x epsilon (the count and epsilon, both public)
+    assert [table_default(n, eps) for n, eps in ((2_000, 1.49), (2_000, 1.5), (999, 3.0), (1_000, 3.0))] == [
         "dp-merf", "hybrid", "dp-merf", "hybrid"]
     big = toy_table(HYBRID_MIN_ROWS, seed=3)
     model = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
@@ -409,7 +409,7 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
                               capture_output=True, text=True)      # 300 rows x epsilon 40: the hybrid on both paths
     assert many_eps.returncode == 0, many_eps.stderr
     assert many_eps.stdout.startswith("method: hybrid (the table default for 300 rows at epsilon 40 (records x "
-                                      "epsilon 12,000, at least 10,000): measured marginals"), many_eps.stdout
+                                      "epsilon 12,000, at least 3,000): measured marginals"), many_eps.stdout
     wrong = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
                                   str(tmp_path / "wrong")], capture_output=True, text=True)
     assert wrong.returncode == 2 and "--marginal-share" in wrong.stderr and not (tmp_path / "wrong").exists()
