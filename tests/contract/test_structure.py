@@ -169,6 +169,37 @@ def test_no_import_circle():
             visit(node, [node])
 
 
+def _room(module: str) -> str:
+    """A module's folder (``mmdsynth.data.schema`` -> ``mmdsynth.data``); a top-level module is its own room."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else module
+
+
+def test_the_folders_form_layers():
+    """Issue 82: collapsed to folders, the imports still form no circle, so every arrow points down a layer (a module
+    of ``data/`` importing ``statistics/`` while ``statistics/`` imports ``data/`` fails, though no module circle
+    exists); and the statistics, which read private rows, import only the layers under them."""
+    rooms: dict[str, set[str]] = {}
+    for module, deps in _imports().items():
+        rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in sorted(rooms.get(node, ())):
+            if state.get(dep) == 1:
+                pytest.fail("folders import each other: " + " -> ".join(path[path.index(dep):] + [dep]))
+            elif state.get(dep) is None:
+                visit(dep, path + [dep])
+        state[node] = 2
+
+    for node in sorted(rooms):
+        if node not in state:
+            visit(node, [node])
+    assert rooms["mmdsynth.statistics"] <= {"mmdsynth.kip", "mmdsynth.validation", "mmdsynth.errors"}, \
+        rooms["mmdsynth.statistics"]
+
+
 def test_importing_the_cli_and_its_help_load_no_torch():
     code = ("import sys, mmdsynth.cli\nassert 'torch' not in sys.modules\n"
             "try:\n    mmdsynth.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
