@@ -20,7 +20,7 @@ from .features.base import FeatureMap
 from .statistics.embedding import ClassSums, SampledBlockSums
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
-from .privacy.engine import GaussianRelease, PrivacyEngine, open_engine
+from .privacy.engine import GaussianRelease, PrivacyEngine, SubsampledSteps, open_engine
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
 from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
@@ -294,9 +294,10 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
         f" under {feature_map.spec()['name']} features"
     public = {**public_assumptions(m, n_classes if conditional else None, public_facts), "clip": 1.0,
               "sensitivity": "a step's sum of sqrt(n_blocks) * block features, each of norm <= 1"}
-    engine.declare_dpsgd(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps "
-                                               f"at rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
-                         assumed=public, n_records=m, mechanism="subsampled-gaussian")
+    engine.declare(SubsampledSteps(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} "
+                                                         f"steps at rate {q:g}; stored as noisy sum / (q m "
+                                                         f"sqrt(n_blocks)))",
+                                   assumed=public, n_records=m, mechanism="subsampled-gaussian"))
 
     # ---- private data from here on -------------------------------------------------
     embedding = _sampled_blocks(engine, feature_map, X, y if conditional else None, m, n_cols, q)

@@ -47,7 +47,7 @@ from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_accuracy
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import PrivacyPlan
-from ..privacy.engine import PrivacyEngine
+from ..privacy.engine import PrivacyEngine, SubsampledSteps
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
@@ -420,12 +420,12 @@ class DPKIP(Method):
             self._rehearse_start(parts, engine, n_records, dataset)
             engine.charge(description)          # the whole plan, before the start's release reads a record
             start_x = self._private_start(engine, source if table else X, y, parts, dataset)
-        entry = engine.declare_dpsgd(
+        entry = engine.declare(SubsampledSteps(
             clip=self._s.clip, n_records=n_records, description=description,
             assumed=self._dpsgd_assumptions(n_records, persons),
             notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                    "after private steps) until it is resumed and finishes; delete it or resume it, never "
-                   "publish it",))
+                   "publish it",)))
         state = _KIPState.start(s, shape, engine, start_x, table_state)
         engine.charge(entry.description)
         if out is not None:

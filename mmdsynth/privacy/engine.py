@@ -60,6 +60,23 @@ class GaussianRelease:
     options: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SubsampledSteps:
+    """The plan's subsampled Gaussian steps as a value (:meth:`PrivacyEngine.declare`; run one by one by
+    :meth:`PrivacyEngine.step`): DP-SGD's, or a sampled embedding's. The rate and the number of steps are the plan's
+    (calibrated before any record is read); here each step's per-record bound ``clip`` (a record's part of a step's
+    sum has norm <= clip), the ledger's ``description``, the ``assumed`` public facts, the public ``n_records``,
+    ``notes`` for the ledger and the ``mechanism``'s name ("dp-sgd"; a subsampled release of sums:
+    "subsampled-gaussian")."""
+
+    clip: float
+    description: str
+    assumed: dict = field(default_factory=dict)
+    n_records: int = 0
+    notes: tuple = ()
+    mechanism: str = "dp-sgd"
+
+
 class PrivacyEngine:
     """One plan, calibrated once; every release of it noised, recorded and charged here.
 
@@ -99,6 +116,7 @@ class PrivacyEngine:
         self.budget_id = uuid.uuid4().hex
         self.entries: list[LedgerEntry] = []
         self.charged = False
+        self.steps_: SubsampledSteps | None = None       # the subsampled steps declared (:meth:`declare`)
 
     # -- constructors for what is not a fresh plan ---------------------------------------------------
     @classmethod
@@ -191,23 +209,27 @@ class PrivacyEngine:
                               computation=source.describe(), **dict(d.options))
                 for d in declared]
 
-    def declare_dpsgd(self, *, clip: float, description: str, assumed: dict, n_records: int,
-                      notes: tuple = (), mechanism: str = "dp-sgd") -> LedgerEntry:
-        """Record the entry of the plan's subsampled steps (before the first): every step's noise is
-        run by :meth:`step` (its records drawn, its sum noised). ``mechanism`` names them in the ledger
-        ("dp-sgd"; a subsampled release of sums: "subsampled-gaussian")."""
+    def declare(self, steps: SubsampledSteps) -> LedgerEntry:
+        """Record the entry of the plan's subsampled steps (before the first): every step's noise is then run by
+        :meth:`step` (its records drawn, its sum noised), at the declared ``clip`` and no other."""
         if not self.plan.subsampled:
-            raise InvalidParameterError("declare_dpsgd needs a plan with sample_rate and steps.")
-        return self._record(mechanism if self.private else NON_PRIVATE, description, self.sigma, clip, assumed,
-                            n_records, None, notes=notes, relation=self.plan.neighbouring,
-                            sampler=self.sampler.policy)
+            raise InvalidParameterError("subsampled steps need a plan with sample_rate and steps.")
+        self.steps_ = steps
+        return self._record(steps.mechanism if self.private else NON_PRIVATE, steps.description, self.sigma,
+                            steps.clip, steps.assumed, steps.n_records, None, notes=steps.notes,
+                            relation=self.plan.neighbouring, sampler=self.sampler.policy)
 
     def step(self, n: int, statistic, clip: float) -> torch.Tensor:
         """One step of the plan's subsampled Gaussian releases (DP-SGD's, a sampled embedding's), run here: the
         records it reads drawn from the secret sampler at the plan's rate (every one of the ``n`` records in a plan
         that is not subsampled: a one-step full-batch release), ``statistic(chosen)`` their sum (each record's part
         of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I). Returns the noisy sum (the sum
-        itself in a non-private run). The entry of the steps is :meth:`declare_dpsgd`'s."""
+        itself in a non-private run). The entry of the steps is :meth:`declare`'s; a step at another clip than the
+        one declared (which the ledger records as the sensitivity) is refused before it reads a record."""
+        declared = getattr(self, "steps_", None)
+        if declared is not None and float(clip) != float(declared.clip):
+            raise InvalidParameterError(f"a step at clip {clip:g}, but the declared steps' clip is "
+                                        f"{declared.clip:g}: the ledger would state another sensitivity.")
         chosen = self.sampler.sample(n, self.plan.sample_rate) if self.sampler is not None \
             else torch.arange(int(n))
         total = statistic(chosen)
@@ -387,8 +409,8 @@ class ZCDPEngine(PrivacyEngine):
         if not self.charged:
             super().charge(what)
 
-    def declare_dpsgd(self, **_):
-        raise InvalidParameterError("DP-SGD steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
+    def declare(self, steps):
+        raise InvalidParameterError("subsampled steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
 
 
 def open_engine(epsilon: float, delta: float, plan: PrivacyPlan | None = None, *, shares: dict | None = None,

@@ -132,3 +132,30 @@ def test_large_epsilon_is_calibrated_within_bounded_cost_or_refused():
     with pytest.raises(InvalidParameterError, match=r"epsilon=1e\+09 is above 1000: .* protects nothing"):
         gaussian_sigma(1e9, 1e-5)
     assert MAX_EPSILON == 1000.0
+
+
+@pytest.mark.own_statistic
+def test_a_step_runs_only_at_the_declared_clip():
+    """Subsampled steps are a declared stage value (issue 82): the ledger records the declared clip as the steps'
+    sensitivity, so a step at another clip is refused before its statistic reads a record."""
+    import torch
+
+    from mmdsynth.privacy.calibration import compose_plan
+    from mmdsynth.privacy.engine import SubsampledSteps, open_engine
+
+    engine = open_engine(1.0, 1e-5, PrivacyPlan((), 0.1, 10), noise_seed=0, sampler_seed=0)
+    entry = engine.declare(SubsampledSteps(clip=0.5, description="steps", n_records=100))
+    assert entry.sensitivity == 0.5 and entry.mechanism == "dp-sgd"
+    read = []
+
+    def statistic(chosen):
+        read.append(chosen)
+        return torch.zeros(3, dtype=torch.float64)
+
+    with pytest.raises(InvalidParameterError, match="declared steps' clip is 0.5"):
+        engine.step(100, statistic, 1.0)
+    assert not read
+    assert engine.step(100, statistic, 0.5).shape == (3,) and len(read) == 1
+    with pytest.raises(InvalidParameterError, match="sample_rate and steps"):
+        plan, multipliers = compose_plan({"x": 1.0})
+        open_engine(1.0, 1e-5, plan, multipliers=multipliers).declare(SubsampledSteps(clip=1.0, description="x"))
