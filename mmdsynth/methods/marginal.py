@@ -133,6 +133,44 @@ class MST(Method):
             privacy_unit: str = PRIVACY_UNIT):
         """Fit on a table: ``fit(df, label=..., schema=...)``. ``out``: the model folder (release, model.json).
         Returns self."""
+        sharded, schema, out = self._table_input(X, y, label, schema, resume, out)
+        s = self.settings_ = self.settings_for("table")
+        from .. import choice
+        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
+        require_complete(schema)
+        check_epsilon(s.epsilon)
+        check_delta(s.delta)
+        check_positive(s.iters, "iters", integer=True)
+        mbi()                                              # the extra is there before anything is read or charged
+        domain = Domain.of(schema, s.max_cells)
+        self._check_plan(domain)
+        encoder = TableEncoder(schema, [str(c) for c in X.columns])
+        privacy_unit = self._unit(schema, privacy_unit)    # one person, when the schema names a person column
+        engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
+        data, source = self._checked_source(X, sharded, schema, encoder)
+        n = source.n_records                               # public, declared: the rows, or the persons
+        engine.open(f"{self.method} fit on {dataset or 'user data'}")
+        measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
+                                  progress=self._s.progress,
+                                  assumed={"n_classes": schema.n_classes})
+        domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
+        facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
+                 "computation": source.describe(),
+                 "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
+                 **(public_facts or {})}
+        tensors, spec = self._marginal_release(measurements, domain)
+        tensors, spec, facts = self._more_releases(engine, data, source, schema, dataset, tensors, spec, facts)
+        self.release_ = Release(tensors, spec, facts, engine.ledger)
+        if out is not None:                                # saved before any post-processing: it holds the budget
+            self.release_.save(out / "release")
+        self._model = None
+        self._fitted()                                     # post-processing of the release: the model, ...
+        if out is not None:
+            self.save(out)
+        return self
+
+    def _table_input(self, X, y, label, schema, resume: bool, out):
+        """(sharded, the schema, the out folder) of a fit's arguments, each refused as the user must fix it."""
         from ..data.shards import ShardedTable
 
         sharded = isinstance(X, ShardedTable)
@@ -149,37 +187,23 @@ class MST(Method):
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a release; use a new folder.")
-        s = self.settings_ = self.settings_for("table")
-        schema = _as_schema(schema, label, X)
-        from .. import choice
-        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
-        require_complete(schema)
-        check_epsilon(s.epsilon)
-        check_delta(s.delta)
-        check_positive(s.iters, "iters", integer=True)
-        mbi()                                              # the extra is there before anything is read or charged
-        domain = Domain.of(schema, s.max_cells)
-        self._check_plan(domain)
-        encoder = TableEncoder(schema, [str(c) for c in X.columns])
-        privacy_unit = self._unit(schema, privacy_unit)    # one person, when the schema names a person column
-        engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
-        if sharded:                                        # every shard checked before the charge (one pass)
-            data, source = X, person_source(X, schema)     # persons across shards: counted exactly, then weighted
+        return sharded, _as_schema(schema, label, X), out
+
+    @staticmethod
+    def _checked_source(X, sharded: bool, schema, encoder):
+        """(the data, its source) with every row checked before the charge: shards in one pass over them (persons
+        across shards counted exactly, then weighted), a DataFrame cleaned whole; a person table when the schema
+        declares a unit."""
+        if sharded:
+            source = person_source(X, schema)
             source.total(CheckedRows(encoder))
-            n = source.n_records                           # public, declared: the rows, or the persons
-        else:
-            data = encoder.clean(X)                        # every refusal before the charge
-            source = person_source(data, schema)           # a person table when the schema declares a unit
-            n = source.n_records                           # public: the rows, or the persons
-        engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
-                                  progress=self._s.progress,
-                                  assumed={"n_classes": schema.n_classes})
-        domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
-        facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
-                 "computation": source.describe(),
-                 "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
-                 **(public_facts or {})}
+            return X, source
+        data = encoder.clean(X)                            # every refusal before the charge
+        return data, person_source(data, schema)
+
+    def _marginal_release(self, measurements: list, domain: Domain) -> tuple[dict, dict]:
+        """(tensors, spec) of the measured marginals: each measurement's noisy counts, and the domain and
+        measurements that rebuild the model (post-processing of the noisy results)."""
         ways = [sum(len(c) == k for c, _, _, _ in measurements) for k in (1, 2, 3)]
         grid_text = "public grid" if domain.grid == "public" else "grid cut by the released 1-way marginals"
         spec = {"name": "marginals", "kind": "counts of cliques of a discrete domain", "domain": domain.to_dict(),
@@ -188,15 +212,7 @@ class MST(Method):
                 "measurements": [{"clique": list(c), "std": float(std), "tensor": _tensor_name(i, c), "fine": fine}
                                  for i, (c, _, std, fine) in enumerate(measurements)]}
         tensors = {_tensor_name(i, c): torch.as_tensor(y) for i, (c, y, _, _) in enumerate(measurements)}
-        tensors, spec, facts = self._more_releases(engine, data, source, schema, dataset, tensors, spec, facts)
-        self.release_ = Release(tensors, spec, facts, engine.ledger)
-        if out is not None:                                # saved before any post-processing: it holds the budget
-            self.release_.save(out / "release")
-        self._model = None
-        self._fitted()                                     # post-processing of the release: the model, ...
-        if out is not None:
-            self.save(out)
-        return self
+        return tensors, spec
 
     # -- the plan in words, before any row is read (issue 81, item 5) ----------------------------------------
     def plan_outline(self, schema, facts) -> PlanOutline:
