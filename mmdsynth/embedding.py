@@ -258,7 +258,7 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
 
     For a map of T = ``n_blocks`` independent blocks (dp-randconv's networks), step t draws each record with
     probability q = ``sample_rate`` from the engine's secret sampler, sums v(x) = sqrt(T) * block_t(x) (norm
-    <= 1 per record, by :func:`~mmdsynth.privacy.mechanisms.bounded_rows`) into the record's class column, and
+    <= 1 per record, by :func:`~mmdsynth.statistics.bounds.bounded_rows`) into the record's class column, and
     the engine adds N(0, sigma^2 I): T subsampled Gaussian steps with clip 1, calibrated together before any
     record is read, exactly as DP-SGD's (adding or removing a record moves a step's sum by <= 1, replacing one
     by <= 2; the accountant prices the sampling). Block t of the stored ``embedding`` is the noisy sum / (q m
@@ -309,5 +309,3 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     facts.update(public_facts or {})
     logger.info("released %s by %d subsampled steps: sigma=%.4g", what, n_blocks, engine.sigma)
     return Release(tensors, feature_map.spec(), facts, engine.ledger, {})
-
-

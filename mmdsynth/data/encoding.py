@@ -221,7 +221,7 @@ def _dates(seconds: np.ndarray, col) -> pd.Series:
 def person_ids(col, n: int, rows_per_person, rng: np.random.Generator) -> np.ndarray:
     """The person column of ``n`` generated rows: synthetic persons with fresh IDs (:func:`fresh_ids`), each
     given a number of rows drawn from ``rows_per_person`` (probabilities of the public cells
-    :data:`~mmdsynth.engines.persons.ROWS_EDGES`, uniform inside a cell; None: one row each),
+    :data:`~mmdsynth.statistics.persons.ROWS_EDGES`, uniform inside a cell; None: one row each),
     the rows dealt to persons in a random order. The last person drawn may get fewer rows than drawn, so that
     the total is ``n``. Rows of one synthetic person are drawn independently of each other: the release holds no
     statistic of how a person's rows relate."""

@@ -25,7 +25,8 @@ rest is post-processing of its output.
   sqrt(2 c) for c inferred columns, jointly.
 * **Persons.** Under a privacy unit a record is a person: their rows' numeric bins weigh 1 in all,
   and each person adds **one** value per categorical column at weight 1 (the value most of their
-  rows hold; :func:`person_values`), so the threshold's delta holds per person as it does per row.
+  rows hold; :func:`~mmdsynth.statistics.tables.person_values`), so the threshold's delta holds per person as it
+  does per row.
 """
 from __future__ import annotations
 
@@ -33,13 +34,12 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 from scipy.stats import norm
 
 from ..engines import as_source
 from ..engines.persons import PersonShards, PersonTable
 from ..errors import SchemaError
-from ..statistics.tables import SchemaCounts, bin_edges, person_values  # noqa: F401
+from ..statistics.tables import SchemaCounts, SchemaTotals, bin_edges
 from .schema import OTHER, RESOLUTION_SECONDS, Schema, conform, declared_part, inferred_columns  # noqa: F401
 
 #: numeric bins: a bin bounds the data when its noisy count exceeds this many noise stds
@@ -87,7 +87,7 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
     release).
 
     ``ids``: the schema's reading of the person column (:meth:`Schema.person_ids`) when ``data`` is a person table
-    (each person then adds one value per categorical column, :func:`person_values`).
+    (each person then adds one value per categorical column, :func:`~mmdsynth.statistics.tables.person_values`).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
     columns and ``{column: {"values": [...], "counts": noisy counts}}`` for categorical
@@ -96,17 +96,8 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
     this only to :func:`complete_schema`.
     """
     source = as_source(data)
-    persons = isinstance(source, (PersonTable, PersonShards))
-    values: dict[str, list] = {}           # the observed categories, private until thresholded (complete_schema)
-
-    def exact(totals: dict) -> dict:
-        if persons:                        # a person table: each person one value per column, at weight 1
-            totals.update({name: person_values(totals[name]) for name in inference.categorical})
-        out = {name: torch.as_tensor(totals[name], dtype=torch.float64) for name in inference.numeric}
-        for name in inference.categorical:
-            values[name] = sorted(totals[name])
-            out[name] = torch.as_tensor([totals[name][v] for v in values[name]], dtype=torch.float64)
-        return out
+    exact = SchemaTotals(inference, persons=isinstance(source, (PersonTable, PersonShards)))
+    values = exact.values                  # the observed categories, private until thresholded (complete_schema)
 
     description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
     noisy = engine.release("schema", source, SchemaCounts(inference, ids), inference.sensitivity, exact=exact,

@@ -12,7 +12,7 @@ same: a row's weight is a function of its own person's rows only.
 
 The number of persons is public (the m of the sensitivity, like the row count of a row-level fit); the number of
 rows per person is not: nothing released depends on it beyond the bounded sums, and the distribution of rows per
-person, needed to generate persons, is a release of its own (:class:`RowsPerPerson`).
+person, needed to generate persons, is a release of its own (:class:`~mmdsynth.statistics.persons.RowsPerPerson`).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def person_weights(codes: np.ndarray, m: int) -> np.ndarray:
 
 
 class PersonTable(InMemory):
-    """An in-memory table whose privacy unit is a person: one shard, one :class:`~mmdsynth.engines.Weighted`
+    """An in-memory table whose privacy unit is a person: one shard, one :class:`~mmdsynth.statistics.rows.Weighted`
     batch (the rows, their weights), ``n_records`` = the number of persons (public). ``ids``: the person column
     as the schema reads it (:meth:`~mmdsynth.data.schema.Schema.person_ids`, what :func:`person_source` passes);
     left out, the column's values as they are (callers whose IDs are already plain text)."""

@@ -215,7 +215,7 @@ class MixedRFF(FeatureMap):
         histograms: a few non-zeros a row) as a CSR matrix (n, out_dim - R), built from each row's categories.
         For rows whose one-hot blocks hold at most one non-zero each (encoded records; anything else is refused).
         The hybrid's pool features and :meth:`class_sums` (the release's sums over the private rows) go through it:
-        each row is bounded by :func:`~mmdsynth.privacy.mechanisms.bounded_rows`' rule from that row alone."""
+        each row is bounded by :func:`~mmdsynth.statistics.bounds.bounded_rows`' rule from that row alone."""
         x = np.asarray(x)
         x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
         n = len(x)

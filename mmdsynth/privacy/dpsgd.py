@@ -30,8 +30,8 @@ def private_gradient(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.
     """The mean gradient of one DP-SGD step, run by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine`
     of a DP-SGD plan, :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`):
     the engine draws the step's records from its secret sampler (every record of ``x_all``/``y_all`` in a one-step
-    plan), :class:`~mmdsynth.statistics.gradients.ClippedGradientSums` sums their clipped gradients, the engine adds N(0, (sigma C)^2 I); the result is
-    divided by the public expected batch ``q N`` (a Poisson batch may be empty). With a person as the privacy unit
+    plan), :class:`~mmdsynth.statistics.gradients.ClippedGradientSums` sums their clipped gradients, the engine
+    adds N(0, (sigma C)^2 I); the result is divided by the public expected batch ``q N`` (a Poisson batch may be empty). With a person as the privacy unit
     (``persons``: the rows' :class:`~mmdsynth.engines.persons.PersonTable`) the engine samples persons and the step
     reads every row of each, weighted by 1 / that person's row count: a person adds the mean of their rows' clipped
     gradients, norm <= C, so the step is the same mechanism over persons (q and N count persons). A non-private run

@@ -134,6 +134,9 @@ class PrivacyEngine:
                   private=private, sigma=entry.noise_multiplier,
                   multipliers={f"release{i}": m for i, m in enumerate(entry.plan.get("multipliers", ()))})
         eng.budget_id, eng.entries, eng.charged = entry.budget_id, entries, True
+        eng.steps_ = SubsampledSteps(clip=entry.sensitivity, description=entry.description, assumed=dict(entry.assumed),
+                                     n_records=entry.n_records or 0, notes=tuple(entry.notes),
+                                     mechanism=entry.mechanism)    # the steps declared when the run started
         return eng
 
     @classmethod

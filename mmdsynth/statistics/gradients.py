@@ -177,8 +177,9 @@ def person_rows(persons, chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def clipped_sum(kernel, x_s, y_s, x_b, y_b, reg: float, clip: float, *, factored: bool = True,
                 weights: torch.Tensor | None = None) -> torch.Tensor:
     """Sum of the clipped per-record gradients, each times its ``weights`` entry when given (zeros for an
-    empty batch). Without noise this is NOT private: the engine's step (:func:`~mmdsynth.privacy.dpsgd.private_gradient`, through
-    :class:`ClippedGradientSums`) is the only caller on private data.
+    empty batch). Without noise this is NOT private: the engine's step
+    (:func:`~mmdsynth.privacy.dpsgd.private_gradient`, through :class:`ClippedGradientSums`) is the only caller on
+    private data.
     ``factored=False`` (or a kernel other than the FC ReLU NTK) uses the torch.func reference."""
     if not x_b.shape[0]:
         return torch.zeros_like(x_s)

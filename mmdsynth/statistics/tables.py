@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import torch
 
 from .rows import unweighted
 from .values import KINDS, _each, marked_missing, value_kind
@@ -82,7 +83,7 @@ class SchemaCounts:
     columns, where they are not counted), the per-bin
     counts of each numeric column to infer and the count of every value of each categorical one.
 
-    Under a privacy unit (a batch of :class:`~mmdsynth.engines.Weighted` rows, ``ids`` the schema's reading of the
+    Under a privacy unit (a batch of :class:`~mmdsynth.statistics.rows.Weighted` rows, ``ids`` the schema's reading of the
     person column): numeric bins sum the rows' weights (each person's rows weigh 1 in all), and a categorical
     column's counts are kept per person, ``{person: {value: rows}}`` (integers: exact across shards, added key by
     key), so that :func:`person_values` can give each person **one** value at weight 1. Weighting a person's K
@@ -149,4 +150,24 @@ class ValueKinds:
             kinds = np.asarray(_each(s, value_kind), dtype=np.int64)      # each distinct text read once
             kinds[marked_missing(s, self.markers)] = 0
             out[name] = np.bincount(kinds, weights=weights, minlength=len(KINDS)).astype(np.float64)
+        return out
+
+
+class SchemaTotals:
+    """The schema release's exact values from :class:`SchemaCounts`' totals (the ``exact`` of its Gaussian release):
+    numeric bins as they are; each categorical column's counts in the sorted order of its observed values, kept in
+    ``values`` (private until thresholded: :func:`~mmdsynth.data.private_schema.complete_schema`); with ``persons``
+    (a person table) each person first reduced to one value per column (:func:`person_values`)."""
+
+    def __init__(self, inference, *, persons: bool):
+        self.inference, self.persons = inference, persons
+        self.values: dict[str, list] = {}
+
+    def __call__(self, totals: dict) -> dict:
+        if self.persons:                   # a person table: each person one value per column, at weight 1
+            totals.update({name: person_values(totals[name]) for name in self.inference.categorical})
+        out = {name: torch.as_tensor(totals[name], dtype=torch.float64) for name in self.inference.numeric}
+        for name in self.inference.categorical:
+            self.values[name] = sorted(totals[name])
+            out[name] = torch.as_tensor([totals[name][v] for v in self.values[name]], dtype=torch.float64)
         return out
