@@ -13,7 +13,10 @@ same at both revisions, or the protocol changed what is released. Each case runs
 - ``dpntk-digits``: DP-NTK's release on digits, eps 10;
 - ``dpkip-digits``: a DP-KIP fit (DP-SGD: every step's Poisson sample and noise) on 500 digits, eps 1, one epoch;
 - ``randconv-digits``: the subsampled release DP-RandConv's ``sample_rate`` makes (a Poisson sample per network, 20
-  random conv networks), digits, eps 10.
+  random conv networks), digits, eps 10.;
+- ``persons-inferred``: DP-MERF on a made-up table of 400 patients' 1,200 rows with a person unit and the schema
+  inferred (numeric bounds, categories: the schema release read per person), the numeric sketch, the rows-per-person
+  histogram, eps 1; its release, ledger and facts (the inferred schema included).
 
     MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/protocol_identity.py --base b347bae^ \\
         --out benchmarks/out/protocol_identity.jsonl
@@ -33,7 +36,7 @@ from _rows import emit
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits")
+CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits", "persons-inferred")
 FIT = """
 import hashlib, json, sys, time
 import numpy as np, torch
@@ -48,6 +51,21 @@ if case == "hybrid-adult":
         d.train, label=d.schema.label, schema=d.schema, dataset=d.name)
     release = m.release_
     extra = {"rows": m.sample(2000, seed=0).to_csv(index=False)}
+elif case == "persons-inferred":          # a person unit, schema inference, the numeric sketch, rows per person
+    import pandas as pd
+    from mmdsynth.data.schema import Schema
+    from mmdsynth.methods import DPMERF
+    rng = np.random.default_rng(0)
+    n = 1200
+    df = pd.DataFrame({"patient": [f"p{i % 400}" for i in range(n)], "age": rng.normal(50, 12, n).round(1),
+                       "city": rng.choice(["a", "b", "c", "d"], n, p=[.4, .3, .2, .1]),
+                       "y": rng.choice(["no", "yes"], n)})
+    spec = {"columns": [{"name": "patient", "type": "id"}, {"name": "age", "type": "numeric"},
+                        {"name": "city", "type": "categorical"}], "label": "y", "label_categories": ["no", "yes"]}
+    m = DPMERF(epsilon=1.0, noise_seed=0, iterations=20, n_features=50, schema_share=0.2).fit(
+        df, label="y", schema=Schema.from_dict(spec).with_privacy_unit("patient"))
+    release = m.release_
+    extra = {"facts": json.dumps(release.dataset, sort_keys=True, default=str)}
 else:
     digits = load_dataset("digits")
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
