@@ -228,8 +228,12 @@ class PrivacyEngine:
         that is not subsampled: a one-step full-batch release), ``statistic(chosen)`` their sum (each record's part
         of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I). Returns the noisy sum (the sum
         itself in a non-private run). The entry of the steps is :meth:`declare`'s; a step at another clip than the
-        one declared (which the ledger records as the sensitivity) is refused before it reads a record."""
+        one declared (which the ledger records as the sensitivity), or in a subsampled plan before any was declared, is
+        refused before it reads a record."""
         declared = getattr(self, "steps_", None)
+        if declared is None and self.plan.subsampled:
+            raise InvalidParameterError("a subsampled step before its steps were declared (engine.declare("
+                                        "SubsampledSteps(...))): the ledger would not hold it; nothing was read.")
         if declared is not None and float(clip) != float(declared.clip):
             raise InvalidParameterError(f"a step at clip {clip:g}, but the declared steps' clip is "
                                         f"{declared.clip:g}: the ledger would state another sensitivity.")

@@ -144,9 +144,12 @@ def test_a_step_runs_only_at_the_declared_clip():
     from mmdsynth.privacy.engine import SubsampledSteps, open_engine
 
     engine = open_engine(1.0, 1e-5, PrivacyPlan((), 0.1, 10), noise_seed=0, sampler_seed=0)
+    read = []
+    with pytest.raises(InvalidParameterError, match="before its steps were declared"):
+        engine.step(100, lambda chosen: read.append(chosen), 0.5)
+    assert not read
     entry = engine.declare(SubsampledSteps(clip=0.5, description="steps", n_records=100))
     assert entry.sensitivity == 0.5 and entry.mechanism == "dp-sgd"
-    read = []
 
     def statistic(chosen):
         read.append(chosen)
