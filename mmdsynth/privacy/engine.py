@@ -87,6 +87,9 @@ class PrivacyEngine:
     ``sampler_seed`` fix the noise and the DP-SGD sample for tests only; each ledger entry says so.
     """
 
+    #: the subsampled steps declared (:meth:`declare`; a resumed run's, :meth:`resume`); None before
+    steps_: SubsampledSteps | None = None
+
     def __init__(self, epsilon: float, delta: float, plan: PrivacyPlan, *, multipliers: dict | None = None,
                  accountant: str = "pld", budget: BudgetFile | None = None, noise_seed: int | None = None,
                  sampler_seed: int | None = None, dataset: str = "", privacy_unit: str = PRIVACY_UNIT,
@@ -116,7 +119,6 @@ class PrivacyEngine:
         self.budget_id = uuid.uuid4().hex
         self.entries: list[LedgerEntry] = []
         self.charged = False
-        self.steps_: SubsampledSteps | None = None       # the subsampled steps declared (:meth:`declare`)
 
     # -- constructors for what is not a fresh plan ---------------------------------------------------
     @classmethod
@@ -230,7 +232,7 @@ class PrivacyEngine:
         itself in a non-private run). The entry of the steps is :meth:`declare`'s; a step at another clip than the
         one declared (which the ledger records as the sensitivity), or in a subsampled plan before any was declared, is
         refused before it reads a record."""
-        declared = getattr(self, "steps_", None)
+        declared = self.steps_
         if declared is None and self.plan.subsampled:
             raise InvalidParameterError("a subsampled step before its steps were declared (engine.declare("
                                         "SubsampledSteps(...))): the ledger would not hold it; nothing was read.")

@@ -151,22 +151,29 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_circle():
-    graph = _imports()
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle of ``graph`` (node -> the nodes it imports) as a path that ends where it starts, or None."""
     state: dict[str, int] = {}
 
     def visit(node, path):
         state[node] = 1
-        for dep in graph.get(node, ()):
+        for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                pytest.fail("import circle: " + " -> ".join(path[path.index(dep):] + [dep]))
-            elif state.get(dep) is None:
-                visit(dep, path + [dep])
+                return path[path.index(dep):] + [dep]
+            if state.get(dep) is None and (found := visit(dep, path + [dep])):
+                return found
         state[node] = 2
+        return None
 
-    for node in graph:
-        if node not in state:
-            visit(node, [node])
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return None
+
+
+def test_no_import_circle():
+    circle = _circle(_imports())
+    assert circle is None, "import circle: " + " -> ".join(circle)
 
 
 def _room(module: str) -> str:
@@ -182,20 +189,8 @@ def test_the_folders_form_layers():
     rooms: dict[str, set[str]] = {}
     for module, deps in _imports().items():
         rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
-    state: dict[str, int] = {}
-
-    def visit(node, path):
-        state[node] = 1
-        for dep in sorted(rooms.get(node, ())):
-            if state.get(dep) == 1:
-                pytest.fail("folders import each other: " + " -> ".join(path[path.index(dep):] + [dep]))
-            elif state.get(dep) is None:
-                visit(dep, path + [dep])
-        state[node] = 2
-
-    for node in sorted(rooms):
-        if node not in state:
-            visit(node, [node])
+    circle = _circle(rooms)
+    assert circle is None, "folders import each other: " + " -> ".join(circle)
     assert rooms["mmdsynth.statistics"] <= {"mmdsynth.kip", "mmdsynth.validation", "mmdsynth.errors"}, \
         rooms["mmdsynth.statistics"]
 
