@@ -210,3 +210,15 @@ def store_sql(url, table: str, df: pd.DataFrame) -> None:
             df.to_sql(table, conn, if_exists="replace", index=False)
     finally:
         engine.dispose()
+
+
+def run_cli(capsys, *args):
+    """``mmdsynth ARGS`` in this process, as the console script runs it: (exit status, stdout, stderr). The CLI's
+    own parsing, checks, choices and printing, without a second start-up of torch and JAX (about 5 s a run); a test
+    that needs a fresh process (a string hash, a kill) starts one itself."""
+    from mmdsynth.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err

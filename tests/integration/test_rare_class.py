@@ -1,8 +1,11 @@
-"""Issue 32: a rare class does not wreck the other classes (3 seeds per method; slow)."""
+"""Issue 32: a rare class does not wreck the other classes (3 seeds; slow). The rare class's handling (released
+proportions floored at 1e-3, each class weighted by its proportion squared in the loss, labels drawn from the
+proportions) is :class:`~mmdsynth.methods.base.KernelGeneratorMethod`'s, shared by every kernel method on tables, so
+one method, the table default's kernel (DP-MERF), checks it; DP-HP's copy (about 45 s) ran the same lines."""
 import numpy as np
 import pytest
 
-from mmdsynth import DPHP, DPMERF, Schema
+from mmdsynth import DPMERF, Schema
 from mmdsynth.data.encoding import TableEncoder
 from mmdsynth.evaluation import tabular
 
@@ -10,13 +13,14 @@ from support import FIVE_SCHEMA, five_class_table
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls", [DPMERF, DPHP])
-def test_a_five_class_table_with_a_one_row_class_keeps_its_other_classes(cls):
+def test_a_five_class_table_with_a_one_row_class_keeps_its_other_classes():
     """Weighted F1 at most 0.05 below the same table without the class, 3 seeds. The claim is one-sided
     (the rare class must not cost the others); the noise is seeded (testing only) so the comparison is
     reproducible: with secure noise a CI run measured DP-MERF 0.899 with vs 0.817 without, which the old
     two-sided bound failed. (Measured before: DP-MERF 0.873 vs 0.868, DP-HP 0.851 vs 0.808; the old
     weighting: DP-MERF 0.774 vs 0.857.)"""
+    cls = DPMERF
+
     def f1(rare):
         out = []
         for seed in range(3):

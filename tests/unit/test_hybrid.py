@@ -23,7 +23,7 @@ from mmdsynth.privacy.budget import BudgetFile
 from mmdsynth.privacy.marginals import clique_counts
 from mmdsynth.privacy.mechanisms import NoiseSource
 
-from support import SCHEMA, toy_table
+from support import SCHEMA, run_cli, toy_table
 
 pytest.importorskip("mbi")
 
@@ -299,13 +299,11 @@ def test_refusals_before_the_charge(tmp_path):
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
+def test_the_default_on_a_small_table_trains_250_iterations(tmp_path, capsys):
     """Under 1,000 rows the table default (DP-MERF) trains 250 generator iterations, not 2,000 (measured: as good on
     tables that small, an eighth of the time); an iterations setting given wins; from 1,000 rows nothing changes.
     Python and the command line (which says so) alike."""
     import json
-    import subprocess
-    import sys
 
     from mmdsynth.choice import SHORT_TRAINING_ROWS, table_default_params
     from mmdsynth.methods import DPMERF
@@ -321,15 +319,15 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path):
     assert len(named.losses_) == 40                  # a method named keeps its own defaults and settings
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
     small.to_csv(tmp_path / "small.csv", index=False)
-    run = [sys.executable, "-m", "mmdsynth.cli", "fit", "--schema", str(tmp_path / "s.json"), "--label", "y",
-           "--epsilon", "1", "--csv", str(tmp_path / "small.csv"), "--n-features", "200"]
-    fit = subprocess.run(run + ["--out", str(tmp_path / "a")], capture_output=True, text=True)
-    assert fit.returncode == 0, fit.stderr
-    assert "; 250 generator iterations under 1,000 records" in fit.stdout.splitlines()[0]
+    run = ["fit", "--schema", tmp_path / "s.json", "--label", "y", "--epsilon", "1", "--csv", tmp_path / "small.csv",
+           "--n-features", "200"]
+    code, out, err = run_cli(capsys, *run, "--out", tmp_path / "a")
+    assert code == 0, err
+    assert "; 250 generator iterations under 1,000 records" in out.splitlines()[0]
     saved = json.loads((tmp_path / "a" / "model.json").read_text())
     assert saved["params"]["iterations"] == 250 and saved["iterations_done"] == 250
-    fit = subprocess.run(run + ["--iterations", "30", "--out", str(tmp_path / "b")], capture_output=True, text=True)
-    assert fit.returncode == 0, fit.stderr
+    code, out, err = run_cli(capsys, *run, "--iterations", "30", "--out", tmp_path / "b")
+    assert code == 0, err
     assert json.loads((tmp_path / "b" / "model.json").read_text())["iterations_done"] == 30
 
 
@@ -362,15 +360,17 @@ def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_ep
     assert Hybrid().get_params()["max_cells"] == 32                 # the method named keeps its own default
 
 
-def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
+def test_the_table_default_in_python_and_on_the_command_line(tmp_path, capsys):
     """No method named: a table of 3,000 rows or more gets the hybrid, a smaller one DP-MERF (mmdsynth.fit and
-    `mmdsynth fit`, which says which and why); images are asked for a method."""
+    `mmdsynth fit`, which says which and why); images are asked for a method. The command line runs in this process
+    (its own choice path, argument checks and first printed line, without a second start-up of torch and JAX)."""
     import json
-    import subprocess
-    import sys
 
     from mmdsynth.choice import HYBRID_MIN_ROWS, table_default
     from mmdsynth.methods import DPMERF
+
+    def cli(*args):
+        return run_cli(capsys, "fit", "--schema", tmp_path / "s.json", "--label", "y", *args)
 
     assert HYBRID_MIN_ROWS == 3_000
     assert [table_default(n) for n in (None, 2_999, 3_000)] == ["hybrid", "dp-merf", "hybrid"]
@@ -386,36 +386,32 @@ def test_the_table_default_in_python_and_on_the_command_line(tmp_path):
     with pytest.raises(InvalidParameterError, match="method="):
         mmdsynth.fit(np.zeros((10, 4)), np.zeros(10, dtype=int), epsilon=1.0)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    run = [sys.executable, "-m", "mmdsynth.cli", "fit", "--schema", str(tmp_path / "s.json"), "--label", "y",
-           "--epsilon", "1"]
     big.to_csv(tmp_path / "big.csv", index=False)
-    fit = subprocess.run(run + ["--csv", str(tmp_path / "big.csv"), "--iters", "100", "--pool", "1", "--n-features",
-                                "100", "--out", str(tmp_path / "big")], capture_output=True, text=True)
-    assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
+    code, out, err = cli("--epsilon", "1", "--csv", str(tmp_path / "big.csv"), "--iters", "100", "--pool", "1",
+                         "--n-features", "100", "--out", str(tmp_path / "big"))
+    assert code == 0, err
+    assert out.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
     assert ("; numeric columns on 16 cells cut at equal mass of the released 1-way marginals where records x epsilon is "
-            "under 15,000") in fit.stdout.splitlines()[0]
+            "under 15,000") in out.splitlines()[0]
     saved = json.loads((tmp_path / "big" / "model.json").read_text())
     assert saved["method"] == "hybrid" and saved["params"]["max_cells"] == 16
     assert saved["params"]["grid"] == "released"
     toy_table(300).to_csv(tmp_path / "small.csv", index=False)
-    fit = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--iterations", "20", "--out",
-                                str(tmp_path / "small")], capture_output=True, text=True)
-    assert fit.returncode == 0, fit.stderr
-    assert fit.stdout.startswith("method: dp-merf (the table default for 300 rows, fewer than 3,000")
+    code, out, err = cli("--epsilon", "1", "--csv", str(tmp_path / "small.csv"), "--iterations", "20",
+                         "--out", str(tmp_path / "small"))
+    assert code == 0, err
+    assert out.startswith("method: dp-merf (the table default for 300 rows, fewer than 3,000")
     assert json.loads((tmp_path / "small" / "model.json").read_text())["method"] == "dp-merf"
-    many_eps = subprocess.run(run[:-1] + ["40", "--csv", str(tmp_path / "small.csv"), "--iters", "100", "--pool", "1",
-                                          "--n-features", "100", "--out", str(tmp_path / "eps40")],
-                              capture_output=True, text=True)      # 300 rows x epsilon 40: the hybrid on both paths
-    assert many_eps.returncode == 0, many_eps.stderr
-    assert many_eps.stdout.startswith("method: hybrid (the table default for 300 rows at epsilon 40 (records x "
-                                      "epsilon 12,000, at least 3,000): measured marginals"), many_eps.stdout
-    wrong = subprocess.run(run + ["--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
-                                  str(tmp_path / "wrong")], capture_output=True, text=True)
-    assert wrong.returncode == 2 and "--marginal-share" in wrong.stderr and not (tmp_path / "wrong").exists()
-    img = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--dataset", "digits", "--epsilon", "1",
-                          "--out", str(tmp_path / "img")], capture_output=True, text=True)
-    assert img.returncode == 2 and "--method is required for images and array shards" in img.stderr
+    code, out, err = cli("--epsilon", "40", "--csv", str(tmp_path / "small.csv"), "--iters", "100", "--pool", "1",
+                         "--n-features", "100", "--out", str(tmp_path / "eps40"))
+    assert code == 0, err                                       # 300 rows x epsilon 40: the hybrid on both paths
+    assert out.startswith("method: hybrid (the table default for 300 rows at epsilon 40 (records x "
+                          "epsilon 12,000, at least 3,000): measured marginals"), out
+    code, out, err = cli("--epsilon", "1", "--csv", str(tmp_path / "small.csv"), "--marginal-share", "0.3", "--out",
+                         str(tmp_path / "wrong"))
+    assert code == 2 and "--marginal-share" in err and not (tmp_path / "wrong").exists()
+    code, _, err = run_cli(capsys, "fit", "--dataset", "digits", "--epsilon", "1", "--out", tmp_path / "img")
+    assert code == 2 and "--method is required for images and array shards" in err
 
 
 def test_ids_missing_shares_and_a_crash_after_the_charge(tmp_path, monkeypatch):
@@ -591,12 +587,10 @@ def test_the_default_on_shards_gives_the_release_memory_gives(tmp_path):
     assert np.allclose(a.pool_["w"], b.pool_["w"]) and np.array_equal(a.pool_["X"], b.pool_["X"])
 
 
-def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
+def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path, capsys):
     """`fit --shards ... --schema ... --n-records N` with no --method: table shards are a table, and the default is
     chosen by the declared (public) count, as for a CSV by its rows; array shards still need a method."""
     import json
-    import subprocess
-    import sys
 
     from mmdsynth.choice import HYBRID_MIN_ROWS
 
@@ -604,19 +598,17 @@ def test_table_shards_get_the_table_default_by_their_declared_count(tmp_path):
     for i, part in enumerate(np.array_split(np.arange(len(big)), 2)):
         big.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    fit = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--shards", str(tmp_path / "part*.csv"),
-                          "--schema", str(tmp_path / "s.json"), "--label", "y", "--n-records", str(len(big)),
-                          "--epsilon", "1", "--iters", "100", "--pool", "1", "--n-features", "100",
-                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
-    assert fit.returncode == 0, fit.stderr[-1500:]
-    assert fit.stdout.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
+    code, out, err = run_cli(capsys, "fit", "--shards", tmp_path / "part*.csv", "--schema", tmp_path / "s.json",
+                             "--label", "y", "--n-records", len(big), "--epsilon", "1", "--iters", "100", "--pool", "1",
+                             "--n-features", "100", "--out", tmp_path / "run")
+    assert code == 0, err[-1500:]
+    assert out.startswith("method: hybrid (the table default for 3,000 rows: measured marginals")
     model = mmdsynth.load(tmp_path / "run")
     assert type(model) is Hybrid and model.release_.dataset["computation"]["shards"] == 2
     np.savez(tmp_path / "arr0.npz", x=np.zeros((10, 4), dtype=np.float32), y=np.zeros(10, dtype=np.int64))
-    arrays = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--shards", str(tmp_path / "arr*.npz"),
-                             "--n-records", "10", "--n-classes", "2", "--epsilon", "1", "--out", str(tmp_path / "a")],
-                            capture_output=True, text=True, timeout=600)
-    assert arrays.returncode == 2 and "--method is required for images and array shards" in arrays.stderr
+    code, _, err = run_cli(capsys, "fit", "--shards", tmp_path / "arr*.npz", "--n-records", "10", "--n-classes", "2",
+                           "--epsilon", "1", "--out", tmp_path / "a")
+    assert code == 2 and "--method is required for images and array shards" in err
     assert not (tmp_path / "a").exists()
 
 

@@ -1,7 +1,5 @@
 """Declared missing-value markers (issue 46's new-user trial: the cervical CSV marks missing cells with "?")."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -10,6 +8,8 @@ import pytest
 from mmdsynth.data import Schema
 from mmdsynth.errors import DataValidationError, SchemaError
 from mmdsynth.evaluation.fidelity import categorical_marginal
+
+from support import run_cli
 
 COLUMNS = [{"name": "age", "type": "numeric", "bounds": [0, 100], "nullable": True},
            {"name": "smokes", "type": "categorical", "categories": ["0.0", "1.0"], "nullable": True}]
@@ -70,7 +70,7 @@ def test_fidelity_compares_categories_as_their_text():
     assert categorical_marginal(real, synth, ["0.0", "1.0"])["tv"] == pytest.approx(0.0)
 
 
-def test_fit_takes_missing_values_on_the_command_line(tmp_path):
+def test_fit_takes_missing_values_on_the_command_line(tmp_path, capsys):
     g = np.random.default_rng(1)
     n = 300
     df = pd.DataFrame({"age": g.integers(18, 90, n).astype(str), "smokes": g.choice(["0.0", "1.0"], n),
@@ -78,12 +78,11 @@ def test_fit_takes_missing_values_on_the_command_line(tmp_path):
     df.loc[::10, "age"] = "?"
     df.to_csv(tmp_path / "d.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps({"columns": COLUMNS, "label": "y", "label_categories": ["0", "1"]}))
-    cmd = [sys.executable, "-m", "mmdsynth.cli", "fit", "--method", "dp-merf", "--csv", str(tmp_path / "d.csv"),
-           "--schema", str(tmp_path / "s.json"), "--label", "y", "--epsilon", "1", "--iterations", "5",
-           "--out", str(tmp_path / "run"), "--quiet"]
-    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and "--missing-values" in refused.stderr and not (tmp_path / "run").exists()
-    done = subprocess.run(cmd + ["--missing-values", "?"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-800:]
+    cmd = ["fit", "--method", "dp-merf", "--csv", tmp_path / "d.csv", "--schema", tmp_path / "s.json", "--label", "y",
+           "--epsilon", "1", "--iterations", "5", "--out", tmp_path / "run", "--quiet"]
+    code, _, err = run_cli(capsys, *cmd)
+    assert code == 2 and "--missing-values" in err and not (tmp_path / "run").exists()
+    code, _, err = run_cli(capsys, *cmd, "--missing-values", "?")
+    assert code == 0, err[-800:]
     saved = json.loads((tmp_path / "run" / "release" / "release.json").read_text())
     assert "?" in json.dumps(saved)      # the public declaration travels with the release's schema

@@ -12,7 +12,7 @@ from mmdsynth.errors import InvalidParameterError
 from mmdsynth.methods import AIM, MST
 from mmdsynth.privacy.budget import BudgetFile
 
-from support import SCHEMA, toy_table
+from support import SCHEMA, run_cli, toy_table
 
 pytest.importorskip("mbi")       # the [mbi] extra; in the test extra, so CI runs these
 
@@ -74,24 +74,21 @@ def test_refusals_leave_the_budget_unspent(tmp_path):
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def test_cli_fit_sample_evaluate(tmp_path):
+def test_cli_fit_sample_evaluate(tmp_path, capsys):
     df = toy_table(500)
     df[:400].to_csv(tmp_path / "train.csv", index=False)
     df[400:].to_csv(tmp_path / "test.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    run = [sys.executable, "-m", "mmdsynth.cli"]
-    fit = subprocess.run(run + ["fit", "--method", "mst", "--csv", str(tmp_path / "train.csv"), "--schema",
-                                str(tmp_path / "s.json"), "--label", "y", "--iters", "200", "--out",
-                                str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=600)
-    assert fit.returncode == 0, fit.stderr[-1500:]
-    assert "5 1-way, 4 2-way and 0 3-way marginal measurements released" in fit.stdout
-    sample = subprocess.run(run + ["sample", str(tmp_path / "run"), "--n", "50", "--out", str(tmp_path / "s.csv")],
-                            capture_output=True, text=True, timeout=600)
-    assert sample.returncode == 0, sample.stderr[-1500:]
+    code, out, err = run_cli(capsys, "fit", "--method", "mst", "--csv", tmp_path / "train.csv", "--schema",
+                             tmp_path / "s.json", "--label", "y", "--iters", "200", "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err[-1500:]
+    assert "5 1-way, 4 2-way and 0 3-way marginal measurements released" in out
+    code, _, err = run_cli(capsys, "sample", tmp_path / "run", "--n", "50", "--out", tmp_path / "s.csv")
+    assert code == 0, err[-1500:]
     assert len(pd.read_csv(tmp_path / "s.csv")) == 50
-    inspect = subprocess.run(run + ["inspect", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
-    assert "exponential" in inspect.stdout or "tree edge" in inspect.stdout, inspect.stdout
-    assert "accountant zcdp" in inspect.stdout
+    _, out, _ = run_cli(capsys, "inspect", tmp_path / "run")
+    assert "exponential" in out or "tree edge" in out, out
+    assert "accountant zcdp" in out
 
 
 def test_aim_rounds_spend_the_whole_plan_and_sample(tmp_path):
@@ -136,16 +133,15 @@ def test_shards_give_the_release_memory_gives(tmp_path):
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def test_cli_fits_mst_on_shards(tmp_path):
+def test_cli_fits_mst_on_shards(tmp_path, capsys):
     df = toy_table(300)
     for i, part in enumerate(np.array_split(np.arange(300), 2)):
         df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    done = subprocess.run([sys.executable, "-m", "mmdsynth.cli", "fit", "--method", "mst", "--shards",
-                           str(tmp_path / "part*.csv"), "--schema", str(tmp_path / "s.json"), "--label", "y",
-                           "--n-records", "300", "--iters", "50", "--out", str(tmp_path / "run"), "--quiet"],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-1500:]
+    code, _, err = run_cli(capsys, "fit", "--method", "mst", "--shards", tmp_path / "part*.csv", "--schema",
+                           tmp_path / "s.json", "--label", "y", "--n-records", "300", "--iters", "50", "--out",
+                           tmp_path / "run", "--quiet")
+    assert code == 0, err[-1500:]
     assert mmdsynth.load(tmp_path / "run").release_.dataset["computation"]["shards"] == 2
 
 

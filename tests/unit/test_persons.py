@@ -1,8 +1,6 @@
 """A person as the privacy unit (issue 48): the declaration, refusals before anything is read or charged,
 synthetic persons in the generated rows, the command line."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -15,7 +13,7 @@ from mmdsynth.errors import DataValidationError, InvalidParameterError, SchemaEr
 from mmdsynth.methods import DPKIP, DPMERF, MST
 from mmdsynth.privacy.budget import BudgetFile
 
-from support import SCHEMA, toy_table
+from support import SCHEMA, run_cli, toy_table
 
 
 def visits(n_persons=400, seed=0, mean_rows=4.0):
@@ -218,31 +216,28 @@ def test_generated_rows_belong_to_synthetic_persons(cls, kw, tmp_path):
     assert again["patient"].value_counts().mean() == pytest.approx(per.mean())
 
 
-def test_cli_fit_with_a_privacy_unit(tmp_path):
+def test_cli_fit_with_a_privacy_unit(tmp_path, capsys):
     df, _ = visits(300)
     df.to_csv(tmp_path / "visits.csv", index=False)
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    run = [sys.executable, "-m", "mmdsynth.cli"]
-    fit = subprocess.run(run + ["fit", "--method", "dp-merf", "--csv", str(tmp_path / "visits.csv"), "--schema",
-                                str(tmp_path / "s.json"), "--label", "y", "--privacy-unit", "patient", "--epsilon", "1",
-                                "--iterations", "20", "--out", str(tmp_path / "run"), "--quiet"],
-                         capture_output=True, text=True, timeout=600)
-    assert fit.returncode == 0, fit.stderr[-1500:]
-    inspect = subprocess.run(run + ["inspect", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
-    text = " ".join(inspect.stdout.split())
+    code, _, err = run_cli(capsys, "fit", "--method", "dp-merf", "--csv", tmp_path / "visits.csv", "--schema",
+                           tmp_path / "s.json", "--label", "y", "--privacy-unit", "patient", "--epsilon", "1",
+                           "--iterations", "20", "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err[-1500:]
+    _, out, _ = run_cli(capsys, "inspect", tmp_path / "run")
+    text = " ".join(out.split())
     assert "(300 persons, 2 classes)" in text and "one record = one person (all rows with the same patient)" in text
     assert "rows per person" in text
     shards = visit_shards(tmp_path, df)(300)             # the same rows in 3 shards: persons counted across them
-    fit = subprocess.run(run + ["fit", "--method", "mst", "--shards", str(tmp_path / "part*.csv"), "--n-records", "300",
-                                "--schema", str(tmp_path / "s.json"), "--label", "y", "--privacy-unit", "patient",
-                                "--epsilon", "1", "--iters", "20", "--out", str(tmp_path / "run2"), "--quiet"],
-                         capture_output=True, text=True, timeout=600)
-    assert fit.returncode == 0 and shards.n_shards == 3, fit.stderr[-1500:]
-    inspect = subprocess.run(run + ["inspect", str(tmp_path / "run2")], capture_output=True, text=True, timeout=600)
-    assert "(300 persons, 2 classes)" in " ".join(inspect.stdout.split()), inspect.stdout
-    refused = subprocess.run(run + ["fit", "--method", "dp-merf", "--dataset", "adult", "--privacy-unit", "x",
-                                    "--out", str(tmp_path / "r2")], capture_output=True, text=True, timeout=600)
-    assert refused.returncode != 0 and "--privacy-unit names a column of your table" in refused.stderr
+    code, _, err = run_cli(capsys, "fit", "--method", "mst", "--shards", tmp_path / "part*.csv", "--n-records", "300",
+                           "--schema", tmp_path / "s.json", "--label", "y", "--privacy-unit", "patient",
+                           "--epsilon", "1", "--iters", "20", "--out", tmp_path / "run2", "--quiet")
+    assert code == 0 and shards.n_shards == 3, err[-1500:]
+    _, out, _ = run_cli(capsys, "inspect", tmp_path / "run2")
+    assert "(300 persons, 2 classes)" in " ".join(out.split()), out
+    code, _, err = run_cli(capsys, "fit", "--method", "dp-merf", "--dataset", "adult", "--privacy-unit", "x",
+                           "--out", tmp_path / "r2")
+    assert code != 0 and "--privacy-unit names a column of your table" in err
     assert not (tmp_path / "r2").exists()
 
 
