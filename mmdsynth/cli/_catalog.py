@@ -46,6 +46,9 @@ class MethodInfo:
     def param_descriptions(self) -> dict[str, str]:
         return dict(self._entry["help"])
 
+    def param_constraints(self) -> dict[str, tuple]:
+        return {k: tuple(v) for k, v in self._entry["choices"].items()}
+
 
 def methods() -> dict[str, MethodInfo]:
     """The registered methods by name, in registration order (no torch imported): the catalog's, and any method
@@ -92,6 +95,7 @@ def describe(cls) -> dict:
         "per_kind_params": list(cls.per_kind_params()),
         "kind_defaults": {kind: _plain(cls.defaults_for(kind)) for kind in cls.data_kinds},
         "help": dict(cls.param_descriptions()),
+        "choices": _plain(dict(cls.param_constraints())),
         "shared_defaults": _plain(dict(cls._shared_defaults)),
     }
 

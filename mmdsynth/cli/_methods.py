@@ -56,6 +56,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                               '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
                                               '(bfloat16 where the device computes it in hardware, else float32); '
                                               'the release is always computed in full precision'},
+                        'choices': {'arch': ['fc_1l', 'fc_2l', 'cnn_2l', 'cnn'],
+                                    'numeric_encoding': ['quantile', 'minmax'],
+                                    'accountant': ['pld', 'rdp', 'exact'],
+                                    'precision': ['float32', 'bfloat16', 'auto']},
                         'shared_defaults': {'loss': 'direct',
                                             'mavg_lr': 0.001,
                                             'beta1': 0.9,
@@ -133,6 +137,12 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
                                                '(bfloat16 where the device computes it in hardware, else float32); '
                                                'the release is always computed in full precision'},
+                         'choices': {'rff_inputs': ['numeric', 'all'],
+                                     'categorical_pairs': ['auto', True, False],
+                                     'numeric_categorical': ['auto', True, False],
+                                     'numeric_encoding': ['quantile', 'minmax'],
+                                     'accountant': ['pld', 'rdp', 'exact'],
+                                     'precision': ['float32', 'bfloat16', 'auto']},
                          'shared_defaults': {'loss': 'direct',
                                              'mavg_lr': 0.001,
                                              'beta1': 0.9,
@@ -235,6 +245,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                              'on CPUs with bfloat16 instructions and on GPUs), or "auto" (bfloat16 '
                                              'where the device computes it in hardware, else float32); the release '
                                              'is always computed in full precision'},
+                       'choices': {'numeric_encoding': ['quantile', 'minmax'],
+                                   'accountant': ['pld', 'rdp', 'exact'],
+                                   'precision': ['float32', 'bfloat16', 'auto']},
                        'shared_defaults': {'loss': 'direct',
                                            'mavg_lr': 0.001,
                                            'beta1': 0.9,
@@ -308,6 +321,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                    '(faster on CPUs with bfloat16 instructions and on GPUs), or '
                                                    '"auto" (bfloat16 where the device computes it in hardware, else '
                                                    'float32); the release is always computed in full precision'},
+                             'choices': {'neighbouring': ['replace_one', 'add_remove'],
+                                         'accountant': ['pld', 'rdp', 'exact'],
+                                         'precision': ['float32', 'bfloat16', 'auto']},
                              'shared_defaults': {'loss': 'direct',
                                                  'mavg_lr': 0.001,
                                                  'beta1': 0.9,
@@ -362,6 +378,12 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                  'accountant': 'how the DP-SGD steps are accounted: "pld" (privacy loss '
                                                'distributions) or "rdp" (looser)',
                                  'dtype': '"float32" or "float64" for the kernel computations'},
+                        'choices': {'optimizer': ['adam', 'sgd'],
+                                    'neighbouring': ['replace_one', 'add_remove'],
+                                    'accountant': ['pld', 'rdp'],
+                                    'dtype': ['float32', 'float64'],
+                                    'numeric_encoding': ['quantile', 'minmax'],
+                                    'start': ['noise', 'pixels', 'random-conv']},
                         'shared_defaults': {}},
              'dp-mepf': {'method': 'dp-mepf',
                          'summary': 'perceptual features of an encoder trained on public data (DP-MEPF)',
@@ -419,6 +441,9 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                '(faster on CPUs with bfloat16 instructions and on GPUs), or "auto" '
                                                '(bfloat16 where the device computes it in hardware, else float32); '
                                                'the release is always computed in full precision'},
+                         'choices': {'loss': ['mavg', 'direct'],
+                                     'accountant': ['pld', 'rdp', 'exact'],
+                                     'precision': ['float32', 'bfloat16', 'auto']},
                          'shared_defaults': {'loss': 'direct',
                                              'mavg_lr': 0.001,
                                              'beta1': 0.9,
@@ -460,6 +485,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                             'marginals) or "dependence" (its distance from independence; about 3 '
                                             "times the noise, but no column gathers the tree's edges because its own "
                                             '1-way estimate is poor)'},
+                     'choices': {'grid': ['public', 'released'], 'tree_score': ['model', 'dependence']},
                      'shared_defaults': {}},
              'aim': {'method': 'aim',
                      'summary': 'rounds of private selection and measured marginals with a graphical model (AIM, mbi '
@@ -489,6 +515,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                               'iters': 'mirror-descent iterations of the graphical model (post-processing)',
                               'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
                                       'mass of the released 1-way marginals: post-processing, no extra budget)'},
+                     'choices': {'grid': ['public', 'released']},
                      'shared_defaults': {'label_pairs': False, 'tree_score': 'model'}},
              'hybrid': {'method': 'hybrid',
                         'summary': "MST's marginals and DP-MERF's kernel embedding in one plan; model rows "
@@ -557,6 +584,10 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                           '(the 2-way marginal of every pair of columns in one release, no '
                                           "selection: the model takes a tree of them and the label's pairs, the "
                                           'reweighting matches them all)'},
+                        'choices': {'marginals': ['mst', 'aim'],
+                                    'grid': ['public', 'released'],
+                                    'tree_score': ['model', 'dependence'],
+                                    'pairs': ['tree', 'all']},
                         'shared_defaults': {}}},
  'generic': {'method': '',
              'summary': 'Shared machinery of the release-once methods (DP-NTK, DP-MERF, DP-HP, DP-MEPF, '
@@ -596,6 +627,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                    'with bfloat16 instructions and on GPUs), or "auto" (bfloat16 where the device '
                                    'computes it in hardware, else float32); the release is always computed in full '
                                    'precision'},
+             'choices': {'accountant': ['pld', 'rdp', 'exact'], 'precision': ['float32', 'bfloat16', 'auto']},
              'shared_defaults': {'loss': 'direct',
                                  'mavg_lr': 0.001,
                                  'beta1': 0.9,

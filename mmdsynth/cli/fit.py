@@ -380,6 +380,7 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
         f"more {method} options (values as JSON, e.g. --conditional false)"
         if cls is not None else "more method options")
     owners: dict[str, list] = {}
+    choices = _choices(catalog)
     for name, klass in catalog.items():
         for param, default in klass.param_defaults().items():
             owners.setdefault(param, []).append((name, default))
@@ -387,9 +388,15 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
         if param in taken or param in RUN_DEFAULTS or param in TESTING_ONLY or param in ("progress", "device"):
             continue
         kind = _value_kind([d for _, d in where])
-        group.add_argument(_flag(param), dest=param, type=_typed(param, kind), default=None,
-                           metavar={"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"),
+        metavar = ("{" + ",".join(_json_text(v) for v in choices[param]) + "}" if param in choices else
+                   {"bool": "{true,false}", "int": "INT", "float": "NUMBER"}.get(kind, "VALUE"))
+        group.add_argument(_flag(param), dest=param, type=_typed(param, kind, choices.get(param)), default=None,
+                           metavar=metavar,
                            help=_generated_help(cls, param) if cls is not None else "a method option")
+    for action in fit_parser._actions:            # a hand-written flag of a constrained parameter: the methods' list
+        param = _param_of(action.dest)
+        if action.dest in taken and param in choices and action.choices is not None:
+            action.choices = list(choices[param])
     for action in fit_parser._actions:            # --help: the chosen method's options, or none without one
         if action.dest in METHOD_FLAGS and (cls is None or not METHOD_FLAGS[action.dest](cls)):
             action.help = argparse.SUPPRESS
@@ -569,11 +576,31 @@ def _value_kind(defaults: list) -> str:
     return "json"
 
 
-def _typed(param: str, kind: str):
-    """The argparse type of a generated flag: its value parsed as ``kind``, anything else refused naming the
-    allowed values (never read as true, never dropped)."""
+def _choices(catalog: dict) -> dict[str, tuple]:
+    """{parameter: the values the registered methods allow it} (each method's ``param_choices``; a parameter two
+    methods constrain takes the values of both, and each method's fit refuses what it does not take)."""
+    out: dict[str, list] = {}
+    for klass in catalog.values():
+        for param, allowed in klass.param_constraints().items():
+            out.setdefault(param, [])
+            out[param] += [v for v in allowed if not any(v == w and type(v) is type(w) for w in out[param])]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _json_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _typed(param: str, kind: str, allowed: tuple | None = None):
+    """The argparse type of a generated flag: its value parsed as ``kind`` (and, for a constrained parameter, one
+    of ``allowed``), anything else refused naming the allowed values (never read as true, never dropped)."""
     def parse(text: str):
         value = _json_value(text)
+        if allowed is not None:
+            if not any(value == a and type(value) is type(a) for a in allowed):
+                raise argparse.ArgumentTypeError(f"takes one of {', '.join(_json_text(a) for a in allowed)}; "
+                                                 f"got {text!r}")
+            return value
         if kind == "bool" and not isinstance(value, bool):
             raise argparse.ArgumentTypeError(f"takes true or false; got {text!r}")
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):

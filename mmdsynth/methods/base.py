@@ -40,13 +40,14 @@ from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
+from ..privacy.calibration import ACCOUNTANTS
 from ..privacy.ledger import PRIVACY_UNIT
 from ..release import META_FILE, Release, check_release_pin, release_pin
-from ..training import (Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
+from ..training import (PRECISIONS, Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
                         has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
-from .tables import NUMERIC_ENCODINGS, check_shares, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import check_shares, encoder_of, prepare_table, reserved_delta, table_shares
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class KernelGeneratorMethod(Method):
                      'instructions and on GPUs), or "auto" (bfloat16 where the device computes it in hardware, else '
                      'float32); the release is always computed in full precision',
     }
+    param_choices = {"accountant": ACCOUNTANTS, "precision": PRECISIONS}
 
     def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_classes: int | None = None,
                  iterations: int = 2000, batch_size: int | None = None, lr: float = 0.01, lr_decay: float = 0.9,
@@ -213,9 +215,6 @@ class KernelGeneratorMethod(Method):
     def _validate(self) -> None:
         check_epsilon(self._s.epsilon)
         check_delta(self._s.delta)
-        if self._s.numeric_encoding not in NUMERIC_ENCODINGS:
-            raise InvalidParameterError(f"numeric_encoding must be one of {NUMERIC_ENCODINGS}; got "
-                                        f"{self._s.numeric_encoding!r}.")
         shares = {"proportions_share": self._s.proportions_share, "schema_share": self._s.schema_share,
                   "numeric_share": self._s.numeric_share if self._s.numeric_encoding == "quantile" else None}
         check_shares(**shares)

@@ -114,6 +114,10 @@ class Method:
     #: one line per parameter this class's own ``__init__`` declares, for `fit --method M --help` and the API
     #: reference (merged over the bases by :meth:`param_descriptions`)
     param_help: dict[str, str] = {}
+    #: the values a parameter this class declares may take, where they are a closed list (merged over the bases by
+    #: :meth:`param_constraints`): :meth:`settings_for` refuses any other before anything is read or charged, and
+    #: `mmdsynth fit` offers exactly these (a default of None, "the method's choice", stays allowed)
+    param_choices: dict[str, tuple] = {}
     #: the method reads the records only in sums the engine computes where the data lives, so it takes a table in
     #: shards (`fit --shards`, a ShardedTable); DP-SGD reads records at every step and does not
     takes_shards: bool = False
@@ -274,6 +278,15 @@ class Method:
         return {p: out[p] for p in cls.param_names() if p in out}
 
     @classmethod
+    def param_constraints(cls) -> dict[str, tuple]:
+        """{parameter: the values it may take} for the parameters the class and its bases constrain
+        (``param_choices``)."""
+        out: dict[str, tuple] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(klass.__dict__.get("param_choices", {}))
+        return {p: tuple(out[p]) for p in cls.param_names() if p in out}
+
+    @classmethod
     def defaults_for(cls, kind: str) -> dict:
         """The values this method gives its per-kind parameters (those that default to None) for data of
         ``kind``; refuses a kind the method does not take."""
@@ -302,7 +315,21 @@ class Method:
             values["progress"] = _terminal()
         if require_epsilon and "epsilon" in values and values["epsilon"] is None:
             raise epsilon_required(kind)
+        self._check_choices(values)
         return Settings(type(self), **values)
+
+    def _check_choices(self, values: dict) -> None:
+        """Refuse a constrained parameter (:meth:`param_constraints`) at a value outside its list, naming the list
+        (None, where it is the signature's default, is the method's own choice)."""
+        defaults = self.param_defaults()
+        for name, allowed in self.param_constraints().items():
+            value = values.get(name)
+            if value is None and defaults.get(name) is None:
+                continue
+            if not any(value == a and type(value) is type(a) for a in allowed):
+                shown = ", ".join(repr(a) for a in allowed)
+                raise InvalidParameterError(f"{name} must be one of {shown}; got {value!r} "
+                                            f"(`mmdsynth fit --method {self.method} --help` describes them).")
 
     @property
     def _s(self) -> Settings:

@@ -114,6 +114,7 @@ class Hybrid(MST):
                  "weight (a row of the class with that category set), each at one record's weight (together at most "
                  "0.05 of the rows): no category goes missing from a class (0: none)",
     }
+    param_choices = {"marginals": ("mst", "aim"), "pairs": ("tree", "all")}
 
     def __init__(self, epsilon: float | None = None, delta: float | None = None, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
@@ -231,10 +232,6 @@ class Hybrid(MST):
 
     def _check_plan(self, domain) -> None:
         s = self._s
-        if s.marginals not in ("mst", "aim"):
-            raise InvalidParameterError(f"marginals must be 'mst' or 'aim'; got {s.marginals!r}.")
-        if s.pairs not in ("tree", "all"):
-            raise InvalidParameterError(f'pairs must be "tree" or "all"; got {s.pairs!r}.')
         if s.pairs == "all" and s.marginals != "mst":
             raise InvalidParameterError('pairs="all" measures every pair instead of MST\'s tree: it needs '
                                         'marginals="mst" (AIM chooses its own cliques).')

@@ -8,6 +8,7 @@ from ..embedding import release_sampled_embedding
 from ..errors import InvalidParameterError
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomConvFeatures, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
+from ..features.networks import ARCHS
 from ..release import Release
 from ..validation import check_probability
 from . import presets
@@ -38,6 +39,7 @@ class DPNTK(TableOptions, KernelGeneratorMethod):
     method = "dp-ntk"
     summary = "the empirical neural tangent kernel of a random network (DP-NTK)"
     param_help = {"ntk_seed": "the random network's initialisation (public)"}
+    param_choices = {"arch": tuple(ARCHS)}
     #: images: the training step in bfloat16 where the device computes it in hardware ("auto"). Measured on full
     #: MNIST at eps 1 (benchmarks/log/2026-11-29.md#bf16-amx: one release, 3 generator seeds each way, a CPU with AMX):
     #: the same Table 2 scores as float32 in two thirds of the time. Tables keep float32 (not measured there)
@@ -78,6 +80,8 @@ class DPMERF(TableOptions, KernelGeneratorMethod):
         "numeric_categorical": 'tables: release per-class histograms of each numeric with each categorical column '
                                '("auto": if they fit)',
     }
+    param_choices = {"rff_inputs": ("numeric", "all"), "categorical_pairs": ("auto", True, False),
+                     "numeric_categorical": ("auto", True, False)}
 
     def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_features: int = 10000,
                  length_scale: float | None = None, rff_seed: int = 0, rff_inputs: str = "numeric",
@@ -93,12 +97,6 @@ class DPMERF(TableOptions, KernelGeneratorMethod):
 
     def _validate(self) -> None:
         super()._validate()
-        for name in ("categorical_pairs", "numeric_categorical"):
-            value = getattr(self._s, name)
-            if not (isinstance(value, bool) or value == "auto"):
-                raise InvalidParameterError(f"{name} must be 'auto' (default), True or False; got {value!r}.")
-        if self._s.rff_inputs not in ("numeric", "all"):
-            raise InvalidParameterError(f"rff_inputs must be 'numeric' (default) or 'all'; got {self._s.rff_inputs!r}.")
 
     def feature_map(self, input_dim: int, n_classes: int) -> RandomFourierFeatures:
         return RandomFourierFeatures(input_dim, self._s.n_features, self._s.length_scale, seed=self._s.rff_seed)
@@ -238,6 +236,7 @@ class DPRandConv(KernelGeneratorMethod):
         "blocks_per_step": "the generator matches this many random networks a step (DM's stochastic steps, "
                            "n_networks / B times cheaper; not measured against every network); none: all",
     }
+    param_choices = {"neighbouring": ("replace_one", "add_remove")}
     data_kinds = ("image",)
     #: the generator's recipe measured on MNIST at eps 1 (benchmarks/RESULTS.md, "Images"): small batches of
     #: generated images matched against 2 random networks a step; DP-NTK's batch of 5,000 against all 32 networks
@@ -257,9 +256,6 @@ class DPRandConv(KernelGeneratorMethod):
 
     def _validate(self) -> None:
         super()._validate()
-        if self._s.neighbouring not in ("replace_one", "add_remove"):
-            raise InvalidParameterError(f"neighbouring must be 'replace_one' (default) or 'add_remove'; got "
-                                        f"{self._s.neighbouring!r}.")
         if self._s.neighbouring == "add_remove" and self._s.sample_rate is None:
             raise InvalidParameterError("neighbouring='add_remove' is the accounting of the subsampled release: give "
                                         "sample_rate too (1.0 reads every record in every step).")

@@ -55,7 +55,7 @@ from .base import _as_schema, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, epsilon_required, register
 from .distill import distill_release
-from .tables import check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import NUMERIC_ENCODINGS, check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
 from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,9 @@ class DPKIP(Method):
         "neighbouring": '"replace_one" or "add_remove" (the paper\'s; zero-out neighbours)',
         "accountant": 'how the DP-SGD steps are accounted: "pld" (privacy loss distributions) or "rdp" (looser)',
     }
+    param_choices = {"optimizer": ("adam", "sgd"), "dtype": ("float32", "float64"),
+                     "neighbouring": ("replace_one", "add_remove"), "accountant": ("pld", "rdp"),
+                     "start": STARTS, "numeric_encoding": NUMERIC_ENCODINGS}
     #: the per-kind parameters (None in the signature): images, no default privacy level and the expected batch
     #: 500; user tables, the privacy level of every table default and a batch below a few thousand rows
     kind_defaults = {"image": {"batch_size": 500}, "table": {"epsilon": 1.0, "batch_size": 200}}
@@ -169,17 +172,8 @@ class DPKIP(Method):
             check_positive(getattr(self._s, name), name, integer=True)
         for name in ("lr", "clip", "reg"):
             check_positive(getattr(self._s, name), name)
-        if self._s.optimizer not in ("adam", "sgd"):
-            raise InvalidParameterError(f"optimizer must be 'adam' or 'sgd'; got {self._s.optimizer!r}.")
-        if self._s.neighbouring not in ("replace_one", "add_remove"):
-            raise InvalidParameterError(f"neighbouring must be 'replace_one' (default, N public) or 'add_remove' "
-                                        f"(the paper's accounting); got {self._s.neighbouring!r}.")
         check_shares(schema_share=self._s.schema_share, numeric_share=self._s.numeric_share,
                      start_share=self._s.start_share if self._s.start not in (None, "noise") else None)
-        if self._s.start is not None and self._s.start not in STARTS:
-            raise InvalidParameterError(f"start={self._s.start!r} is not a DP-KIP start; use one of {list(STARTS)}.")
-        if self._s.dtype not in ("float32", "float64"):
-            raise InvalidParameterError(f"dtype must be 'float32' or 'float64'; got {self._s.dtype!r}.")
         try:
             dev = torch.device(self._s.device)
         except (RuntimeError, TypeError) as exc:

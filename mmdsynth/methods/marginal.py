@@ -109,6 +109,7 @@ class MST(Method):
                       "(its distance from independence; about 3 times the noise, but no column gathers the tree's "
                       "edges because its own 1-way estimate is poor)",
     }
+    param_choices = {"grid": ("public", "released"), "tree_score": TREE_SCORES}
     #: the release is made once at fit; sampling reads only the release (and the model estimated from it)
     releases_once = False
     generative = True
@@ -314,10 +315,6 @@ class MST(Method):
 
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
-        if self._s.grid not in ("public", "released"):
-            raise InvalidParameterError(f'grid must be "public" or "released"; got {self._s.grid!r}.')
-        if self._s.tree_score not in TREE_SCORES:
-            raise InvalidParameterError(f"tree_score must be one of {TREE_SCORES}; got {self._s.tree_score!r}.")
         if not isinstance(self._label_pairs(), bool):
             raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
         if len(domain.attributes) < 2:

@@ -40,6 +40,7 @@ class DPMEPF(KernelGeneratorMethod):
         "proxy_multiplier": "the proxy's noise, as a multiple of the embedding's",
         "select_samples": "generated images scored per checkpoint for early stopping",
     }
+    param_choices = {"loss": ("mavg", "direct")}
     data_kinds = ("image",)
     #: images only, and every default in the signature but the training step's precision (the shared default)
     kind_defaults = {"image": {"precision": "float32"}}

@@ -55,6 +55,7 @@ class TableOptions:
         "numeric_encoding": '"quantile" (numeric columns through their released CDF) or "minmax" (declared bounds)',
         "numeric_share": "the quantile encoding's share of the privacy",
     }
+    param_choices = {"numeric_encoding": NUMERIC_ENCODINGS}
 
     def __init__(self, *args, proportions_share: float = 0.1, schema_share: float | None = None,
                  numeric_encoding: str = "quantile", numeric_share: float = DEFAULT_SHARE, **kwargs):

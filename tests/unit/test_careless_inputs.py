@@ -34,7 +34,7 @@ CASES = [  # (argv, first words of the one-line message)
     (FIT + ["--csv", "{d}/train.csv", "--iterations", "many", "--out", "{d}/o"],
      "mmdsynth fit: error: argument --iterations: invalid int value: 'many'"),
     (FIT + ["--csv", "{d}/train.csv", "--categorical-pairs", "maybe", "--out", "{d}/o"],
-     "mmdsynth: error: categorical_pairs must be 'auto' (default), True or False; got 'maybe'"),
+     "mmdsynth fit: error: argument --categorical-pairs: takes one of auto, true, false; got 'maybe'"),
     (FIT + ["--csv", "{d}/train.csv", "--conditional", "maybe", "--out", "{d}/o"],
      "mmdsynth fit: error: argument --conditional: takes true or false; got 'maybe'"),
     (["fit", "--method", "dp-merf", "--csv", "{d}/train.csv", "--schema", "{d}/huge.json", "--label", "y",

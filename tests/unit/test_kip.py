@@ -401,8 +401,6 @@ def test_private_start_on_a_table_and_bad_starts(digits, tmp_path):
     assert not budget.charges
     with pytest.raises(bad, match="both give the starting support set"):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels")).fit(X, y, public_init=X[:20])
-    with pytest.raises(bad, match="not a DP-KIP start"):
-        DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="real-images")).fit(X, y)
     with pytest.raises(bad, match="start_share must be a number in"):
         DPKIP(1.0, 1e-5, **dict(KIP_TINY, start="pixels", start_share=1.5)).fit(X, y)
 

@@ -262,3 +262,40 @@ def test_an_old_model_with_a_value_its_method_cannot_honour_is_refused(tmp_path)
     path.write_text(json.dumps(sealed(meta)))
     with pytest.raises(ArtifactError, match=r"sets mavg_lr=0.5, which dp-merf does not take"):
         mmdsynth.load(tmp_path / "old" / "run")
+
+
+# ---- issue 82 item 3: each method's parameters carry their declared constraints -----------------------------
+CONSTRAINED = [(name, param) for name, cls in METHODS.items() for param in cls.param_constraints()]
+
+
+@pytest.mark.parametrize("name,param", CONSTRAINED, ids=[f"{n}-{p}" for n, p in CONSTRAINED])
+def test_a_constrained_parameter_is_refused_outside_its_list_before_anything_is_read(name, param, tmp_path, capsys):
+    """Every registered method: a parameter with declared choices (``param_choices``) defaults to one of them (or to
+    None, the method's own choice), takes each of them, and is refused at any other value when the fit resolves its
+    settings (before a row is read or the budget charged), naming the list; `mmdsynth fit` offers the same list."""
+    from mmdsynth.cli._catalog import methods as catalog
+
+    cls = METHODS[name]
+    allowed = cls.param_constraints()[param]
+    for kind in cls.data_kinds:
+        default = {**cls.param_defaults(), **cls.defaults_for(kind)}[param]
+        assert default is None or default in allowed, (name, param, kind, default)
+        for value in allowed:
+            assert getattr(cls(1.0, **{param: value}).settings_for(kind), param) == value
+        wrong = "surely-not-a-choice"
+        with pytest.raises(InvalidParameterError, match=rf"{param} must be one of {re.escape(repr(allowed[0]))}"):
+            cls(1.0, **{param: wrong}).settings_for(kind)
+    if "table" in cls.data_kinds:
+        from mmdsynth.privacy.budget import BudgetFile
+
+        budget = BudgetFile.open(tmp_path / "b.json", "toy", 5.0, 1e-5)
+        with pytest.raises(InvalidParameterError, match=f"{param} must be one of"):
+            cls(1.0, **{param: wrong}).fit(table(), label="y", schema=SCHEMA, budget=budget)
+        assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
+    assert catalog()[name].param_constraints()[param] == allowed          # the CLI's catalog says the same
+    flag = "--" + param.replace("_", "-")
+    table().to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(SystemExit) as refused:           # argparse's usage error
+        main(["fit", "--method", name, "--csv", str(tmp_path / "t.csv"), flag, wrong, "--out", str(tmp_path / "o")])
+    assert refused.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err and not (tmp_path / "o").exists()
