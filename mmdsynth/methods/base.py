@@ -200,6 +200,13 @@ class KernelGeneratorMethod(Method):
         # class attribute, e.g. loss="direct")
         return TrainConfig(**{f.name: getattr(self._s, f.name) for f in fields(TrainConfig)}).validate()
 
+    def configured(self, kind: str):
+        """This method's settings resolved and checked for data of ``kind`` (``settings_``), nothing read or
+        released: the configuration another method's plan composes (the hybrid's kernel part). Returns self."""
+        self._resolve(kind)
+        self._validate()
+        return self
+
     def _resolve(self, kind: str, **learned) -> None:
         """``settings_``: the parameters as a fit on data of ``kind`` uses them (:meth:`settings_for`), with
         ``learned`` public facts (a table's n_classes from its schema). The constructor's attributes stay as

@@ -145,20 +145,17 @@ class Hybrid(MST):
     def _kernel(self, schema) -> DPMERF:
         """The kernel part's configuration (a DP-MERF object that never fits: its plan and feature map only)."""
         s = self._s
-        k = DPMERF(s.epsilon, s.delta, n_features=s.n_features, rff_seed=s.rff_seed,
-                   proportions_share=s.proportions_share, numeric_share=s.numeric_share, noise_seed=s.noise_seed,
-                   n_classes=schema.n_classes, progress=False)
-        k._resolve("table")
-        k._validate()
-        return k
+        return DPMERF(s.epsilon, s.delta, n_features=s.n_features, rff_seed=s.rff_seed,
+                      proportions_share=s.proportions_share, numeric_share=s.numeric_share, noise_seed=s.noise_seed,
+                      n_classes=schema.n_classes, progress=False).configured("table")
 
-    def _planner(self, domain, rho: float, n: int):
+    def planner(self, domain, rho: float, n: int):
         """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
         if self._s.marginals == "aim":
-            return self._aim()._planner(domain, rho, n)
+            return self._aim().planner(domain, rho, n)
         if self._s.pairs == "all":
             return self._every_pair(domain, rho)
-        return super()._planner(domain, rho, n)
+        return super().planner(domain, rho, n)
 
     def _every_pair(self, domain, rho: float):
         """``pairs="all"``: the 1-way marginals (a third of the marginal part, numeric columns on the fine grid), then
@@ -203,15 +200,15 @@ class Hybrid(MST):
         aim.settings_ = aim.settings_for("table")
         return aim
 
-    def _stage_outline(self, domain):
+    def stage_outline(self, domain):
         """The marginal part's stages in words (MST's, or AIM's rounds with ``marginals="aim"``)."""
         if self._s.marginals == "aim":
-            return self._aim()._stage_outline(domain)
+            return self._aim().stage_outline(domain)
         if self._s.pairs == "all":
             return [("1-way marginals of every column (numeric ones on their full public grid)", 1 / 3),
                     (f"2-way marginals of all {len(domain.attributes) * (len(domain.attributes) - 1) // 2} pairs of "
                      f"columns", 2 / 3)]
-        return super()._stage_outline(domain)
+        return super().stage_outline(domain)
 
     def _pool_rows(self, n: int) -> int:
         """The reweighted pool's rows for ``n`` public records (``pool`` per record, at most ``max_pool``)."""
@@ -272,10 +269,10 @@ class Hybrid(MST):
         from ..embedding import release_plan
 
         k = self._kernel(schema)
-        shares = table_shares(schema, schema_share=None, numeric_encoding=k._s.numeric_encoding,
-                              numeric_share=k._s.numeric_share)
+        shares = table_shares(schema, schema_share=None, numeric_encoding=k.settings_.numeric_encoding,
+                              numeric_share=k.settings_.numeric_share)
         _, mults = release_plan(blocks=k.block_multipliers(),
-                                shares={**shares, "class_proportions": k._s.proportions_share})
+                                shares={**shares, "class_proportions": k.settings_.proportions_share})
         inverse = {name: 1.0 / m ** 2 for name, m in mults.items()}
         kernel = 1.0 - float(self._s.marginal_share)
         return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit,

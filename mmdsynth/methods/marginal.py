@@ -151,7 +151,7 @@ class MST(Method):
         data, source = self._checked_source(X, sharded, schema, encoder)
         n = source.n_records                               # public, declared: the rows, or the persons
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, source, domain, encoder, self._planner(domain, engine.stage_rho, n),
+        measurements = run_stages(engine, source, domain, encoder, self.planner(domain, engine.stage_rho, n),
                                   progress=self._s.progress,
                                   assumed={"n_classes": schema.n_classes})
         domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
@@ -227,14 +227,14 @@ class MST(Method):
         self._check_plan(domain)
         engine = self._engine(schema, None, "", PRIVACY_UNIT)        # calibration only: no budget, nothing read
         stage = engine.stage_rho / engine.rho
-        releases = [(what, stage * share) for what, share in self._stage_outline(domain)]
+        releases = [(what, stage * share) for what, share in self.stage_outline(domain)]
         releases += [(release_words(name), share) for name, share in engine.shares.items()]
         n = int(facts.n_records or 0)
         return PlanOutline(self.method, facts.records, tuple(releases), self._memory(schema, n, domain),
                            self._seconds(schema, n, domain), self._memory_advice())
 
-    def _stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
-        """MST's stages in words with their shares of the stages' rho (as :meth:`_planner` spends it)."""
+    def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+        """MST's stages in words with their shares of the stages' rho (as :meth:`planner` spends it)."""
         star = label_star(domain) if self._label_pairs() else ()
         parts = 4 if star else 3
         out = [("1-way marginals of every column (numeric ones on their full public grid)", 1 / parts),
@@ -273,7 +273,7 @@ class MST(Method):
         """Post-processing once the release is made: the graphical model, estimated once (sampling reads it)."""
         self.model_()
 
-    def _planner(self, domain: Domain, rho: float, n: int):
+    def planner(self, domain: Domain, rho: float, n: int):
         """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals (with
         ``label_pairs``, then the label's pairs the tree left out); returns the measurements [(clique, noisy counts,
         noise std, one-way)]."""
@@ -461,7 +461,7 @@ class AIM(MST):
         check_positive(self._s.max_model_size, "max_model_size")
         check_positive(self._s.max_cells_workload, "max_cells_workload", integer=True)
 
-    def _stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+    def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
         """AIM's stages in words with their shares of the stages' rho: the 1-way marginals at 0.9 x attributes /
         rounds, then rounds of selection (a tenth) and measurement (the rest) until the rho is spent; how many rounds
         depends on their noisy results (a round whose measurement barely moves the model makes the next ones 4 times
@@ -483,7 +483,7 @@ class AIM(MST):
         d = len(domain.attributes)
         return MST_SECONDS + READ_SECONDS * n * d + AIM_ROUND_SECONDS * int(self._s.rounds or 16 * d) * d
 
-    def _planner(self, domain: Domain, rho: float, n: int):
+    def planner(self, domain: Domain, rho: float, n: int):
         """AIM's rounds (a generator the engine runs); returns the measurements [(clique, noisy counts, std)]."""
         lib = mbi()
         attrs = tuple(domain.attributes)
