@@ -100,8 +100,8 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     dropped, rho used). The privacy loss is the zCDP rho that mmdsynth's own zCDP plans convert (epsilon, delta) to,
     delta as the table default sets it for this count. OpenDP 0.16's MST can refuse its own plan by a rounding error
     ("insufficient budget for query: 0.0015278297598811717 > 0.001527829759881171" on college, nmes and benefits at
-    eps 1); a careful user then asks for a hair less, as this does once: rho rounded down to 3 significant digits
-    (0.2 % less on college), recorded in the line."""
+    eps 1); a careful user then asks for a hair less, as this does: rho rounded down to 3, then 2 significant digits
+    (0.2 % and 2 % less on college), the one used recorded in the line."""
     import math
     import subprocess
     import tempfile
@@ -110,10 +110,13 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     from mmdsynth.privacy.zcdp import rho_for_epsilon
 
     delta = default_delta(len(train))
-    rho = rho_for_epsilon(epsilon, delta)
+    full = rho_for_epsilon(epsilon, delta)
+    top = math.floor(math.log10(full))
+    # the full rho, then rounded down to 3 and to 2 significant digits, each written as short decimal text
+    tries = [full] + [float(f"{math.floor(full / 10 ** (top - k)) * 10 ** (top - k):.{k + 1}g}") for k in (2, 1)]
     with tempfile.TemporaryDirectory() as tmp:
         train.to_csv(f"{tmp}/train.csv", index=False)
-        for attempt in (0, 1):
+        for attempt, rho in enumerate(tries):
             run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
                                   "--train", f"{tmp}/train.csv", "--schema",
                                   str(ROOT / name.split("@")[0] / "schema.json"), "--algorithm", algorithm, "--rho",
@@ -124,10 +127,8 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
             # the peer's own failure, recorded in the line (its last words)
             said = [ln.strip() for ln in run.stderr.splitlines() if ln.strip() and ln.strip() not in ('")',)]
             words = said[-1] if said else f"exit status {run.returncode}"
-            if attempt or "insufficient budget for query" not in words:
+            if attempt == len(tries) - 1 or "insufficient budget for query" not in words:
                 raise PeerFailed(words)
-            digits = 10 ** (math.floor(math.log10(rho)) - 2)
-            rho = math.floor(rho / digits) * digits
         facts = json.loads(run.stdout.strip().splitlines()[-1])
         raw = pd.read_csv(f"{tmp}/synth.csv", dtype=str, keep_default_na=False)
     # OpenDP adds a null key to every keyset, synthesizes a numeric cell as a float and its end cells past the bounds
