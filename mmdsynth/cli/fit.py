@@ -397,7 +397,13 @@ def add_method_options(fit_parser, method: str | None = None) -> None:
         param = _param_of(action.dest)
         if action.dest in taken and param in choices and action.choices is not None:
             action.choices = list(choices[param])
-    for action in fit_parser._actions:            # --help: the chosen method's options, or none without one
+    _help_for(fit_parser, cls, taken)
+
+
+def _help_for(fit_parser, cls, taken: set) -> None:
+    """`fit --help`'s flags for the chosen method ``cls`` (a catalog entry): its options, each with its default, and
+    none of another method's; without one, the options every run has."""
+    for action in fit_parser._actions:
         if action.dest in METHOD_FLAGS and (cls is None or not METHOD_FLAGS[action.dest](cls)):
             action.help = argparse.SUPPRESS
         if action.dest in TABLE_FLAGS and cls is not None and "table" not in cls.data_kinds:
