@@ -251,12 +251,13 @@ def _lines(paths) -> list[dict]:
 
 
 def failures(paths) -> list[dict]:
-    """The failed peer runs no later line of the same cell and seed replaces (a rerun that ran, e.g. OpenDP's MST
-    at a hair less rho)."""
+    """The failed peer runs no line of the same cell and seed replaces (a rerun that ran, e.g. OpenDP's MST at a
+    hair less rho), the latest of each."""
     lines = _stored(paths)
     key = lambda d: (d["table"], d["method"], d["epsilon"], d["seed"])      # noqa: E731
     ran = {key(d) for d in lines if "failed" not in d}
-    return [d for d in lines if "failed" in d and key(d) not in ran]
+    last = {key(d): d for d in lines if "failed" in d and key(d) not in ran}     # the latest failure of a cell
+    return list(last.values())
 
 
 def _params(d: dict) -> dict:
