@@ -128,7 +128,8 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
             said = [ln.strip() for ln in run.stderr.splitlines() if ln.strip() and ln.strip() not in ('")',)]
             words = said[-1] if said else f"exit status {run.returncode}"
             if attempt == len(tries) - 1 or "insufficient budget for query" not in words:
-                raise PeerFailed(words)
+                raise PeerFailed(words + (f" (also at rho {', '.join(f'{r:.6g}' for r in tries[:attempt])})"
+                                          if attempt else ""))
         facts = json.loads(run.stdout.strip().splitlines()[-1])
         raw = pd.read_csv(f"{tmp}/synth.csv", dtype=str, keep_default_na=False)
     # OpenDP adds a null key to every keyset, synthesizes a numeric cell as a float and its end cells past the bounds
