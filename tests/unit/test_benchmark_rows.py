@@ -49,10 +49,19 @@ def test_check_taken_refuses_what_a_chosen_method_does_not_take(capsys):
     (["peers/hybrid_paired.py", "benchmarks/out/splits/none_s0", "--variants", "a:steps=1", "a:steps=2"],
      "each NAME once"),
 ])
-def test_benchmark_scripts_refuse_before_reading_data(argv, named):
-    res = subprocess.run([sys.executable, str(BENCHMARKS / argv[0]), *argv[1:], "--out", "/dev/null"],
-                         capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent)
-    assert res.returncode == 2 and named in res.stderr, res.stderr[-2000:]
+def test_benchmark_scripts_refuse_before_reading_data(argv, named, monkeypatch, capsys):
+    """Each script run as ``python benchmarks/SCRIPT ...`` would run it (``__main__``, its folder first on the path),
+    in this process: it exits with status 2 naming the parameter before it reads a row."""
+    import runpy
+
+    script = BENCHMARKS / argv[0]
+    monkeypatch.chdir(BENCHMARKS.parent)
+    monkeypatch.setattr(sys, "argv", [str(script), *argv[1:], "--out", "/dev/null"])
+    monkeypatch.syspath_prepend(str(script.parent))
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and named in err, err[-2000:]
 
 
 def test_second_evaluator_scores_signal_above_shuffled_labels(tmp_path):
