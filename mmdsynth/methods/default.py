@@ -21,7 +21,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     record count, which is the number of persons under a person unit, never their rows; epsilon): ``"hybrid"`` from
     ``HYBRID_MIN_ROWS`` (3,000) records up or from ``HYBRID_MIN_RECORDS_EPSILON`` (3,000) records x epsilon,
     ``"dp-merf"`` below (its one release keeps the whole budget), with 250
-    generator iterations under 1,000 records and the hybrid's numeric columns on 16 cells cut at equal released mass
+    generator iterations under 1,000 records and 500 above, and the hybrid's numeric columns on 16 cells cut at equal released mass
     where records x epsilon is under 15,000 (a parameter given wins), logged. ``params`` are the
     method's (``mmdsynth fit --method NAME --help`` lists them)::
 

@@ -185,5 +185,6 @@ def test_the_command_line_plans_and_prints_from_public_facts_only(path, unit, pl
     assert all(v == first for v in got.values()), f"one record or person changed the plan or its line: {got}"
     assert first[1] == [f"method: dp-merf (the table default for 1,000 persons, fewer than 3,000 and records x epsilon "
                         f"under 3,000: one kernel release "
-                        f"keeps the whole budget; --method chooses another)"] if unit else \
+                        f"keeps the whole budget; 500 generator iterations under 3,000 records, where more fit the "
+                        f"noise; --method chooses another)"] if unit else \
         first[1][0].startswith("method: hybrid (the table default for 3,000 rows: "), first[1]
