@@ -74,9 +74,10 @@ SHORT_TRAINING_ITERATIONS = 250
 #: from SHORT_TRAINING_ROWS records up, where the table default is still DP-MERF (under HYBRID_MIN_ROWS records and
 #: HYBRID_MIN_RECORDS_EPSILON records x epsilon), its generator trains this many iterations, not 2,000. Measured
 #: (benchmarks/log/2026-12-05.md#dpmerf-500: fixed 1,000- and 2,000-row samples of six suite tables at eps 1, 2 seeds
-#: each way, fresh releases): 2-way marginals closer on 10 of 12 (mean TVD -0.016), 3-way on 10 of 12 (-0.028),
-#: classifiers mean -0.006 (-0.040 to +0.032), fits 2.5-4.5x faster; males (2,492 rows, eps 1, 5 seeds): ROC AUC 0.645
-#: +- 0.037 against 0.646 +- 0.019, 2-way TVD 0.164 against 0.181 (AIM's 0.157), 15 s against 40 s.
+#: each way, fresh releases): 2-way marginals closer on 9 of 12 (mean TVD -0.016; farther by 0.001-0.010 on three
+#: 1,000-row samples), 3-way on 10 of 12 (-0.028), classifiers mean -0.006 (-0.040 to +0.032), fits 2.5-4.5x faster;
+#: males (2,492 rows, eps 1, 5 seeds): ROC AUC 0.645 +- 0.037 against 0.646 +- 0.019, 2-way TVD 0.164 against 0.181
+#: (AIM's 0.157), 15 s against 40 s.
 SMALL_TRAINING_ITERATIONS = 500
 
 
