@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mmdsynth import DPNTK
-from mmdsynth.errors import UnknownNameError
+from mmdsynth.errors import InvalidParameterError, UnknownNameError
 from mmdsynth.features import ENTKFeatures
 from mmdsynth.generators import FCGenerator
 from mmdsynth.training import TrainConfig, train_generator
@@ -77,8 +77,8 @@ def test_an_unknown_precision_is_refused_before_any_data_is_read():
             raise AssertionError("the data were read before the settings were checked")
 
     model = DPNTK(epsilon=1.0, n_classes=2, precision="half", ntk_width=8)
-    with pytest.raises(UnknownNameError, match="precision .half.; choose one of: auto, bfloat16, float32"):
-        model.fit(Unreadable(), np.zeros(10, dtype=int))
+    with pytest.raises(InvalidParameterError, match="precision must be one of 'float32', 'bfloat16', 'auto'; got 'half'"):
+        model.fit(Unreadable(), np.zeros(10, dtype=int))         # the method's declared choices, as every parameter's
 
 
 def test_the_release_does_not_depend_on_the_training_precision():
