@@ -251,13 +251,17 @@ def _lines(paths) -> list[dict]:
     return [d for d in _stored(paths) if "failed" not in d]
 
 
+def _run_key(d: dict) -> tuple:
+    """One run's place: (table, method, epsilon, seed)."""
+    return d["table"], d["method"], d["epsilon"], d["seed"]
+
+
 def failures(paths) -> list[dict]:
     """The failed peer runs no line of the same cell and seed replaces (a rerun that ran, e.g. OpenDP's MST at a
     hair less rho), the latest of each."""
     lines = _stored(paths)
-    key = lambda d: (d["table"], d["method"], d["epsilon"], d["seed"])      # noqa: E731
-    ran = {key(d) for d in lines if "failed" not in d}
-    last = {key(d): d for d in lines if "failed" in d and key(d) not in ran}     # the latest failure of a cell
+    ran = {_run_key(d) for d in lines if "failed" not in d}
+    last = {_run_key(d): d for d in lines if "failed" in d and _run_key(d) not in ran}     # a cell's latest failure
     return list(last.values())
 
 
@@ -426,10 +430,9 @@ def main() -> None:
         if failed:
             text += "\n\nPeer runs that ended in the peer's own error (not scored): " + "; ".join(
                 f"{d['method']} on {d['table']} at eps {d['epsilon']:g}, seed {d['seed']} ({d['failed']})" for d in failed)
-        shaved = [d for d in _lines(args.goal_table) if d.get("rho") and d["method"] == "opendp-mst"
-                  and "failed" not in d and any(f["method"] == d["method"] and f["table"] == d["table"]
-                                                and f["epsilon"] == d["epsilon"] and f["seed"] == d["seed"]
-                                                for f in _stored(args.goal_table) if "failed" in f)]
+        refused = {_run_key(f) for f in _stored(args.goal_table) if "failed" in f}
+        shaved = [d for d in _lines(args.goal_table)
+                  if d.get("rho") and d["method"] == "opendp-mst" and _run_key(d) in refused]
         if shaved:
             text += ("\n\nRun again at a hair less privacy loss after OpenDP 0.16's MST refused its own plan by a "
                      "rounding error (\"insufficient budget for query\"), as a careful user would: " + "; ".join(

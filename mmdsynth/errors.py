@@ -48,6 +48,12 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.iteration, self.checkpoint_dir = iteration, checkpoint_dir
 
 
+def one_of(value, allowed) -> bool:
+    """Whether ``value`` is one of a closed list ``allowed``, compared by value and type (``True`` is not ``1``, ``1``
+    not ``1.0``): a parameter's declared choices, checked by the methods and by the command line alike."""
+    return any(value == a and type(value) is type(a) for a in allowed)
+
+
 def unknown_name(kind: str, given: str, known) -> UnknownNameError:
     """Build the standard 'unknown NAME' error listing what is allowed."""
     known = sorted(known)

@@ -7,7 +7,7 @@ import inspect
 import json
 from pathlib import Path
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, one_of
 from ..choice import (HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts,
                       table_default)
 from . import _catalog
@@ -589,7 +589,7 @@ def _choices(catalog: dict) -> dict[str, tuple]:
     for klass in catalog.values():
         for param, allowed in klass.param_constraints().items():
             out.setdefault(param, [])
-            out[param] += [v for v in allowed if not any(v == w and type(v) is type(w) for w in out[param])]
+            out[param] += [v for v in allowed if not one_of(v, out[param])]
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -603,7 +603,7 @@ def _typed(param: str, kind: str, allowed: tuple | None = None):
     def parse(text: str):
         value = _json_value(text)
         if allowed is not None:
-            if not any(value == a and type(value) is type(a) for a in allowed):
+            if not one_of(value, allowed):
                 raise argparse.ArgumentTypeError(f"takes one of {', '.join(_json_text(a) for a in allowed)}; "
                                                  f"got {text!r}")
             return value

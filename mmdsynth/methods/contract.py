@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import ArtifactError, InvalidParameterError
+from ..errors import ArtifactError, InvalidParameterError, one_of
 
 METHODS: dict[str, type] = {}
 #: parameters that set how a run goes, not what the method computes: the CLI fills them from its
@@ -326,7 +326,7 @@ class Method:
             value = values.get(name)
             if value is None and defaults.get(name) is None:
                 continue
-            if not any(value == a and type(value) is type(a) for a in allowed):
+            if not one_of(value, allowed):
                 shown = ", ".join(repr(a) for a in allowed)
                 raise InvalidParameterError(f"{name} must be one of {shown}; got {value!r} "
                                             f"(`mmdsynth fit --method {self.method} --help` describes them).")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from support import run_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md"))
@@ -68,12 +70,9 @@ def commands(code: str) -> list[str]:
 
 def run_command(cmd: str, env: dict, where: str, capsys) -> None:
     """A plain ``mmdsynth ...`` line runs in this process (no second torch import); anything else in bash."""
-    from mmdsynth.cli import main
-
     words = shlex.split(cmd, comments=True)
     if words and words[0] == "mmdsynth" and not set(cmd) & set("|&;<>$`"):
-        code = main(words[1:])
-        err = capsys.readouterr().err
+        code, _, err = run_cli(capsys, *words[1:])
         assert code == 0, f"{where}: `{cmd}` exited {code}:\n{err[-2000:]}"
         return
     res = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=600)
