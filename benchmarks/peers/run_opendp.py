@@ -7,7 +7,11 @@ configure them, for ``benchmarks/suite.py --methods opendp-aim opendp-mst``.
 
 The configuration, from the public schema only: every categorical column and the label with its declared categories
 as ``keys``; every numeric column cut on the public grid the authors' AIM and MST were run on here (``run_mbi2.py``:
-one cell per integer up to 32 values, else 32 cells, log-spaced where the bounds are heavy-tailed); ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
+one cell per integer up to 32 values, else 32 cells, log-spaced where the bounds are heavy-tailed), the declared bounds
+among the cuts (OpenDP decodes its two open end cells, ``(-inf, first cut]`` and ``(last cut, inf)``, as one unit
+wide beside the cut: without the bounds as cuts the grid's first cell of spam7's ``bang``, ``[0, 1.09)``, came out as
+``(0.09, 1.09]``, never the 51 % of zeros it holds, 1-way TVD 0.60 on that column; with them, the end cells hold only
+values at the lower bound, decoded to it once clipped); ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
 or removed); the privacy loss as zCDP ``rho`` (all keys known, so OpenDP asks for delta 0; the caller converts
 (epsilon, delta) to rho as mmdsynth's own zCDP plans do); the algorithm at its defaults. Synthetic rows:
 ``ContingencyTable.synthesize(rows, method="sample")``; a numeric cell is written as the value OpenDP gives it.
@@ -26,12 +30,14 @@ import numpy as np
 def opendp_cuts(col: dict) -> list[float]:
     """A numeric column's cuts for OpenDP (left-open cells ``(a, b]``): the public grid the authors' AIM and MST were
     run on here (``run_mbi2.numeric_cells``: one cell per integer up to 32 values, else 32 cells, log-spaced for
-    heavy-tailed bounds), from the schema alone. An integer cell ``[a, b)`` is ``(a - 0.5, b - 0.5]``."""
+    heavy-tailed bounds), from the schema alone, its outer edges (the declared bounds) included so that OpenDP's
+    one-unit-wide decoding of its open end cells holds no cell of the grid. An integer cell ``[a, b)`` is
+    ``(a - 0.5, b - 0.5]``."""
     from run_mbi2 import numeric_cells
 
     lo, hi = (float(b) for b in col["bounds"])
-    inner = numeric_cells(lo, hi, bool(col.get("integer")))[1:-1]
-    return [float(e) - 0.5 if col.get("integer") else float(e) for e in inner]
+    edges = numeric_cells(lo, hi, bool(col.get("integer")))
+    return [float(e) - 0.5 if col.get("integer") else float(e) for e in edges]
 
 
 def main() -> None:
