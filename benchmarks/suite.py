@@ -95,6 +95,30 @@ class PeerFailed(RuntimeError):
     """A peer's run ended in its own error (recorded in the suite's line, not scored)."""
 
 
+def opendp_cuts(schema) -> dict:
+    """{numeric column: cuts} for OpenDP's ``contingency_table``, whose cells are left-open, ``(c[i-1], c[i]]``, and
+    whose two open end cells it decodes one unit wide beside the first and last cut: the public cells mmdsynth's own
+    AIM and MST use (``Domain.of(schema)``, from the declared bounds alone), each an OpenDP cell. An atom (a cell of
+    width zero at a bound or at 0) is ``(v - d, v]`` (d: 0.5 on an integer column, else a billionth of the span); an
+    interval ends at its upper edge. The first cut is below the lower bound, so OpenDP's end cells hold nothing.
+    Found on 2026-12-05 (benchmarks/log/2026-12-05.md#opendp-cuts): given the authors' 32-cell grid without the
+    bounds, OpenDP decoded spam7's first cell of ``bang``, ``[0, 1.09)``, as ``(0.09, 1.09]`` (1-way TVD 0.60 on the
+    column, where 51 % of the real values are 0), and on any grid without atoms its cell ``[0, 2)`` of fertility2's
+    weeks worked spreads the real zeros over 0 and 1 (0.24)."""
+    from mmdsynth.data.discrete import Domain, _cell_ranges
+
+    out = {}
+    for name, grid in Domain.of(schema).grids.items():
+        col = schema.column(name)
+        d = 0.5 if col.integer else 1e-9 * max(1.0, float(grid.edges[-1] - grid.edges[0]))
+        lo, hi = _cell_ranges(grid)
+        cuts = []
+        for a, b in zip(lo, hi):
+            cuts += [a - d, a] if a == b else [b]
+        out[name] = sorted({float(c) for c in [lo[0] - d] + cuts})
+    return out
+
+
 def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: float, seed: int):
     """OpenDP's AIM or MST on ``train`` in its own virtualenv: (synthetic rows, fit seconds, version, delta, rows
     dropped, rho used). The privacy loss is the zCDP rho that mmdsynth's own zCDP plans convert (epsilon, delta) to,
@@ -116,10 +140,12 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     tries = [full] + [float(f"{math.floor(full / 10 ** (top - k)) * 10 ** (top - k):.{k + 1}g}") for k in (2, 1)]
     with tempfile.TemporaryDirectory() as tmp:
         train.to_csv(f"{tmp}/train.csv", index=False)
+        with open(f"{tmp}/cuts.json", "w") as f:
+            json.dump(opendp_cuts(schema), f)
         for attempt, rho in enumerate(tries):
             run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
                                   "--train", f"{tmp}/train.csv", "--schema",
-                                  str(ROOT / name.split("@")[0] / "schema.json"), "--algorithm", algorithm, "--rho",
+                                  str(ROOT / name.split("@")[0] / "schema.json"), "--cuts", f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho",
                                   repr(rho), "--rows", str(len(train)), "--seed", str(seed), "--out",
                                   f"{tmp}/synth.csv"], capture_output=True, text=True)
             if run.returncode == 0:

@@ -3,15 +3,12 @@ configure them, for ``benchmarks/suite.py --methods opendp-aim opendp-mst``.
 
     python3 -m venv .venv-opendp && .venv-opendp/bin/pip install "opendp[mbi]==0.16.0" polars pandas
     .venv-opendp/bin/python benchmarks/peers/run_opendp.py --train train.csv --schema schema.json \
-        --algorithm aim --rho 0.0407 --rows 4181 --seed 0 --out synth.csv
+        --cuts cuts.json --algorithm aim --rho 0.0407 --rows 4181 --seed 0 --out synth.csv
 
 The configuration, from the public schema only: every categorical column and the label with its declared categories
-as ``keys``; every numeric column cut on the public grid the authors' AIM and MST were run on here (``run_mbi2.py``:
-one cell per integer up to 32 values, else 32 cells, log-spaced where the bounds are heavy-tailed), the declared bounds
-among the cuts (OpenDP decodes its two open end cells, ``(-inf, first cut]`` and ``(last cut, inf)``, as one unit
-wide beside the cut: without the bounds as cuts the grid's first cell of spam7's ``bang``, ``[0, 1.09)``, came out as
-``(0.09, 1.09]``, never the 51 % of zeros it holds, 1-way TVD 0.60 on that column; with them, the end cells hold only
-values at the lower bound, decoded to it once clipped); ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
+as ``keys``; every numeric column cut (``--cuts``, written by ``suite.opendp_cuts``) into the public cells mmdsynth's own
+AIM and MST use (:class:`mmdsynth.data.discrete.Domain` of the schema: at most 32 cells from the declared bounds, the
+bounds and 0 cells of their own), so that the two libraries' AIM are compared on the same cells; ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
 or removed); the privacy loss as zCDP ``rho`` (all keys known, so OpenDP asks for delta 0; the caller converts
 (epsilon, delta) to rho as mmdsynth's own zCDP plans do); the algorithm at its defaults. Synthetic rows:
 ``ContingencyTable.synthesize(rows, method="sample")``; a numeric cell is written as the value OpenDP gives it.
@@ -27,23 +24,11 @@ import numpy as np
 
 
 
-def opendp_cuts(col: dict) -> list[float]:
-    """A numeric column's cuts for OpenDP (left-open cells ``(a, b]``): the public grid the authors' AIM and MST were
-    run on here (``run_mbi2.numeric_cells``: one cell per integer up to 32 values, else 32 cells, log-spaced for
-    heavy-tailed bounds), from the schema alone, its outer edges (the declared bounds) included so that OpenDP's
-    one-unit-wide decoding of its open end cells holds no cell of the grid. An integer cell ``[a, b)`` is
-    ``(a - 0.5, b - 0.5]``."""
-    from run_mbi2 import numeric_cells
-
-    lo, hi = (float(b) for b in col["bounds"])
-    edges = numeric_cells(lo, hi, bool(col.get("integer")))
-    return [float(e) - 0.5 if col.get("integer") else float(e) for e in edges]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", required=True)
     ap.add_argument("--schema", required=True)
+    ap.add_argument("--cuts", required=True, help="JSON {numeric column: its cuts} (suite.opendp_cuts writes it)")
     ap.add_argument("--algorithm", choices=["aim", "mst"], required=True)
     ap.add_argument("--rho", type=float, required=True)
     ap.add_argument("--rows", type=int, required=True)
@@ -65,7 +50,7 @@ def main() -> None:
     frame = frame.with_columns([pl.col(c["name"]).cast(pl.Float64) for c in numeric])
     keys = {c["name"]: [str(v) for v in (c.get("categories") or ["False", "True"])] for c in categorical}
     keys[label] = [str(v) for v in schema["label_categories"]]
-    cuts = {c["name"]: opendp_cuts(c) for c in numeric}
+    cuts = json.load(open(args.cuts))
     columns = [c["name"] for c in schema["columns"]] + [label]
     np.random.seed(args.seed)                                # mbi's sampling draws from numpy's global generator
 
