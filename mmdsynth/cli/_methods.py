@@ -516,7 +516,7 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                               'grid': '"public" (numeric cells from the declared bounds) or "released" (cut at equal '
                                       'mass of the released 1-way marginals: post-processing, no extra budget)'},
                      'choices': {'grid': ['public', 'released']},
-                     'shared_defaults': {'label_pairs': False, 'tree_score': 'model'}},
+                     'shared_defaults': {}},
              'hybrid': {'method': 'hybrid',
                         'summary': "MST's marginals and DP-MERF's kernel embedding in one plan; model rows "
                                    'reweighted to match both',

@@ -39,13 +39,13 @@ from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
-from ..privacy.marginals import Measure, pair_dependence
+from ..privacy.marginals import TREE_SCORES, Measure, pair_dependence
 from ..runtime import mapped_zeros, phase
 from ..validation import check_positive
 from .base import read_model_folder, write_model_folder
 from .contract import register
 from .kernel import DPMERF
-from .marginal import AIM, MST
+from .marginal import AIM, MST, MarginalMethod
 from .tables import encoder_of, prepare_table, table_shares
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ CELL_SECONDS = 0.0119
 
 
 @register
-class Hybrid(MST):
+class Hybrid(MarginalMethod):
     """MST's measured marginals (``marginal_share`` of the budget) and DP-MERF's kernel embedding (the rest) in one
     zCDP plan; synthetic rows drawn from the marginals' graphical model, reweighted to match both releases within
     their noise. Tables only. ``pool``: model rows drawn per training row (at most ``max_pool``); ``steps``: the
@@ -122,7 +122,7 @@ class Hybrid(MST):
                  "weight (a row of the class with that category set), each at one record's weight (together at most "
                  "0.05 of the rows): no category goes missing from a class (0: none)",
     }
-    param_choices = {"marginals": ("mst", "aim"), "pairs": ("tree", "all")}
+    param_choices = {"marginals": ("mst", "aim"), "pairs": ("tree", "all"), "tree_score": TREE_SCORES}
 
     def __init__(self, epsilon: float | None = None, delta: float | None = None, *, marginal_share: float = 0.5,
                  pool: int = 5, max_pool: int = 120_000, steps: int = 100, n_features: int = 2000, rff_seed: int = 0,
@@ -131,8 +131,9 @@ class Hybrid(MST):
                  grid: str = "public", tree_score: str = "dependence", stall_stop: bool = True, pairs: str = "tree",
                  seed: int = 0,
                  noise_seed: int | None = None, progress: bool | None = None):
-        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, label_pairs=label_pairs, grid=grid,
-                         tree_score=tree_score, seed=seed, noise_seed=noise_seed, progress=progress)
+        self.epsilon, self.delta, self.max_cells, self.iters = epsilon, delta, max_cells, iters
+        self.label_pairs, self.grid, self.tree_score = label_pairs, grid, tree_score
+        self.seed, self.noise_seed, self.progress = seed, noise_seed, progress
         self.marginals = marginals
         self.marginal_share, self.pool, self.max_pool, self.steps = marginal_share, pool, max_pool, steps
         self.n_features, self.rff_seed = n_features, rff_seed
@@ -149,13 +150,25 @@ class Hybrid(MST):
                       proportions_share=s.proportions_share, numeric_share=s.numeric_share, noise_seed=s.noise_seed,
                       n_classes=schema.n_classes, progress=False).configured("table")
 
+    def marginal_part(self) -> MST | AIM:
+        """The marginal part's planner (a method object that never fits: its stages only), configured from the
+        hybrid's settings: MST's tree with the hybrid's cells, grid, tree score and label pairs, or (``marginals="aim"``)
+        AIM's rounds at AIM's own settings with the hybrid's cells and grid."""
+        s = self._s
+        if s.marginals == "aim":
+            part = AIM(s.epsilon, s.delta, max_cells=s.max_cells, grid=s.grid, noise_seed=s.noise_seed)
+        else:
+            part = MST(s.epsilon, s.delta, max_cells=s.max_cells, iters=s.iters, label_pairs=self._label_pairs(),
+                       grid=s.grid, tree_score=s.tree_score, noise_seed=s.noise_seed, progress=s.progress)
+        part.settings_ = part.settings_for("table")
+        return part
+
     def planner(self, domain, rho: float, n: int):
-        """The marginal part's stages: MST's (default), or AIM's rounds with AIM's own settings."""
-        if self._s.marginals == "aim":
-            return self._aim().planner(domain, rho, n)
+        """The marginal part's stages: MST's (default) or AIM's rounds (:meth:`marginal_part`), or with ``pairs="all"``
+        every pair at once."""
         if self._s.pairs == "all":
             return self._every_pair(domain, rho)
-        return super().planner(domain, rho, n)
+        return self.marginal_part().planner(domain, rho, n)
 
     def _every_pair(self, domain, rho: float):
         """``pairs="all"``: the 1-way marginals (a third of the marginal part, numeric columns on the fine grid), then
@@ -193,22 +206,13 @@ class Hybrid(MST):
         keep |= {d["clique"] for _, _, d in nx.maximum_spanning_tree(graph).edges(data=True)}
         return [m for m in measurements if len(m[0]) == 1 or m[0] in keep]
 
-    def _aim(self) -> AIM:
-        """The marginal part as AIM's rounds (``marginals="aim"``): AIM's settings, the hybrid's cells and grid."""
-        aim = AIM(self._s.epsilon, self._s.delta, max_cells=self._s.max_cells, grid=self._s.grid,
-                  noise_seed=self._s.noise_seed)
-        aim.settings_ = aim.settings_for("table")
-        return aim
-
     def stage_outline(self, domain):
         """The marginal part's stages in words (MST's, or AIM's rounds with ``marginals="aim"``)."""
-        if self._s.marginals == "aim":
-            return self._aim().stage_outline(domain)
         if self._s.pairs == "all":
             return [("1-way marginals of every column (numeric ones on their full public grid)", 1 / 3),
                     (f"2-way marginals of all {len(domain.attributes) * (len(domain.attributes) - 1) // 2} pairs of "
                      f"columns", 2 / 3)]
-        return super().stage_outline(domain)
+        return self.marginal_part().stage_outline(domain)
 
     def _pool_rows(self, n: int) -> int:
         """The reweighted pool's rows for ``n`` public records (``pool`` per record, at most ``max_pool``)."""
@@ -260,7 +264,7 @@ class Hybrid(MST):
         if not isinstance(s.stall_stop, bool):
             raise InvalidParameterError(f"stall_stop must be true or false (stop the reweighting once it stalls); "
                                         f"got {s.stall_stop!r}.")
-        super()._check_plan(domain)
+        self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then MST's
 
     def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its

@@ -78,54 +78,34 @@ def label_star(domain: Domain) -> tuple:
     return tuple((a, label) for a in domain.attributes if label and a != label)
 
 
-@register
-class MST(Method):
-    """MST (McKenna, Miklau, Sheldon 2021, the NIST 2018 winner generalised): 1-way marginals of every column,
-    a maximum spanning tree of column pairs chosen privately, their 2-way marginals, and the graphical model of
-    them all (mbi 2.x). Tables only. ``max_cells``: numeric columns' cells on their public grid; ``iters``: the
-    model's mirror-descent iterations (post-processing); ``seed``: the synthetic rows' draw (public).
-    ``label_pairs``: also the 2-way marginals of the label with every column the tree does not already pair it
-    with (a public choice, the same for every table with this schema; the budget then splits in four equal parts
-    instead of three): what a classifier trained on the rows reads, P(column | label), is then measured rather
-    than inferred through the tree. ``grid``: "public" (numeric cells from the declared bounds alone) or "released"
-    (the public grid's cells merged where the released 1-way marginal puts equal mass, at no extra cost: the
-    quantile bins Google's library pays for, here cut from a measurement MST makes anyway). ``tree_score``: how the
-    tree's pairs are scored (:class:`~mmdsynth.privacy.marginals.SelectTree`): "model" (MST's) or "dependence".
-    ``noise_seed`` fixes
-    the privacy noise and the selection (tests only: the ledger says it voids the guarantee)."""
+class MarginalMethod(Method):
+    """What the marginal methods share (MST, AIM and the hybrid; not a method itself): a discrete domain of the
+    table (declared categories, numeric columns on a public grid of at most ``max_cells`` cells, ``grid``: "public",
+    or "released": cut at equal mass of the released 1-way marginals), the fit as stages the engine runs
+    (:meth:`planner`, each method's own) in one zCDP plan calibrated and charged before any read, the release, the
+    graphical model estimated from it (mbi 2.x, ``iters`` mirror-descent iterations), synthetic rows drawn from it
+    and the model folder. A method says what it measures (:meth:`planner`, :meth:`stage_outline`, :meth:`_check_plan`)
+    and what it adds to the plan (:meth:`_engine`, :meth:`_more_releases`) or makes of the release (:meth:`_fitted`,
+    :meth:`_modelled`)."""
 
-    method = "mst"
-    summary = "1-way marginals, a private spanning tree of 2-way marginals, a graphical model (MST, mbi 2.x)"
     data_kinds = ("table",)
     kind_defaults = {"table": {"epsilon": 1.0}}
     param_help = {
         "max_cells": "numeric columns' cells on their public grid (from the declared bounds)",
         "iters": "mirror-descent iterations of the graphical model (post-processing)",
-        "label_pairs": "also measure the label's 2-way marginal with every column (a public choice; the budget "
-                       "splits in four parts instead of three)",
         "grid": '"public" (numeric cells from the declared bounds) or "released" (cut at equal mass of the released '
                 "1-way marginals: post-processing, no extra budget)",
-        "tree_score": '"model" (MST\'s: a pair\'s distance from the model of the 1-way marginals) or "dependence" '
-                      "(its distance from independence; about 3 times the noise, but no column gathers the tree's "
-                      "edges because its own 1-way estimate is poor)",
     }
-    param_choices = {"grid": ("public", "released"), "tree_score": TREE_SCORES}
+    param_choices = {"grid": ("public", "released")}
     #: the release is made once at fit; sampling reads only the release (and the model estimated from it)
     releases_once = False
     generative = True
     takes_shards = True
     person_level = True
 
-    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, max_cells: int = DEFAULT_CELLS,
-                 iters: int = 3000, label_pairs: bool = False, grid: str = "public", tree_score: str = "model",
-                 seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
-        self.epsilon, self.delta, self.max_cells, self.iters = epsilon, delta, max_cells, iters
-        self.label_pairs, self.grid, self.tree_score = label_pairs, grid, tree_score
-        self.seed, self.noise_seed, self.progress = seed, noise_seed, progress
-
     @classmethod
     def dataset_defaults(cls, dataset: str, kind: str) -> dict:
-        """The tabular benchmarks' privacy level (epsilon 1, delta 1e-5); MST has no per-dataset settings."""
+        """The tabular benchmarks' privacy level (epsilon 1, delta 1e-5); no per-dataset settings."""
         return {"epsilon": 1.0, "delta": 1e-5}
 
     # -- fit --------------------------------------------------------------------------------------------
@@ -233,18 +213,6 @@ class MST(Method):
         return PlanOutline(self.method, facts.records, tuple(releases), self._memory(schema, n, domain),
                            self._seconds(schema, n, domain), self._memory_advice())
 
-    def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
-        """MST's stages in words with their shares of the stages' rho (as :meth:`planner` spends it)."""
-        star = label_star(domain) if self._label_pairs() else ()
-        parts = 4 if star else 3
-        out = [("1-way marginals of every column (numeric ones on their full public grid)", 1 / parts),
-               (f"a spanning tree of {len(domain.attributes) - 1} pairs, chosen privately (exponential mechanism, "
-                f"score: {self._s.tree_score})", 1 / parts),
-               ("2-way marginals of the tree's pairs", 1 / parts)]
-        if star:
-            out.append(("2-way marginals of the label with the columns the tree does not pair it with", 1 / parts))
-        return out
-
     def _memory(self, schema, n: int, domain: Domain) -> int:
         """The fit's memory estimate: the table as read and encoded (about 3 copies of 8 bytes a value) and the
         graphical model (its cliques' cells, small for a tree)."""
@@ -273,29 +241,19 @@ class MST(Method):
         """Post-processing once the release is made: the graphical model, estimated once (sampling reads it)."""
         self.model_()
 
+    # -- what a marginal method measures (each method's own) -------------------------------------------------
     def planner(self, domain: Domain, rho: float, n: int):
-        """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals (with
-        ``label_pairs``, then the label's pairs the tree left out); returns the measurements [(clique, noisy counts,
-        noise std, one-way)]."""
-        attrs = tuple(domain.attributes)
-        star = label_star(domain) if self._label_pairs() else ()
-        parts = 4 if star else 3
-        one, std1, domain = yield from self._one_way(domain, rho / parts)
-        p = {a: simplex_projection(coarse_counts(domain, a, one[(a,)])) for a in attrs}   # the 1-ways' model
-        pairs = tuple(itertools.combinations(attrs, 2))
-        tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs},
-                                rho / parts, domain=domain, score=self._s.tree_score)
-        two, std2 = yield Measure(tuple(tree), rho / parts, "2-way marginals of the tree's pairs", domain=domain)
-        out = [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
-        rest = tuple(c for c in star if c not in set(tree))
-        if star:          # the share is spent even when the tree took every pair: the split is fixed before any read
-            extra, std3 = yield Measure(rest or star, rho / parts, "2-way marginals of the label with the columns "
-                                        "the tree does not pair it with (a public choice)", domain=domain)
-            out += [(c, y, std3, False) for c, y in extra.items()]
-        return out
+        """The method's stages, a generator the engine runs (:func:`~mmdsynth.privacy.marginals.run_stages`) spending
+        ``rho`` over ``domain`` for ``n`` public records; returns the measurements [(clique, noisy counts, noise std,
+        fine)]."""
+        raise NotImplementedError
+
+    def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+        """The stages in words with their shares of the stages' rho, as :meth:`planner` spends it."""
+        raise NotImplementedError
 
     def _one_way(self, domain: Domain, rho: float):
-        """The first stage of MST's plan (and of the hybrid's every-pair plan): the 1-way marginals of every column,
+        """The first stage of MST's plan (MST's, and the hybrid's every-pair plan): the 1-way marginals of every column,
         numeric ones on the fine grid, in one release costing ``rho``; returns (noisy counts, their std, the domain
         cut by them: :meth:`_cut`)."""
         one, std = yield Measure(tuple((a,) for a in domain.attributes), rho, "1-way marginals of every column, "
@@ -309,14 +267,8 @@ class MST(Method):
         it."""
         return domain.adapted(fine_counts) if self._s.grid == "released" else domain
 
-    def _label_pairs(self):
-        """Whether the plan measures the label's pairs (``label_pairs``, resolved)."""
-        return self._s.label_pairs
-
     def _check_plan(self, domain: Domain) -> None:
         """Refuse settings the plan cannot run with (public: the domain), before anything is read or charged."""
-        if not isinstance(self._label_pairs(), bool):
-            raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
         if len(domain.attributes) < 2:
             raise InvalidParameterError(f"{self.method} models the columns' joint distribution: the schema needs at "
                                         f"least one learned column besides the label (it has {len(domain.attributes) - 1}).")
@@ -341,7 +293,7 @@ class MST(Method):
     def model_(self):
         """The graphical model of the release (estimated once, post-processing)."""
         if not hasattr(self, "release_"):
-            raise InvalidParameterError("this MST is not fitted; call fit() or mmdsynth.load().")
+            raise InvalidParameterError(f"this {self.method} is not fitted; call fit() or mmdsynth.load().")
         if getattr(self, "_model", None) is None:
             spec = self.release_.feature_spec
             measurements = self._modelled([(tuple(m["clique"]), self.release_.tensors[m["tensor"]].numpy(), m["std"],
@@ -399,12 +351,91 @@ class MST(Method):
     # -- persistence --------------------------------------------------------------------------------------
     def save(self, directory) -> Path:
         if not hasattr(self, "release_"):
-            raise InvalidParameterError("this MST is not fitted; call fit() first.")
+            raise InvalidParameterError(f"this {self.method} is not fitted; call fit() first.")
         return write_model_folder(directory, self, {})
 
     @classmethod
     def _from_folder(cls, directory: Path, meta: dict):
         return read_model_folder(cls, directory, meta)
+
+
+
+@register
+class MST(MarginalMethod):
+    """MST (McKenna, Miklau, Sheldon 2021, the NIST 2018 winner generalised): 1-way marginals of every column,
+    a maximum spanning tree of column pairs chosen privately, their 2-way marginals, and the graphical model of
+    them all (mbi 2.x). Tables only. ``max_cells``: numeric columns' cells on their public grid; ``iters``: the
+    model's mirror-descent iterations (post-processing); ``seed``: the synthetic rows' draw (public).
+    ``label_pairs``: also the 2-way marginals of the label with every column the tree does not already pair it
+    with (a public choice, the same for every table with this schema; the budget then splits in four equal parts
+    instead of three): what a classifier trained on the rows reads, P(column | label), is then measured rather
+    than inferred through the tree. ``grid``: "public" (numeric cells from the declared bounds alone) or "released"
+    (the public grid's cells merged where the released 1-way marginal puts equal mass, at no extra cost: the
+    quantile bins Google's library pays for, here cut from a measurement MST makes anyway). ``tree_score``: how the
+    tree's pairs are scored (:class:`~mmdsynth.privacy.marginals.SelectTree`): "model" (MST's) or "dependence".
+    ``noise_seed`` fixes
+    the privacy noise and the selection (tests only: the ledger says it voids the guarantee)."""
+
+    method = "mst"
+    summary = "1-way marginals, a private spanning tree of 2-way marginals, a graphical model (MST, mbi 2.x)"
+    param_help = {
+        "label_pairs": "also measure the label's 2-way marginal with every column (a public choice; the budget "
+                       "splits in four parts instead of three)",
+        "tree_score": '"model" (MST\'s: a pair\'s distance from the model of the 1-way marginals) or "dependence" '
+                      "(its distance from independence; about 3 times the noise, but no column gathers the tree's "
+                      "edges because its own 1-way estimate is poor)",
+    }
+    param_choices = {"tree_score": TREE_SCORES}
+
+    def __init__(self, epsilon: float | None = None, delta: float | None = None, *, max_cells: int = DEFAULT_CELLS,
+                 iters: int = 3000, label_pairs: bool = False, grid: str = "public", tree_score: str = "model",
+                 seed: int = 0, noise_seed: int | None = None, progress: bool | None = None):
+        self.epsilon, self.delta, self.max_cells, self.iters = epsilon, delta, max_cells, iters
+        self.label_pairs, self.grid, self.tree_score = label_pairs, grid, tree_score
+        self.seed, self.noise_seed, self.progress = seed, noise_seed, progress
+
+    # -- what MST measures ------------------------------------------------------------------------------
+    def planner(self, domain: Domain, rho: float, n: int):
+        """MST's stages (a generator the engine runs): the 1-way marginals, the tree, its 2-way marginals (with
+        ``label_pairs``, then the label's pairs the tree left out); returns the measurements [(clique, noisy counts,
+        noise std, one-way)]."""
+        attrs = tuple(domain.attributes)
+        star = label_star(domain) if self._label_pairs() else ()
+        parts = 4 if star else 3
+        one, std1, domain = yield from self._one_way(domain, rho / parts)
+        p = {a: simplex_projection(coarse_counts(domain, a, one[(a,)])) for a in attrs}   # the 1-ways' model
+        pairs = tuple(itertools.combinations(attrs, 2))
+        tree = yield SelectTree(attrs, pairs, {(a, b): n * np.outer(p[a], p[b]).reshape(-1) for a, b in pairs},
+                                rho / parts, domain=domain, score=self._s.tree_score)
+        two, std2 = yield Measure(tuple(tree), rho / parts, "2-way marginals of the tree's pairs", domain=domain)
+        out = [(c, y, std1, True) for c, y in one.items()] + [(c, y, std2, False) for c, y in two.items()]
+        rest = tuple(c for c in star if c not in set(tree))
+        if star:          # the share is spent even when the tree took every pair: the split is fixed before any read
+            extra, std3 = yield Measure(rest or star, rho / parts, "2-way marginals of the label with the columns "
+                                        "the tree does not pair it with (a public choice)", domain=domain)
+            out += [(c, y, std3, False) for c, y in extra.items()]
+        return out
+
+    def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:
+        """MST's stages in words with their shares of the stages' rho (as :meth:`planner` spends it)."""
+        star = label_star(domain) if self._label_pairs() else ()
+        parts = 4 if star else 3
+        out = [("1-way marginals of every column (numeric ones on their full public grid)", 1 / parts),
+               (f"a spanning tree of {len(domain.attributes) - 1} pairs, chosen privately (exponential mechanism, "
+                f"score: {self._s.tree_score})", 1 / parts),
+               ("2-way marginals of the tree's pairs", 1 / parts)]
+        if star:
+            out.append(("2-way marginals of the label with the columns the tree does not pair it with", 1 / parts))
+        return out
+
+    def _label_pairs(self):
+        """Whether the plan measures the label's pairs (``label_pairs``, resolved)."""
+        return self._s.label_pairs
+
+    def _check_plan(self, domain: Domain) -> None:
+        if not isinstance(self._label_pairs(), bool):
+            raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
+        super()._check_plan(domain)
 
 
 #: time estimates of a marginal fit on 2 cores (benchmarks/log/2026-12-04.md#suite-small: the suite's tables, seed 0,
@@ -416,7 +447,7 @@ AIM_ROUND_SECONDS = 0.05
 
 
 @register
-class AIM(MST):
+class AIM(MarginalMethod):
     """AIM (McKenna, Mullins, Sheldon, Miklau 2022): rounds of select -> measure -> estimate. The workload is every
     2-way marginal of at most ``max_cells_workload`` cells (weight 1); the candidates are its downward closure,
     each weighted by how many workload attributes it shares. The 1-way marginals are measured first; then each
@@ -431,8 +462,6 @@ class AIM(MST):
 
     method = "aim"
     summary = "rounds of private selection and measured marginals with a graphical model (AIM, mbi 2.x)"
-    #: MST's option that AIM does not take (its rounds choose their own pairs), as MST's shared checks read it
-    _shared_defaults = {"label_pairs": False, "tree_score": "model"}
     param_help = {
         "max_model_size": "the graphical model's largest size in MB (AIM's default 80), scaled by the budget used",
         "rounds": "the first rounds' share of the budget is 1/rounds (default 16 x the table's attributes)",
@@ -443,8 +472,8 @@ class AIM(MST):
                  rounds: int | None = None, max_cells_workload: int = 10000, max_cells: int = DEFAULT_CELLS,
                  iters: int = 250, grid: str = "public", seed: int = 0, noise_seed: int | None = None,
                  progress: bool | None = None):
-        super().__init__(epsilon, delta, max_cells=max_cells, iters=iters, grid=grid, seed=seed,
-                         noise_seed=noise_seed, progress=progress)
+        self.epsilon, self.delta, self.max_cells, self.iters, self.grid = epsilon, delta, max_cells, iters, grid
+        self.seed, self.noise_seed, self.progress = seed, noise_seed, progress
         self.max_model_size, self.rounds, self.max_cells_workload = max_model_size, rounds, max_cells_workload
 
     @property
