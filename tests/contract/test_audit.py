@@ -113,6 +113,23 @@ def test_release_audit_of_a_table_map_attacks_encoded_records_through_the_sparse
     assert not broken.passed and broken.epsilon_lower > 1.0
 
 
+def test_every_stage_kind_the_engine_runs_has_an_audit_target():
+    """Issue 82: the audit has a target for each kind of stage the engine runs (the frozen stage values declared in
+    privacy/engine.py and privacy/marginals.py), found by name through one registry: a new stage kind without a
+    target, or a target whose stage kind is gone, fails here."""
+    import dataclasses
+    import inspect
+
+    from mmdsynth.audit import MECHANISMS, TARGETS
+    from mmdsynth.privacy import engine, marginals
+
+    kinds = {c for module in (engine, marginals) for _, c in inspect.getmembers(module, inspect.isclass)
+             if c.__module__ == module.__name__ and dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen}
+    assert {c.__name__ for c in kinds} >= {"GaussianRelease", "SubsampledSteps", "Measure", "Select", "SelectTree"}
+    assert {t.stage for t in TARGETS.values()} == kinds
+    assert MECHANISMS == tuple(TARGETS) and all(t.mechanism == name for name, t in TARGETS.items())
+
+
 def test_audit_refuses_bad_settings():
     with pytest.raises(InvalidParameterError, match="trials must be >= 100"):
         audit(1.0, 1e-5, trials=10)
