@@ -16,6 +16,8 @@ column order and dtypes recorded at fit time.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -95,6 +97,13 @@ class TableEncoder:
         out.rows_per_person = self.rows_per_person
         return out
 
+    @property
+    def check_signature(self) -> str:
+        """What :meth:`clean` checks rows against (the schema, and whether ID columns are checked), as text: rows
+        checked by one encoder are checked for another of the same signature
+        (:class:`~mmdsynth.statistics.rows.Checked`)."""
+        return json.dumps({"schema": self.schema.to_dict(), "check_ids": self.check_ids}, sort_keys=True, default=str)
+
     def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
         """``df`` checked against the schema (after :func:`conform` for privately inferred columns); its ID
         columns (never encoded) are checked too unless ``check_ids`` is off (generated IDs lie outside the real
@@ -128,11 +137,11 @@ class TableEncoder:
     def dim(self) -> int:
         return self.n_numeric + sum(self.category_sizes)
 
-    def encode(self, df: pd.DataFrame, *, with_label: bool = True):
+    def encode(self, df: pd.DataFrame, *, with_label: bool = True, checked: bool = False):
         """(X float32 (n, dim), y int64 codes or None). Validates ``df`` against the schema;
         columns whose bounds or categories were inferred privately are first clipped / mapped
         to them (:func:`~mmdsynth.data.private_schema.conform`)."""
-        clean = self.clean(df, with_label=with_label)
+        clean = df if checked else self.clean(df, with_label=with_label)    # checked: rows :meth:`clean` returned
         parts = []
         for c in self.numeric:
             values = clean[c.name].to_numpy(dtype=np.float64)

@@ -24,6 +24,7 @@ from typing import Iterator
 import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError, unknown_name
+from ..statistics.rows import Checked
 
 ENGINES = ("stream", "ray")
 
@@ -136,10 +137,14 @@ def on_device(statistic):
 
 class InMemory(Source):
     """Data already in memory (a DataFrame, or arrays ``(X, y)``): one shard, one batch; its
-    statistic streams internally where it needs to (feature maps batch their records)."""
+    statistic streams internally where it needs to (feature maps batch their records). ``checked``: the signature
+    of the check a DataFrame already passed (``TableEncoder.check_signature``): its batch is then a
+    :class:`~mmdsynth.statistics.rows.Checked` one, which statistics of the same check read without checking it
+    again."""
 
-    def __init__(self, data, n_records: int):
+    def __init__(self, data, n_records: int, checked: str | None = None):
         self.data, self.n_records, self.engine = data, int(n_records), StreamEngine()
+        self.checked = checked
 
     @property
     def n_shards(self) -> int:
@@ -149,21 +154,22 @@ class InMemory(Source):
         return "the in-memory data"
 
     def batches(self, i):
-        yield self.data, self.n_records
+        yield (self.data if self.checked is None else Checked(self.data, None, self.checked)), self.n_records
 
     def describe(self) -> dict:
         return {"engine": "memory", "shards": 1, "m": self.n_records}
 
 
-def as_source(X, y=None) -> Source:
-    """``X`` as a :class:`Source`: a Source as is (its labels live in its shards), a DataFrame, or
-    arrays / tensors ``X`` (n, ...) with labels ``y`` (n,) or None."""
+def as_source(X, y=None, checked: str | None = None) -> Source:
+    """``X`` as a :class:`Source`: a Source as is (its labels live in its shards), a DataFrame (``checked``: the
+    signature of the check it passed, :class:`InMemory`), or arrays / tensors ``X`` (n, ...) with labels ``y`` (n,)
+    or None."""
     if isinstance(X, Source):
         if y is not None:
             raise InvalidParameterError("a sharded source holds its labels in its shards; pass y=None.")
         return X
     if isinstance(X, pd.DataFrame):
-        return InMemory(X, len(X))
+        return InMemory(X, len(X), checked)
     n = X.shape[0] if hasattr(X, "shape") else len(X)
     return InMemory((X, y), n)
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError
 from ..statistics.persons import ROWS_EDGES, PersonRowCounts, ids_digest
-from ..statistics.rows import Weighted
+from ..statistics.rows import Checked, Weighted
 from . import InMemory, Source, summed
 
 #: the privacy unit's wording in ledgers, reports and ``inspect``
@@ -55,13 +55,18 @@ class PersonTable(InMemory):
     as the schema reads it (:meth:`~mmdsynth.data.schema.Schema.person_ids`, what :func:`person_source` passes);
     left out, the column's values as they are (callers whose IDs are already plain text)."""
 
-    def __init__(self, frame: pd.DataFrame, column: str, ids: pd.Series | None = None):
+    def __init__(self, frame: pd.DataFrame, column: str, ids: pd.Series | None = None, checked: str | None = None):
         if column not in frame.columns:
             raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
                                         f"{[str(c) for c in frame.columns]}.")
         codes, m = person_codes(frame[column] if ids is None else ids)
         self.column, self.codes = column, codes          # codes: each row's person 0..m-1 (DP-SGD samples persons)
         super().__init__(Weighted(frame, person_weights(codes, m)), m)
+        self.checked = checked                           # the check the frame passed (InMemory), None: unchecked
+
+    def batches(self, i):
+        batch = self.data if self.checked is None else Checked(self.data.frame, self.data.weights, self.checked)
+        yield batch, self.n_records
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -73,7 +78,7 @@ class PersonTable(InMemory):
             raise InvalidParameterError("with_frame needs the same rows in the same order.")
         out = PersonTable.__new__(PersonTable)
         out.column, out.codes = self.column, self.codes
-        InMemory.__init__(out, Weighted(frame, self.data.weights), self.n_records)
+        InMemory.__init__(out, Weighted(frame, self.data.weights), self.n_records)   # unchecked: a new frame
         return out
 
     def describe(self) -> dict:
@@ -158,14 +163,16 @@ class PersonShards(Source):
                 "persons across shards": "exact (a counting pass adds each person's rows over all shards)"}
 
 
-def person_source(data, schema):
+def person_source(data, schema, checked: str | None = None):
     """The Source a fit reads: a :class:`PersonTable` (a DataFrame) or :class:`PersonShards` (table shards) when
-    ``schema`` declares a privacy unit, else ``data`` as it is (:func:`~mmdsynth.engines.as_source`)."""
+    ``schema`` declares a privacy unit, else ``data`` as it is (:func:`~mmdsynth.engines.as_source`). ``checked``: the
+    signature of the check a DataFrame already passed (``TableEncoder.check_signature``), so that its statistics
+    read it without checking it again."""
     from . import as_source
 
     column = getattr(schema, "privacy_unit", None)
     if column is None:
-        return as_source(data)
+        return as_source(data, checked=checked)
     if isinstance(data, (PersonTable, PersonShards)):
         return data
     if isinstance(data, Source):
@@ -178,4 +185,4 @@ def person_source(data, schema):
     if column not in data.columns:
         raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
                                     f"{[str(c) for c in data.columns]}.")
-    return PersonTable(data, column, schema.person_ids(data))     # each ID read by itself, as the schema reads it
+    return PersonTable(data, column, schema.person_ids(data), checked)   # each ID read by itself, as the schema reads it

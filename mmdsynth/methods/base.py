@@ -32,6 +32,7 @@ from .._legacy import current_tag
 from .._version import __version__
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
 from ..embedding import release_mean_embedding, release_plan
@@ -394,6 +395,16 @@ class KernelGeneratorMethod(Method):
                            "Lower the generator's batch (batch_size=, --batch-size) or its features "
                            "(n_features=, --n-features).")
 
+    @staticmethod
+    def _table_source(data, schema):
+        """The Source of a table fit: a DataFrame under a complete schema checked here, once and before anything is
+        charged (its statistics then read the checked rows as they are), else the data as it is (table shards are
+        read shard by shard; a schema still to infer is completed by its release before the rows are checked)."""
+        if not isinstance(data, pd.DataFrame) or SchemaInference.of(schema):
+            return person_source(data, schema)
+        encoder = TableEncoder(schema)
+        return person_source(encoder.clean(data), schema, checked=encoder.check_signature)
+
     def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
         """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as
         sums computed on its engine: streamed or on Ray)."""
@@ -402,7 +413,7 @@ class KernelGeneratorMethod(Method):
         if self._s.early_stopping:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); for tables use early_stopping=False.")
-        source = person_source(data, schema)         # a person table when the schema declares a privacy unit
+        source = self._table_source(data, schema)   # a person table when the schema declares a privacy unit
         # every release of the fit joins one plan, calibrated by the engine before any row is read
         plan, mults = self._table_plan(schema)
         engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,

@@ -179,8 +179,8 @@ class MarginalMethod(Method):
             source = person_source(X, schema)
             source.total(CheckedRows(encoder))
             return X, source
-        data = encoder.clean(X)                            # every refusal before the charge
-        return data, person_source(data, schema)
+        data = encoder.clean(X)                            # every refusal before the charge, and the only check:
+        return data, person_source(data, schema, checked=encoder.check_signature)   # its statistics read it as is
 
     def _marginal_release(self, measurements: list, domain: Domain) -> tuple[dict, dict]:
         """(tensors, spec) of the measured marginals: each measurement's noisy counts, and the domain and

@@ -7,7 +7,7 @@ import torch
 
 from ..validation import check_features, check_labels
 from .bounds import bounded_rows
-from .rows import unweighted
+from .rows import checked_rows, unweighted
 
 
 class ClassSums:
@@ -31,8 +31,11 @@ class ClassSums:
         return self
 
     def __call__(self, batch) -> dict:
-        batch, weights = unweighted(batch)          # a person table: each row weighs 1 / its person's rows
-        X, y = self.encoder.encode(batch) if self.encoder is not None else batch
+        if self.encoder is not None:                # a person table: each row weighs 1 / its person's rows
+            frame, weights = checked_rows(batch, self.encoder)
+            X, y = self.encoder.encode(frame, checked=True)
+        else:
+            (X, y), weights = unweighted(batch)
         Xa = check_features(X) if self.validate else np.asarray(X.detach().cpu() if hasattr(X, "detach") else X)
         y_t = None
         if self.n_classes is not None:

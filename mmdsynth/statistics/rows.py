@@ -15,8 +15,28 @@ class Weighted:
         return len(self.frame)
 
 
+class Checked(Weighted):
+    """A batch of a table that its source checked once against a schema (``TableEncoder.clean``, before the budget
+    is charged), with its rows' weights (None: one each) and the check's ``signature``
+    (``TableEncoder.check_signature``): a statistic whose encoder checks the same way reads the rows as they are
+    (:func:`checked_rows`); one that checks another way (a schema completed by inference since) checks them again."""
+
+    def __init__(self, frame, weights, signature: str):
+        super().__init__(frame, weights)
+        self.signature = signature
+
+
 def unweighted(batch):
     """(the batch's rows, their weights as a float64 array or None): every table statistic starts here."""
     if isinstance(batch, Weighted):
         return batch.frame, batch.weights
     return batch, None
+
+
+def checked_rows(batch, encoder):
+    """(the batch's rows checked against ``encoder``'s schema, their weights): as they are when the source checked
+    them the same way (a :class:`Checked` batch of the same signature), else checked now (``encoder.clean``)."""
+    frame, weights = unweighted(batch)
+    if isinstance(batch, Checked) and batch.signature == encoder.check_signature:
+        return frame, weights
+    return encoder.clean(frame), weights

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .rows import unweighted
+from .rows import checked_rows, unweighted
 from .values import KINDS, _each, marked_missing, value_kind
 
 
@@ -21,7 +21,7 @@ class CheckedRows:
         self.encoder = encoder
 
     def __call__(self, batch) -> dict:
-        return {"rows": len(self.encoder.clean(unweighted(batch)[0]))}
+        return {"rows": len(checked_rows(batch, self.encoder)[0])}
 
 
 def clique_key(clique) -> str:
@@ -38,8 +38,8 @@ class CliqueCounts:
         self.domain, self.encoder, self.cliques = domain, encoder, [tuple(c) for c in cliques]
 
     def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
-        codes = self.domain.codes(self.encoder.clean(df))
+        df, weights = checked_rows(batch, self.encoder)   # a person table: each row weighs 1 / its person's rows
+        codes = self.domain.codes(df)
         index = {a: j for j, a in enumerate(self.domain.attributes)}
         sizes = self.domain.sizes
         out = {}
@@ -59,9 +59,8 @@ class SketchCounts:
         self.sketch, self.encoder = sketch, encoder
 
     def __call__(self, batch) -> dict:
-        df, weights = unweighted(batch)             # a person table: each row weighs 1 / its person's rows
-        if self.encoder is not None:
-            df = self.encoder.clean(df)
+        # a person table: each row weighs 1 / its person's rows
+        df, weights = unweighted(batch) if self.encoder is None else checked_rows(batch, self.encoder)
         out = {}
         for name, grid in self.sketch.grids.items():     # missing values (nullable columns) count nowhere
             values = df[name].to_numpy(dtype=np.float64)
