@@ -149,6 +149,41 @@ class AuditResult:
 # -- statistics of the attack ----------------------------------------------------------------
 
 
+def _checked(epsilon, delta, mechanism: str, trials, neighbouring: str, confidence, n_records) -> tuple:
+    """(epsilon, delta, trials, n_records) of an audit's arguments, each refused as the user must fix it."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if mechanism not in MECHANISMS:
+        raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")
+    trials = int(check_positive(DEFAULT_TRIALS.get(mechanism, 20000) if trials is None else trials, "trials",
+                                integer=True))
+    if trials < MIN_TRIALS:
+        raise InvalidParameterError(f"trials must be >= {MIN_TRIALS} (runs on each dataset; 20,000 resolve "
+                                    f"epsilon 1 well); got {trials}.")
+    if neighbouring != "replace_one" and mechanism != "sampled-release":
+        raise InvalidParameterError(f"neighbouring={neighbouring!r} applies to mechanism='sampled-release' only (the "
+                                    f"other targets audit the relation their mechanism is accounted under).")
+    if not 0.5 <= float(confidence) < 1:
+        raise InvalidParameterError(f"confidence must be in [0.5, 1); got {confidence!r} (try 0.95).")
+    if n_records is None:      # a fit needs enough records for a small sampling rate (q = 1 / n_records)
+        n_records = 40 if mechanism == "dpsgd-fit" else 10
+    n_records = int(check_positive(n_records, "n_records", integer=True))
+    if n_records < 2:
+        raise InvalidParameterError(f"n_records must be >= 2; got {n_records}.")
+    return epsilon, delta, trials, n_records
+
+
+def _runs(target, trials: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """The attack's statistic of ``trials`` runs of ``target`` on D and as many on D' (alternating, each with fresh
+    noise), and the noise source's policy."""
+    feats: dict[bool, list] = {False: [], True: []}
+    policy = ""
+    for _ in range(trials):
+        for neighbour in (False, True):
+            out, policy = target.observe(neighbour)
+            feats[neighbour].append(out)
+    return np.stack(feats[False]), np.stack(feats[True]), policy
+
+
 def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "release",
           feature_map: FeatureMap | dict | None = None, n_records: int | None = None, n_classes: int = 2,
           trials: int | None = None, confidence: float = 0.95, seed: int = 0,
@@ -171,36 +206,14 @@ def audit(epsilon: float = 1.0, delta: float = 1e-5, *, mechanism: str = "releas
     :class:`_PersonSelectionTarget`).
     ``trials``: runs on each dataset (default 20,000; the selection 2,000, the tree selection 4,000). The noise (and
     for a fit the sample) is the library's default secure source, fresh for every run."""
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    if mechanism not in MECHANISMS:
-        raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")
-    trials = int(check_positive(DEFAULT_TRIALS.get(mechanism, 20000) if trials is None else trials, "trials",
-                                integer=True))
-    if trials < MIN_TRIALS:
-        raise InvalidParameterError(f"trials must be >= {MIN_TRIALS} (runs on each dataset; 20,000 resolve "
-                                    f"epsilon 1 well); got {trials}.")
-    if neighbouring != "replace_one" and mechanism != "sampled-release":
-        raise InvalidParameterError(f"neighbouring={neighbouring!r} applies to mechanism='sampled-release' only (the "
-                                    f"other targets audit the relation their mechanism is accounted under).")
-    if not 0.5 <= float(confidence) < 1:
-        raise InvalidParameterError(f"confidence must be in [0.5, 1); got {confidence!r} (try 0.95).")
-    if n_records is None:      # a fit needs enough records for a small sampling rate (q = 1 / n_records)
-        n_records = 40 if mechanism == "dpsgd-fit" else 10
-    n_records = int(check_positive(n_records, "n_records", integer=True))
-    if n_records < 2:
-        raise InvalidParameterError(f"n_records must be >= 2; got {n_records}.")
+    epsilon, delta, trials, n_records = _checked(epsilon, delta, mechanism, trials, neighbouring, confidence,
+                                                 n_records)
     start = time.perf_counter()
     target = TARGETS[mechanism].for_audit(epsilon, delta, n_records, seed, feature_map=feature_map,
                                           n_classes=n_classes, neighbouring=neighbouring,
                                           duplicate_start=duplicate_start)
     canary_gap = target.prepare()
-    feats: dict[bool, list] = {False: [], True: []}
-    policy = ""
-    for _ in range(trials):
-        for neighbour in (False, True):
-            out, policy = target.observe(neighbour)
-            feats[neighbour].append(out)
-    neg_all, pos_all = np.stack(feats[False]), np.stack(feats[True])
+    neg_all, pos_all, policy = _runs(target, trials)
     alpha = (1 - float(confidence)) / 2
     d = _decide(target, neg_all, pos_all, delta, alpha)
     lower, upper, point, tp, fp, n, t, direction = (d[k] for k in ("lower", "upper", "point", "tp", "fp", "n",
