@@ -107,3 +107,43 @@ def test_staged_fits_resume_one_run_and_name_each_stop():
     assert (plain.stop, plain.params, plain.suffix, calls[-1]) == (None, {}, "", ({}, False, False))
     with pytest.raises(SystemExit, match="must increase"):
         list(_rows.staged_fits(lambda params: params, fit, [1000, 250]))
+
+
+def test_the_opendp_peer_gets_mmdsynths_public_cells_and_empty_end_cells():
+    """benchmarks/suite.py: opendp_cuts. OpenDP's contingency table cuts left-open cells and decodes its two open end
+    cells one unit wide beside the first and last cut; given a grid without the bounds, spam7's first cell [0, 1.09)
+    came out as (0.09, 1.09] and lost the column's zeros (benchmarks/log/2026-12-05.md#opendp-cuts). Every value
+    inside the declared bounds must fall in an OpenDP cell that holds one of mmdsynth's public cells (atoms included)
+    and in neither end cell (up to a real value exactly on an interval's inner edge, which the two put on either
+    side)."""
+    import numpy as np
+
+    from mmdsynth.data import Schema
+    from mmdsynth.data.discrete import Domain
+
+    import suite  # noqa: E402  (benchmarks/suite.py)
+
+    schema = Schema.from_dict({"label": "y", "label_categories": ["a", "b"], "columns": [
+        {"name": "rate", "type": "numeric", "bounds": [0, 35.0]},
+        {"name": "weeks", "type": "numeric", "bounds": [0, 55], "integer": True},
+        {"name": "age", "type": "numeric", "bounds": [20, 35], "integer": True},
+        {"name": "wage", "type": "numeric", "bounds": [50, 20000]}]})
+    cuts = suite.opendp_cuts(schema)
+    for name, grid in Domain.of(schema).grids.items():
+        col = schema.column(name)
+        lo, hi = col.bounds
+        values = np.unique(np.r_[np.arange(lo, hi + 1) if col.integer else np.linspace(lo, hi, 20001), grid.edges])
+        if col.integer:
+            values = values[values == np.round(values)]
+        else:       # a real value exactly on an interval's inner edge: ours [a, b) and OpenDP's (a, b] differ there only
+            values = values[~np.isin(values, grid.edges[1:-1][~grid.atoms[1:-1]])]
+        c = np.asarray(cuts[name])
+        odp = np.searchsorted(c, values, side="left")          # OpenDP's cell (c[i-1], c[i]] of each value
+        assert odp.min() >= 1 and odp.max() <= len(c) - 1, name  # never an open end cell
+        ours = grid.cells(values)
+        for k in np.unique(odp):                                 # one mmdsynth cell per OpenDP cell
+            assert len(np.unique(ours[odp == k])) == 1, (name, c[k - 1], c[k])
+        for v in (lo, hi, 0.0):                                  # an atom of ours is a cell of its own there
+            if lo <= v <= hi and grid.atoms[np.isclose(grid.edges, v)].any():
+                k = np.searchsorted(c, v, side="left")
+                assert set(values[odp == k]) == {v}, (name, v)
