@@ -76,10 +76,9 @@ TARGETS = {t.mechanism: t for t in (_ReleaseTarget, _DPSGDTarget, _DPSGDFitTarge
                                     _SelectionTarget, _TreeSelectionTarget, _PersonReleaseTarget,
                                     _PersonMarginalTarget, _PersonSelectionTarget)}
 MECHANISMS = tuple(TARGETS)
-#: runs on each dataset when ``trials`` is not given (the selection reads its table through the stage each run: 5-8 ms;
-#: the person release reads a table through the person reduction: about 10 ms)
-DEFAULT_TRIALS = {"selection": 2000, "tree-selection": 4000, "person-release": 2000, "person-marginals": 2000,
-                  "person-selection": 2000}
+#: runs on each dataset when ``trials`` is not given (each target's ``default_trials``)
+DEFAULT_TRIALS = {name: t.default_trials for name, t in TARGETS.items()}
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -154,19 +153,19 @@ def _checked(epsilon, delta, mechanism: str, trials, neighbouring: str, confiden
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if mechanism not in MECHANISMS:
         raise InvalidParameterError(f"mechanism must be one of {', '.join(MECHANISMS)}; got {mechanism!r}.")
-    trials = int(check_positive(DEFAULT_TRIALS.get(mechanism, 20000) if trials is None else trials, "trials",
-                                integer=True))
+    target = TARGETS[mechanism]
+    trials = int(check_positive(target.default_trials if trials is None else trials, "trials", integer=True))
     if trials < MIN_TRIALS:
         raise InvalidParameterError(f"trials must be >= {MIN_TRIALS} (runs on each dataset; 20,000 resolve "
                                     f"epsilon 1 well); got {trials}.")
-    if neighbouring != "replace_one" and mechanism != "sampled-release":
-        raise InvalidParameterError(f"neighbouring={neighbouring!r} applies to mechanism='sampled-release' only (the "
-                                    f"other targets audit the relation their mechanism is accounted under).")
+    if neighbouring != "replace_one" and target.neighbourings == ("replace_one",):
+        others = " or ".join(f"mechanism={m!r}" for m, t in TARGETS.items() if t.neighbourings != ("replace_one",))
+        raise InvalidParameterError(f"neighbouring={neighbouring!r} applies to {others} only (the other targets "
+                                    f"audit the relation their mechanism is accounted under).")
     if not 0.5 <= float(confidence) < 1:
         raise InvalidParameterError(f"confidence must be in [0.5, 1); got {confidence!r} (try 0.95).")
-    if n_records is None:      # a fit needs enough records for a small sampling rate (q = 1 / n_records)
-        n_records = 40 if mechanism == "dpsgd-fit" else 10
-    n_records = int(check_positive(n_records, "n_records", integer=True))
+    n_records = int(check_positive(target.default_records if n_records is None else n_records, "n_records",
+                                   integer=True))
     if n_records < 2:
         raise InvalidParameterError(f"n_records must be >= 2; got {n_records}.")
     return epsilon, delta, trials, n_records

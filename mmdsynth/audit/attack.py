@@ -159,6 +159,11 @@ class Target:
 
     mechanism = ""
     stage: type | None = None
+    #: runs on each dataset when ``trials`` is not given, records of D when ``n_records`` is not, and the neighbouring
+    #: relations the target audits (the first: what its mechanism is accounted under by default)
+    default_trials = 20000
+    default_records = 10
+    neighbourings: tuple = ("replace_one",)
 
     @classmethod
     def for_audit(cls, epsilon: float, delta: float, n_records: int, seed: int, **options) -> "Target":

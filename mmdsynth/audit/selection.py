@@ -54,6 +54,7 @@ class _SelectionTarget(Target):
     COLUMNS, ROUNDS = ("a", "b"), 1
 
     mechanism, stage = "selection", Select
+    default_trials = 2000             # it reads its table through the stage each run: 5-8 ms
 
     def __init__(self, epsilon, delta, n_records: int, seed: int):
 
@@ -205,6 +206,7 @@ class _TreeSelectionTarget(_SelectionTarget):
     round's epsilon0 is :meth:`optimal`."""
 
     mechanism, stage = "tree-selection", SelectTree
+    default_trials = 4000
 
 
     #: in this order the canary's D' favours the second (index 1), as the attack's test expects ("D'" when above)

@@ -91,6 +91,7 @@ class _DPSGDFitTarget(Target):
     DIM, PER_CLASS, CLASSES = 4, 2, 2
 
     mechanism, stage = "dpsgd-fit", SubsampledSteps
+    default_records = 40              # a fit needs enough records for a small sampling rate (q = 1 / n_records)
 
     @classmethod
     def for_audit(cls, epsilon, delta, n_records, seed, *, duplicate_start=False, **_):
@@ -223,6 +224,7 @@ class _SampledReleaseTarget(Target):
     SIM_DIVISORS = tuple(float(2 ** (k / 4)) for k in range(1, 29))      # 1.19 .. 128
 
     mechanism, stage = "sampled-release", SubsampledSteps
+    neighbourings = ("replace_one", "add_remove")
 
     @classmethod
     def for_audit(cls, epsilon, delta, n_records, seed, *, neighbouring="replace_one", **_):

@@ -24,7 +24,7 @@ from typing import Iterator
 import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError, unknown_name
-from ..statistics.rows import Checked
+from ..statistics.rows import checked_batch
 
 ENGINES = ("stream", "ray")
 
@@ -154,7 +154,7 @@ class InMemory(Source):
         return "the in-memory data"
 
     def batches(self, i):
-        yield (self.data if self.checked is None else Checked(self.data, None, self.checked)), self.n_records
+        yield (self.data if self.checked is None else checked_batch(self.data, self.checked)), self.n_records
 
     def describe(self) -> dict:
         return {"engine": "memory", "shards": 1, "m": self.n_records}

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError
 from ..statistics.persons import ROWS_EDGES, PersonRowCounts, ids_digest
-from ..statistics.rows import Checked, Weighted
+from ..statistics.rows import Weighted
 from . import InMemory, Source, summed
 
 #: the privacy unit's wording in ledgers, reports and ``inspect``
@@ -61,12 +61,7 @@ class PersonTable(InMemory):
                                         f"{[str(c) for c in frame.columns]}.")
         codes, m = person_codes(frame[column] if ids is None else ids)
         self.column, self.codes = column, codes          # codes: each row's person 0..m-1 (DP-SGD samples persons)
-        super().__init__(Weighted(frame, person_weights(codes, m)), m)
-        self.checked = checked                           # the check the frame passed (InMemory), None: unchecked
-
-    def batches(self, i):
-        batch = self.data if self.checked is None else Checked(self.data.frame, self.data.weights, self.checked)
-        yield batch, self.n_records
+        super().__init__(Weighted(frame, person_weights(codes, m)), m, checked)
 
     @property
     def frame(self) -> pd.DataFrame:

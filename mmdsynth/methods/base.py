@@ -48,7 +48,7 @@ from ..training import (PRECISIONS, Selection, TrainConfig, checkpoint_generator
                         has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
-from .tables import check_shares, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import check_shares, checked_source, encoder_of, prepare_table, reserved_delta, table_shares
 
 logger = logging.getLogger(__name__)
 
@@ -402,8 +402,7 @@ class KernelGeneratorMethod(Method):
         read shard by shard; a schema still to infer is completed by its release before the rows are checked)."""
         if not isinstance(data, pd.DataFrame) or SchemaInference.of(schema):
             return person_source(data, schema)
-        encoder = TableEncoder(schema)
-        return person_source(encoder.clean(data), schema, checked=encoder.check_signature)
+        return checked_source(data, schema, TableEncoder(schema))[1]
 
     def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
         """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as

@@ -264,7 +264,7 @@ class Hybrid(MarginalMethod):
         if not isinstance(s.stall_stop, bool):
             raise InvalidParameterError(f"stall_stop must be true or false (stop the reweighting once it stalls); "
                                         f"got {s.stall_stop!r}.")
-        self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then MST's
+        self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then the shared one
 
     def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its

@@ -44,7 +44,7 @@ from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
 from ..statistics.tables import CheckedRows, clique_key
 from ..engines.persons import person_source
-from .tables import encoder_of, release_rows_per_person, unit_shares
+from .tables import checked_source, encoder_of, release_rows_per_person, unit_shares
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,7 @@ class MarginalMethod(Method):
             source = person_source(X, schema)
             source.total(CheckedRows(encoder))
             return X, source
-        data = encoder.clean(X)                            # every refusal before the charge, and the only check:
-        return data, person_source(data, schema, checked=encoder.check_signature)   # its statistics read it as is
+        return checked_source(X, schema, encoder)         # every refusal before the charge, and the only check
 
     def _marginal_release(self, measurements: list, domain: Domain) -> tuple[dict, dict]:
         """(tensors, spec) of the measured marginals: each measurement's noisy counts, and the domain and
@@ -253,7 +252,7 @@ class MarginalMethod(Method):
         raise NotImplementedError
 
     def _one_way(self, domain: Domain, rho: float):
-        """The first stage of MST's plan (MST's, and the hybrid's every-pair plan): the 1-way marginals of every column,
+        """The first stage of MST's plan and of the hybrid's every-pair plan: the 1-way marginals of every column,
         numeric ones on the fine grid, in one release costing ``rho``; returns (noisy counts, their std, the domain
         cut by them: :meth:`_cut`)."""
         one, std = yield Measure(tuple((a,) for a in domain.attributes), rho, "1-way marginals of every column, "

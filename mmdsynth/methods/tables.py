@@ -23,7 +23,7 @@ from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, m
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
                                    release_schema_statistics, require_complete)
 from ..data.schema import Schema
-from ..engines.persons import PersonShards, PersonTable
+from ..engines.persons import PersonShards, PersonTable, person_source
 from ..errors import InvalidParameterError
 from ..statistics.persons import ROWS_EDGES, RowsPerPerson
 
@@ -142,6 +142,14 @@ def check_shares(**shares) -> None:
 def reserved_delta(schema: Schema, delta: float) -> float:
     """The part of delta that private schema inference's category thresholds use (0 without them)."""
     return SchemaInference.of(schema).threshold_delta(delta)
+
+
+def checked_source(frame: pd.DataFrame, schema: Schema, encoder: TableEncoder):
+    """(``frame`` checked against the schema by ``encoder``, once and before anything is charged: every refusal
+    here; the Source a fit reads, :func:`~mmdsynth.engines.persons.person_source`, whose statistics read the checked
+    rows as they are)."""
+    clean = encoder.clean(frame)
+    return clean, person_source(clean, schema, checked=encoder.check_signature)
 
 
 def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, dict, dict]:

@@ -33,6 +33,12 @@ def unweighted(batch):
     return batch, None
 
 
+def checked_batch(batch, signature: str) -> Checked:
+    """``batch`` (a table's rows, or a :class:`Weighted` batch of them) as a :class:`Checked` one: what a source hands
+    the statistics once its rows passed the check of this ``signature``."""
+    return Checked(*unweighted(batch), signature)
+
+
 def checked_rows(batch, encoder):
     """(the batch's rows checked against ``encoder``'s schema, their weights): as they are when the source checked
     them the same way (a :class:`Checked` batch of the same signature), else checked now (``encoder.clean``)."""
