@@ -18,24 +18,32 @@ import torch
 from .engines import as_source
 from .features.base import FeatureMap
 from .statistics.embedding import ClassSums
-from .privacy.engine import PrivacyEngine
+from .privacy.engine import GaussianRelease, PrivacyEngine, Sums
+
+
+def proxy_stages(proxy_map: FeatureMap, m: int, batch_size: int | None = None, *,
+                 description: str = "DP early-stopping proxy", assumed: dict | None = None):
+    """The stage of the proxy's release (a planner's part, run by :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`):
+    the noisy proxy embedding (P,) of the ``m`` (public) private records, the plan's ``"proxy"`` release. Returns it.
+
+    The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
+    bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
+    ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
+    """
+    noisy, = yield Sums(ClassSums(proxy_map, None, batch_size=batch_size, validate=False), (GaussianRelease(
+        "proxy", 2.0 * proxy_map.norm_bound / m, description,
+        assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"}, lambda t: t["sums"][0] / m),))
+    return noisy
 
 
 def release_proxy(proxy_map: FeatureMap, X, engine: PrivacyEngine, batch_size: int | None = None, *,
                   description: str = "DP early-stopping proxy", assumed: dict | None = None) -> torch.Tensor:
     """The noisy proxy embedding (P,) of the private records ``X`` (an array, or a
     :class:`~mmdsynth.engines.Source` of shards, summed on its engine), released by ``engine`` as the
-    plan's ``"proxy"`` release.
-
-    The proxy is ``(1/m) sum_i phi(x_i)`` over all records (unconditional) with every record's row
-    bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
-    ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
-    """
+    plan's ``"proxy"`` release: :func:`proxy_stages` run alone."""
     source = as_source(X)
-    m = source.n_records
-    return engine.release("proxy", source, ClassSums(proxy_map, None, batch_size=batch_size, validate=False),
-                          2.0 * proxy_map.norm_bound / m, exact=lambda t: t["sums"][0] / m, description=description,
-                          assumed=assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"})
+    return engine.run(source, proxy_stages(proxy_map, source.n_records, batch_size, description=description,
+                                           assumed=assumed))
 
 
 @torch.no_grad()

@@ -13,14 +13,14 @@ import logging
 
 import torch
 
-from .early_stopping import release_proxy
+from .early_stopping import proxy_stages
 from .engines import Source, as_source
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .statistics.embedding import ClassSums, SampledBlockSums
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
-from .privacy.engine import GaussianRelease, PrivacyEngine, SubsampledSteps, open_engine
+from .privacy.engine import GaussianRelease, PrivacyEngine, Step, SubsampledSteps, Sums, open_engine
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
 from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
@@ -127,10 +127,24 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                                    shares={"class_proportions": proportions_share})
         engine = open_engine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
                              noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
-    _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
-
-    # ---- private data from here on -------------------------------------------------
     source = as_source(X, y if conditional else None)
+    return engine.run(source, embedding_stages(
+        feature_map, source, engine, conditional=conditional, n_classes=n_classes, encoder=encoder, batch_size=batch_size,
+        public_facts=public_facts, proportions_share=proportions_share, proxy_map=proxy_map, dataset=dataset,
+        prior_tensors=prior_tensors))
+
+
+def embedding_stages(feature_map: FeatureMap, source, engine: PrivacyEngine, *, conditional: bool,
+                     n_classes: int | None = None,
+                     encoder=None, batch_size: int | None = None, public_facts: dict | None = None,
+                     proportions_share: float | None = None, proxy_map: FeatureMap | None = None, dataset: str = "",
+                     prior_tensors: dict | None = None):
+    """The stages of :func:`release_mean_embedding` on ``source`` (a planner's part, run by
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`; ``engine``: its plan, checked to hold every release before a
+    row is read, then charged once the stages ran): the class proportions and the embedding's blocks from one read
+    of the rows, then the proxy. Returns the :class:`~mmdsynth.release.Release`; ``conditional``: the labels' columns
+    (``n_classes`` public: the source's labels, or the label an ``encoder`` reads from a table)."""
+    _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
     m = source.n_records                 # public: the declared count, checked against the rows read
     statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder, batch_size=batch_size)
     if m < 1:                            # no record: refused by the rows' own check (its message names the input)
@@ -142,16 +156,15 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     public = public_assumptions(m, n_classes if conditional else None, public_facts)
     tensors = dict(prior_tensors or {})
     n_before = len(engine.entries)
-    declared = _embedding_releases(feature_map.parts(), m, conditional, what, public, proportions_share)
-    noisy = engine.releases(source, statistic, declared)
+    noisy = yield Sums(statistic, tuple(_embedding_releases(feature_map.parts(), m, conditional, what, public,
+                                                            proportions_share)))
     if proportions_share is not None:
         tensors["class_proportions"], noisy = noisy[0], noisy[1:]
     tensors["embedding"] = noisy[0] if len(noisy) == 1 else torch.cat(noisy, 0)
     extra = {}
     if proxy_map is not None:
-        tensors["proxy"] = _proxy(proxy_map, source, engine, batch_size, public)
+        tensors["proxy"] = yield from _proxy(proxy_map, m, batch_size, public)
         extra = {"proxy_spec": proxy_map.spec()}
-    # ---- end of private data ------------------------------------------------------------
     n_released = len(engine.entries) - n_before
     engine.charge(what + (f" ({n_released} Gaussian releases in one plan)" if n_released > 1 else ""))
     facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional}
@@ -160,32 +173,33 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
 
 
-def _sampled_blocks(engine: PrivacyEngine, feature_map: FeatureMap, X, y, m: int, n_cols: int,
-                    q: float) -> torch.Tensor:
-    """The private part of :func:`release_sampled_embedding`: the records checked (finite features, labels in
-    0..n_cols-1; ``y`` None: one column), then one subsampled step per block of ``feature_map`` (the engine draws the
-    step's records, secret, and its noise), block t stored as the noisy sum / (q m sqrt(n_blocks))."""
+def sampled_stages(steps: SubsampledSteps, feature_map: FeatureMap, X, y, m: int, n_cols: int, q: float):
+    """The stages of :func:`release_sampled_embedding` (a planner's part, run by
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`): the declared ``steps``, then the records checked (finite
+    features, labels in 0..n_cols-1; ``y`` None: one column), then one subsampled :class:`~mmdsynth.privacy.engine.Step`
+    per block of ``feature_map`` (the engine draws the step's records, secret, and its noise). Returns the blocks,
+    block t the noisy sum / (q m sqrt(n_blocks))."""
+    yield steps
     Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
     if Xt.shape[0] != m:
         raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
     yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else torch.zeros(m, dtype=torch.int64)
-    warn_delta_vs_n(engine.delta, m)
     n_blocks = int(feature_map.n_blocks)
     scale = n_blocks ** 0.5
     chunk = feature_map.batch_rows()
     blocks = []
     for t in range(n_blocks):
-        noisy = engine.step(m, SampledBlockSums(feature_map, t, Xt, yt, n_cols, scale, chunk), 1.0)
+        noisy = yield Step(m, SampledBlockSums(feature_map, t, Xt, yt, n_cols, scale, chunk), 1.0)
         blocks.append(noisy.T / (q * m * scale))
     return torch.cat(blocks, 0)
 
 
-def _proxy(proxy_map: FeatureMap, source, engine: PrivacyEngine, batch_size, public: dict) -> torch.Tensor:
-    """DP early stopping's proxy: the unconditional mean embedding under the public network's features
-    (:func:`~mmdsynth.early_stopping.release_proxy`, at its own multiplier in the plan)."""
+def _proxy(proxy_map: FeatureMap, m: int, batch_size, public: dict):
+    """DP early stopping's proxy stage: the unconditional mean embedding under the public network's features
+    (:func:`~mmdsynth.early_stopping.proxy_stages`, at its own multiplier in the plan)."""
     spec = proxy_map.spec()
-    return release_proxy(
-        proxy_map, source, engine, batch_size,
+    return proxy_stages(
+        proxy_map, m, batch_size,
         description=f"DP early-stopping proxy: mean embedding under {spec['name']} features of "
                     f"the public network {spec.get('encoder', '')}",
         assumed={**public, "feature_norm_bound": proxy_map.norm_bound,
@@ -294,14 +308,11 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
         f" under {feature_map.spec()['name']} features"
     public = {**public_assumptions(m, n_classes if conditional else None, public_facts), "clip": 1.0,
               "sensitivity": "a step's sum of sqrt(n_blocks) * block features, each of norm <= 1"}
-    engine.declare(SubsampledSteps(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} "
-                                                         f"steps at rate {q:g}; stored as noisy sum / (q m "
-                                                         f"sqrt(n_blocks)))",
-                                   assumed=public, n_records=m, mechanism="subsampled-gaussian"))
-
-    # ---- private data from here on -------------------------------------------------
-    embedding = _sampled_blocks(engine, feature_map, X, y if conditional else None, m, n_cols, q)
-    # ---- end of private data ------------------------------------------------------------
+    steps = SubsampledSteps(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps at "
+                                                  f"rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
+                            assumed=public, n_records=m, mechanism="subsampled-gaussian")
+    warn_delta_vs_n(engine.delta, m)
+    embedding = engine.run(as_source(X, y), sampled_stages(steps, feature_map, X, y, m, n_cols, q))
     tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}
     engine.charge(f"{what} ({n_blocks} subsampled steps)")
     facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,

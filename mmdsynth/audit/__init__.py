@@ -13,7 +13,7 @@ So a test that reaches true-positive rate TPR at false-positive rate FPR proves
    same function a fit uses (:func:`~mmdsynth.embedding.release_mean_embedding`, DP-KIP's
    :func:`~mmdsynth.privacy.dpsgd.private_gradient` for one step, a whole ``DPKIP.fit`` with its own
    secret sampler and clipping, or the marginal methods' private selection, a ``Select`` stage run by
-   :func:`~mmdsynth.privacy.marginals.run_stages` through a zCDP filter), calibrated once to the claimed
+   :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` through a zCDP filter), calibrated once to the claimed
    (epsilon, delta);
 3. the likelihood-ratio test of the attacker who knows D and D' (for Gaussian noise: project the
    output on the difference of the two noise-free statistics; for a DP-SGD fit, every step's noisy
@@ -70,8 +70,8 @@ __all__ = ["AuditResult", "audit", "TARGETS", "MECHANISMS", "DEFAULT_TRIALS", "C
 logger = logging.getLogger(__name__)
 
 #: the audit's targets by the name ``mechanism`` takes, each running one of the engine's stage kinds (its ``stage``:
-#: a Gaussian release, a measured marginal, subsampled steps, a selection, a tree selection) through the code a fit uses;
-#: every stage kind has one (tests/contract/test_audit.py)
+#: a statistic's Gaussian releases, a measured marginal, a subsampled step or steps, a selection, a tree selection)
+#: through the code a fit uses; every stage kind of the engine's registry has one (tests/contract/test_audit.py)
 TARGETS = {t.mechanism: t for t in (_ReleaseTarget, _DPSGDTarget, _DPSGDFitTarget, _SampledReleaseTarget,
                                     _SelectionTarget, _TreeSelectionTarget, _PersonReleaseTarget,
                                     _PersonMarginalTarget, _PersonSelectionTarget)}

@@ -153,7 +153,7 @@ def detectable_epsilon(claim: float, delta: float, n: int, alpha: float) -> floa
 
 class Target:
     """An audit target: one of the engine's stage kinds (``stage``: the frozen stage value it runs, e.g.
-    :class:`~mmdsynth.privacy.engine.GaussianRelease`) run through the code a fit uses, on a public D and its
+    :class:`~mmdsynth.privacy.engine.Sums`) run through the code a fit uses, on a public D and its
     neighbour D' (the canary), under the name ``mechanism`` (``mmdsynth audit --mechanism``). ``prepare()`` measures
     the canary's effect in units of the declared sensitivity; ``observe(neighbour)`` is one run's attack statistic."""
 

@@ -1,4 +1,4 @@
-"""Audit targets of the Gaussian releases (stage kinds ``GaussianRelease`` and ``Measure``): the mean-embedding
+"""Audit targets of the Gaussian releases (stage kinds ``Sums`` and ``Measure``): the mean-embedding
 release, of rows or of persons, and the measured marginals of a person table. The attacker projects the output on
 the difference of the two noise-free statistics (the likelihood-ratio test for Gaussian noise)."""
 from __future__ import annotations
@@ -19,8 +19,8 @@ from ..errors import InvalidParameterError
 from ..features.base import FeatureMap, build_feature_map
 from ..features.rff import RandomFourierFeatures
 from ..privacy.calibration import epsilon_for_sigma
-from ..privacy.engine import GaussianRelease, open_engine
-from ..privacy.marginals import clique_counts, Measure, run_stages
+from ..privacy.engine import Sums, open_engine
+from ..privacy.marginals import clique_counts, Measure
 from ..privacy.mechanisms import NoiseSource
 from ..statistics.tables import clique_key
 from .attack import Target
@@ -74,7 +74,7 @@ class _ReleaseTarget(_ProjectionTarget):
 
     neighbouring = "replace_one"
 
-    mechanism, stage = "release", GaussianRelease
+    mechanism, stage = "release", Sums
 
     @classmethod
     def for_audit(cls, epsilon, delta, n_records, seed, *, feature_map=None, n_classes=2, **_):
@@ -134,7 +134,7 @@ class _PersonReleaseTarget(_ProjectionTarget):
 
     neighbouring = "replace_one"
 
-    mechanism, stage = "person-release", GaussianRelease
+    mechanism, stage = "person-release", Sums
     default_trials = 2000             # it reads a table through the person reduction: about 10 ms a run
 
     def __init__(self, epsilon, delta, n_records: int, seed: int):
@@ -194,7 +194,7 @@ class _PersonReleaseTarget(_ProjectionTarget):
 
 class _PersonMarginalTarget(_ProjectionTarget):
     """The measured 1-way marginals of a table whose privacy unit is a person, as MST, AIM and the hybrid measure
-    them: a ``Measure`` stage of :func:`~mmdsynth.privacy.marginals.run_stages` on a
+    them: a ``Measure`` stage of :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` on a
     :class:`~mmdsynth.engines.persons.PersonTable`, through a zCDP filter calibrated to the claim and opened for
     each run (the stage spends its whole rho). D holds ``n_records`` persons of one to three rows over two columns
     (values p, q); person 0's rows are all (p, p). D' replaces person 0 by one canary person with ``CANARY_ROWS``
@@ -236,7 +236,7 @@ class _PersonMarginalTarget(_ProjectionTarget):
             [clique_counts(src, self.domain, self.encoder, self.CLIQUES)[clique_key(c)] for c in self.CLIQUES]))
             for src in self.sources)
         self.description = (f"the measured 1-way marginals of a person table (privacy unit: a person; a Measure stage "
-                            f"of run_stages on a PersonTable, through a zCDP filter spending its whole rho "
+                            f"of engine.run on a PersonTable, through a zCDP filter spending its whole rho "
                             f"{self._template.rho:.4g}), {n_records} persons, canary: one person with {CANARY_ROWS} "
                             f"rows replacing a person of {sizes[0]}")
 
@@ -246,7 +246,7 @@ class _PersonMarginalTarget(_ProjectionTarget):
 
         def planner():
             return (yield Measure(self.CLIQUES, engine.remaining, what="1-way marginals"))
-        noisy, _ = run_stages(engine, self.sources[int(neighbour)], self.domain, self.encoder, planner())
+        noisy, _ = engine.run(self.sources[int(neighbour)], planner(), domain=self.domain, encoder=self.encoder)
         return torch.as_tensor(np.concatenate([noisy[c] for c in self.CLIQUES])), engine.entries[-1].noise_source
 
 

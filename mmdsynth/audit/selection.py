@@ -11,8 +11,8 @@ from ..data import Schema
 from ..data.discrete import Domain
 from ..data.encoding import TableEncoder
 from ..engines.persons import PersonTable
-from ..privacy.engine import open_engine, ZCDPEngine
-from ..privacy.marginals import dependence_sensitivity, L1_SENSITIVITY, run_stages, Select, SelectTree
+from ..privacy.engine import open_engine
+from ..privacy.marginals import dependence_sensitivity, L1_SENSITIVITY, Select, SelectTree
 from .attack import SELECT_FRACTION, Target, flag_probability
 from .gaussian import CANARY_ROWS, _fresh_filter
 
@@ -25,7 +25,7 @@ def _log_choice_probabilities(scores: np.ndarray, epsilon0: float, sensitivity: 
 
 class _SelectionTarget(Target):
     """The private selection of the marginal methods (AIM's and MST's rounds): the whole ``Select`` stage as
-    :func:`~mmdsynth.privacy.marginals.run_stages` runs it, through a :class:`~mmdsynth.privacy.engine.ZCDPEngine`
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` runs it, through a :class:`~mmdsynth.privacy.engine.ZCDPEngine`
     filter calibrated to the claim and opened (charged) for each run, the stage reading the table's counts with its
     own code and spending the filter's whole rho on one exponential-mechanism draw (epsilon0 = sqrt(8 rho), the
     engine's secure Gumbel noise, fresh every run). The attacker sees which candidate was selected.
@@ -92,22 +92,18 @@ class _SelectionTarget(Target):
 
         def planner():
             return (yield Select(self.CANDIDATES, self.estimates, engine.remaining))
-        return run_stages(engine, self.tables[neighbour], self.domain, self.encoder, planner())
+        return engine.run(self.tables[neighbour], planner(), domain=self.domain, encoder=self.encoder)
 
     def prepare(self) -> float:
         """The scores the stage hands the exponential mechanism on D and on D', and the sensitivity it declares, as its
-        own code computes them (a non-private filter that records the call: the noise-free statistic); the canary's
+        own code computes them (a non-private filter whose observer records them: the noise-free statistic); the canary's
         measured effect is the largest move of a score in units of that sensitivity."""
 
         seen = []
-
-        class Recording(ZCDPEngine):
-            def exponential(self, name, scores, sensitivity, **kw):
-                seen.append((np.asarray(scores, dtype=np.float64).copy(), float(sensitivity)))
-                return super().exponential(name, scores, sensitivity, **kw)
-
         for neighbour in (False, True):
-            self._run(Recording(self.epsilon, self.delta, private=False).open("audit: noise-free scores"), neighbour)
+            engine = open_engine(self.epsilon, self.delta, private=False,
+                                 observer=lambda name, scores, sensitivity: seen.append((scores, sensitivity)))
+            self._run(engine.open("audit: noise-free scores"), neighbour)
         (s0, sens), (s1, _) = seen[::len(seen) // 2]      # each run's first draw: the one the attacker sees
         self.scores, self.sensitivity = (s0, s1), sens
         gap = float(np.abs(s1 - s0).max()) / sens
@@ -117,7 +113,7 @@ class _SelectionTarget(Target):
     def _describe(self, s0, s1, sens: float, gap: float) -> str:
         fmt = lambda s: ", ".join(f"{v:g}" for v in s)          # noqa: E731
         return (
-            f"the private selection (the Select stage of run_stages through a ZCDPEngine filter opened for each run: "
+            f"the private selection (the Select stage of engine.run through a ZCDPEngine filter opened for each run: "
             f"one exponential-mechanism draw spending the filter's whole rho {self.rho:.4g}, i.e. epsilon0 = "
             f"sqrt(8 rho) = {self.epsilon0:.3f}, which alone is {self.epsilon0:.3f}-DP (pure); the claim "
             f"({self.epsilon:g}, {self.delta:g}) is the filter's total) among the cliques (b,) and (a,) of a "
@@ -194,7 +190,7 @@ class _PersonSelectionTarget(_SelectionTarget):
 
 class _TreeSelectionTarget(_SelectionTarget):
     """The hybrid's tree of pairs scored by dependence: the whole ``SelectTree`` stage with ``score="dependence"`` as
-    :func:`~mmdsynth.privacy.marginals.run_stages` runs it, through a filter calibrated to the claim and opened for
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` runs it, through a filter calibrated to the claim and opened for
     each run. Three attributes ``a``, ``b``, ``c`` (values p, q) and the candidates (a, c), (a, b): the tree takes two
     rounds of rho / 2 each; the attacker sees the first round's pick (the second takes the other pair, whatever
     the data: it tells nothing). epsilon0 of the round = sqrt(8 rho / 2).
@@ -228,11 +224,11 @@ class _TreeSelectionTarget(_SelectionTarget):
 
         def planner():
             return (yield SelectTree(self.COLUMNS, self.CANDIDATES, {}, engine.remaining, score="dependence"))
-        return run_stages(engine, self.tables[neighbour], self.domain, self.encoder, planner())[0]
+        return engine.run(self.tables[neighbour], planner(), domain=self.domain, encoder=self.encoder)[0]
 
     def _describe(self, s0, s1, sens: float, gap: float) -> str:
         fmt = lambda s: ", ".join(f"{v:g}" for v in s)          # noqa: E731
-        return (f"the tree selection by dependence (the SelectTree stage with score \"dependence\" of run_stages "
+        return (f"the tree selection by dependence (the SelectTree stage with score \"dependence\" of engine.run "
                 f"through a ZCDPEngine filter opened for each run: two rounds of rho / 2 = {self.rho / 2:.4g}, the "
                 f"first an exponential-mechanism draw at epsilon0 = sqrt(8 rho / 2) = {self.epsilon0:.3f}; the claim "
                 f"({self.epsilon:g}, {self.delta:g}) is the filter's total) between the pairs (a, c) and (a, b) of a "

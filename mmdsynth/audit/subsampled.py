@@ -1,5 +1,5 @@
-"""Audit targets of the subsampled steps (stage kind ``SubsampledSteps``): one DP-SGD step of DP-KIP, a whole DP-KIP
-fit with its own secret sampler, and the subsampled release of dp-randconv's ``sample_rate``."""
+"""Audit targets of the subsampled steps (stage kinds ``Step`` and ``SubsampledSteps``): one DP-SGD step of DP-KIP, a
+whole DP-KIP fit with its own secret sampler, and the subsampled release of dp-randconv's ``sample_rate``."""
 from __future__ import annotations
 
 import functools
@@ -17,7 +17,7 @@ from ..kip.krr import centred_one_hot
 from ..methods.kip import DPKIP, to_kernel_space
 from ..privacy.calibration import epsilon_for_sigma, PrivacyPlan
 from ..privacy.dpsgd import private_gradient
-from ..privacy.engine import SubsampledSteps, open_engine
+from ..privacy.engine import Step, SubsampledSteps, open_engine
 from ..statistics import gradients
 from ..statistics.embedding import sampled_block_sums
 from ..statistics.gradients import clipped_sum
@@ -31,7 +31,7 @@ class _DPSGDTarget(_ProjectionTarget):
 
     neighbouring = "add_remove"
 
-    mechanism, stage = "dpsgd-step", SubsampledSteps
+    mechanism, stage = "dpsgd-step", Step
 
     def __init__(self, epsilon, delta, n_records: int, seed: int, clip: float = 1e-3):
 
@@ -248,7 +248,7 @@ class _SampledReleaseTarget(Target):
             self.y2[0] = 1
         else:
             self.X2[0] = 0.5                                     # the null record: zero features, m unchanged
-        self._sums = lambda t, X, y: sampled_block_sums(self.fmap, t, torch.as_tensor(X, dtype=torch.float32),
+        self._block_sums = lambda t, X, y: sampled_block_sums(self.fmap, t, torch.as_tensor(X, dtype=torch.float32),
                                                         torch.as_tensor(y, dtype=torch.int64), self.CLASSES,
                                                         self.BLOCKS ** 0.5, 64)
         canary = ("one image in class 0 or 1" if neighbouring == "replace_one" else
@@ -264,7 +264,7 @@ class _SampledReleaseTarget(Target):
         sum between them (zero-out), in units of the clip."""
         gap, self._dirs, self._others, self._shifts = 0.0, [], [], []
         for t in range(self.BLOCKS):
-            a, b = self._sums(t, self.X[:1], self.y[:1]), self._sums(t, self.X2[:1], self.y2[:1])
+            a, b = self._block_sums(t, self.X[:1], self.y[:1]), self._block_sums(t, self.X2[:1], self.y2[:1])
             if self.neighbouring == "add_remove" and float(b.norm()) != 0.0:      # zero-out needs a true null record
                 raise InvalidParameterError(f"the null record has features of norm {float(b.norm()):.3g} in network "
                                             f"{t}: it is not a zero-out neighbour.")
@@ -274,7 +274,7 @@ class _SampledReleaseTarget(Target):
             d = d / d.norm().clamp_min(1e-300)
             self._dirs.append(d)
             self._shifts.append((float((a * d).sum()), float((b * d).sum())))   # record 0's / the canary's
-            self._others.append(self.RATE * self._sums(t, self.X[1:], self.y[1:]))
+            self._others.append(self.RATE * self._block_sums(t, self.X[1:], self.y[1:]))
         return gap
 
     def observe(self, neighbour: bool) -> tuple[np.ndarray, str]:

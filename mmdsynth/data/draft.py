@@ -28,12 +28,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from .._io import LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT, atomic_write, sealed
 from ..errors import SchemaError
+from ..engines.persons import person_source, unit_text
+from ..privacy.calibration import compose_plan
+from ..privacy.engine import GaussianRelease, Sums, open_engine
+from ..privacy.ledger import PRIVACY_UNIT
 from ..statistics.tables import ValueKinds
 from ..statistics.values import KINDS, category_texts, dates, marked_missing, numbers
-from .private_schema import OTHER, SchemaInference, complete_schema, release_schema_statistics
+from .private_schema import OTHER, SchemaInference, complete_schema, schema_stages
 from .schema import Column, Schema
 
 #: the share of the plan the types release gets (the rest: bounds and categories)
@@ -98,10 +103,6 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     released as categories); ``privacy_unit``: the person column (an id column, never read beyond grouping rows);
     ``missing_values``: cell texts that mean missing. ``budget``: a :class:`~mmdsynth.privacy.BudgetFile`, checked
     before any row is read and charged once. ``noise_seed``: tests only (the ledger says it voids the guarantee)."""
-    from ..engines.persons import person_source, unit_text
-    from ..privacy.calibration import compose_plan
-    from ..privacy.engine import open_engine
-    from ..privacy.ledger import PRIVACY_UNIT
 
     names = [str(c) for c in df.columns]
     for given, what in ((label, "label"), (privacy_unit, "privacy unit")):
@@ -120,17 +121,41 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     # -- the source: rows, or persons (public: their number) -----------------------------------------------
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
     source = person_source(df, id_schema) if privacy_unit else person_source(df, None)
-    m = source.n_records
+    learned, stats, std2, tau = engine.run(source, _draft_stages(engine, df, source, typed, label, privacy_unit,
+                                                                       id_schema, missing_values))
+    engine.charge(f"schema draft of {dataset or 'a table'}")
+    done = complete_schema(learned, stats, std2, tau)
+    cols = [c for c in done.columns if c.name != label]
+    label_categories = None
+    if label:
+        cats = [c for c in done.column(label).categories if c != OTHER]
+        if len(cats) < 2:
+            raise SchemaError(f"the label {label!r}: fewer than two classes cleared the noise (kept {cats}); draft "
+                              f"with more budget (--epsilon) or declare its classes.")
+        label_categories = cats
+    if privacy_unit:
+        cols.append(Column(privacy_unit, "id"))
+    # the columns whose bounds and categories were released: a fit clips their numbers to the bounds and reads a
+    # category not listed (one held by too few records to clear the noise) as "(other)", per value
+    notes = {"drafted": "released with budget by `mmdsynth schema` (its ledger is beside this file); review every "
+                        "line before fitting: types, nullability, bounds and categories are noisy",
+             "dp_inferred_columns": [c for c in done.notes.get("dp_inferred_columns", []) if c != label]}
+    schema = Schema(cols, label, label_categories, "mmdsynth schema (dp draft)", notes,
+                    missing_values=list(missing_values), privacy_unit=privacy_unit)
+    return schema, engine.ledger
+
+
+def _draft_stages(engine, df: pd.DataFrame, source, typed: list, label, privacy_unit, id_schema, missing_values):
+    """The draft's two releases as stages (run by ``engine`` on ``source``, the rows or persons): the kinds of every
+    column's values, then the bounds and categories of the typed draft. Returns (the typed draft's columns to learn,
+    their noisy statistics, their noise std, the categories' threshold)."""
     # -- release 1: the kinds of every column's values --------------------------------------------------------
     sens1 = math.sqrt(2 * len(typed))
-    import torch
-
-    noisy = engine.release(
-        "types", source, ValueKinds(typed, missing_values), sens1,
-        exact=lambda totals: {n: torch.as_tensor(totals[n]) for n in typed},
-        description=f"schema draft, types: counts of {list(KINDS)} among the values of {len(typed)} column(s)",
-        assumed={"m": int(m), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one count "
-                                               f"down and one up in each column's kind counts"})
+    noisy, = yield Sums(ValueKinds(typed, missing_values), (GaussianRelease(
+        "types", sens1, f"schema draft, types: counts of {list(KINDS)} among the values of {len(typed)} column(s)",
+        {"m": int(source.n_records), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one "
+                                                    f"count down and one up in each column's kind counts"},
+        lambda totals: {n: torch.as_tensor(totals[n]) for n in typed}),))
     std1 = engine.sigma * engine.multiplier("types") * sens1
     columns = []
     for n in typed:
@@ -156,28 +181,9 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     if privacy_unit:
         frame[privacy_unit] = df[privacy_unit].to_numpy()
     read = person_source(frame, id_schema) if privacy_unit else frame
-    stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta),
-                                      ids=id_schema.person_ids if privacy_unit else None)
-    engine.charge(f"schema draft of {dataset or 'a table'}")
-    done = complete_schema(learned, stats, std2, tau)
-    cols = [c for c in done.columns if c.name != label]
-    label_categories = None
-    if label:
-        cats = [c for c in done.column(label).categories if c != OTHER]
-        if len(cats) < 2:
-            raise SchemaError(f"the label {label!r}: fewer than two classes cleared the noise (kept {cats}); draft "
-                              f"with more budget (--epsilon) or declare its classes.")
-        label_categories = cats
-    if privacy_unit:
-        cols.append(Column(privacy_unit, "id"))
-    # the columns whose bounds and categories were released: a fit clips their numbers to the bounds and reads a
-    # category not listed (one held by too few records to clear the noise) as "(other)", per value
-    notes = {"drafted": "released with budget by `mmdsynth schema` (its ledger is beside this file); review every "
-                        "line before fitting: types, nullability, bounds and categories are noisy",
-             "dp_inferred_columns": [c for c in done.notes.get("dp_inferred_columns", []) if c != label]}
-    schema = Schema(cols, label, label_categories, "mmdsynth schema (dp draft)", notes,
-                    missing_values=list(missing_values), privacy_unit=privacy_unit)
-    return schema, engine.ledger
+    stats = yield from schema_stages(read, todo, tau, todo.threshold_delta(engine.delta),
+                                     ids=id_schema.person_ids if privacy_unit else None)
+    return learned, stats, std2, tau
 
 
 def write_draft(schema: Schema, ledger, out) -> tuple[Path, Path]:

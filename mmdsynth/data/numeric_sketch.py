@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..engines import as_source
+from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.tables import SketchCounts
 from .schema import Column, Schema
 
@@ -191,22 +192,30 @@ def max_cells(n_records: int, noise_std: float) -> int:
     return max(8, int(n_records / (CELL_COUNT_SIGMAS * noise_std)))
 
 
+def sketch_stages(sketch: NumericSketch, m: int, encoder=None):
+    """The stage of the numeric sketch's release (a planner's part, run by
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` on the table's source, whose batches ``encoder`` cleans):
+    noisy cell counts of every sketched column of the ``m`` (public) records, one Gaussian release at the joint
+    sensitivity ``sketch.sensitivity`` (the plan's ``"numeric_sketch"`` release). Returns {column: noisy counts}."""
+    cells = {name: g.n_cells for name, g in sketch.grids.items()}
+    noisy, = yield Sums(SketchCounts(sketch, encoder), (GaussianRelease(
+        "numeric_sketch", sketch.sensitivity,
+        f"numeric-column distributions (quantile encoding): noisy counts of {list(sketch.grids)} in public cells "
+        f"inside their declared bounds ({sum(cells.values())} cells)",
+        {"m": m, "cells per column (public grid from the bounds)": cells,
+         "sensitivity": "sqrt(2 x numeric columns): replacing a record takes 1 from one cell and adds 1 to another in "
+                        "each column's counts"},
+        lambda totals: {name: torch.as_tensor(totals[name]) for name in sketch.grids}),))
+    return noisy
+
+
 def release_numeric_sketch(data, sketch: NumericSketch, engine, encoder=None) -> dict[str, torch.Tensor]:
     """Noisy cell counts of every sketched column (data-touching: reads ``data``, a DataFrame already
     checked against the schema, or a table :class:`~mmdsynth.engines.Source` whose batches ``encoder``
-    cleans; the counts are summed on its engine): one Gaussian release at the joint sensitivity
-    ``sketch.sensitivity``, noised by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine`
-    whose plan holds a ``"numeric_sketch"`` release)."""
+    cleans; the counts are summed on its engine): :func:`sketch_stages` run alone by ``engine`` (a
+    :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan holds a ``"numeric_sketch"`` release)."""
     source = as_source(data)
-    cells = {name: g.n_cells for name, g in sketch.grids.items()}
-    return engine.release(
-        "numeric_sketch", source, SketchCounts(sketch, encoder), sketch.sensitivity,
-        exact=lambda totals: {name: torch.as_tensor(totals[name]) for name in sketch.grids},
-        description=f"numeric-column distributions (quantile encoding): noisy counts of {list(sketch.grids)} "
-                    f"in public cells inside their declared bounds ({sum(cells.values())} cells)",
-        assumed={"m": source.n_records, "cells per column (public grid from the bounds)": cells,
-                 "sensitivity": "sqrt(2 x numeric columns): replacing a record takes 1 from one cell and adds 1 "
-                                "to another in each column's counts"})
+    return engine.run(source, sketch_stages(sketch, source.n_records, encoder))
 
 
 def noisy_cdf(grid: ColumnGrid, counts, noise_std: float) -> dict:

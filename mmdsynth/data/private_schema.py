@@ -39,6 +39,7 @@ from scipy.stats import norm
 from ..engines import as_source
 from ..engines.persons import PersonShards, PersonTable
 from ..errors import SchemaError
+from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.tables import SchemaCounts, SchemaTotals, bin_edges
 from .schema import OTHER, RESOLUTION_SECONDS, Schema, conform, declared_part, inferred_columns  # noqa: F401
 
@@ -78,13 +79,13 @@ class SchemaInference:
         return 1.0 + noise_std * float(norm.isf(per_column))
 
 
-def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,
-                              threshold_delta: float = 0.0, ids=None) -> dict[str, dict]:
-    """Noisy counts for the columns to infer (data-touching: reads ``data``, a DataFrame already
-    checked by :meth:`Schema.validate`, or a table :class:`~mmdsynth.engines.Source` whose shards
-    are checked as they are read; the counts are summed on its engine, the noise added by
-    ``engine``, a :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan holds a ``"schema"``
-    release).
+def schema_stages(data, inference: SchemaInference, category_threshold: float | None = None,
+                  threshold_delta: float = 0.0, ids=None):
+    """The stage of schema inference's release (a planner's part, run by
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`, whose plan holds a ``"schema"`` release): noisy counts for the
+    columns to infer, read from ``data`` (a DataFrame already checked by :meth:`Schema.validate`, or a table
+    :class:`~mmdsynth.engines.Source` whose shards are checked as they are read; the stage's own view of the run's
+    rows, summed on its engine).
 
     ``ids``: the schema's reading of the person column (:meth:`Schema.person_ids`) when ``data`` is a person table
     (each person then adds one value per categorical column, :func:`~mmdsynth.statistics.tables.person_values`).
@@ -100,11 +101,18 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
     values = exact.values                  # the observed categories, private until thresholded (complete_schema)
 
     description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
-    noisy = engine.release("schema", source, SchemaCounts(inference, ids), inference.sensitivity, exact=exact,
-                           description=description, assumed={"m": source.n_records, **assumed})
+    noisy, = yield Sums(SchemaCounts(inference, ids), (GaussianRelease(
+        "schema", inference.sensitivity, description, {"m": source.n_records, **assumed}, exact),), source)
     out: dict[str, dict] = {name: {"edges": bin_edges(), "counts": noisy[name]} for name in inference.numeric}
     out.update({name: {"values": values[name], "counts": noisy[name]} for name in inference.categorical})
     return out
+
+
+def release_schema_statistics(data, inference: SchemaInference, engine, category_threshold: float | None = None,
+                              threshold_delta: float = 0.0, ids=None) -> dict[str, dict]:
+    """:func:`schema_stages` run alone by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan
+    holds a ``"schema"`` release) on ``data``."""
+    return engine.run(data, schema_stages(data, inference, category_threshold, threshold_delta, ids))
 
 
 def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,

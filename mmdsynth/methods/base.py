@@ -35,7 +35,7 @@ from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
-from ..embedding import release_mean_embedding, release_plan
+from ..embedding import embedding_stages, release_mean_embedding, release_plan
 from ..engines.persons import person_source
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
@@ -48,7 +48,7 @@ from ..training import (PRECISIONS, Selection, TrainConfig, checkpoint_generator
                         has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
 from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
-from .tables import check_shares, checked_source, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import check_shares, checked_source, encoder_of, reserved_delta, table_shares, table_stages
 
 logger = logging.getLogger(__name__)
 
@@ -417,16 +417,19 @@ class KernelGeneratorMethod(Method):
         plan, mults = self._table_plan(schema)
         engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
                                    privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))
-        # ---- private data: the table's releases, then the embedding ----------------------------
-        encoder, prior, table_facts = prepare_table(engine, data, source, schema)
-        return release_mean_embedding(
-            self.table_feature_map(encoder, encoder.schema.n_classes), source, encoder=encoder,
-            n_classes=encoder.schema.n_classes, dataset=dataset, proportions_share=self._s.proportions_share,
-            privacy_unit=self._privacy_unit,
+        return engine.run(source, self._table_stages(engine, data, source, schema, dataset))
+
+    def _table_stages(self, engine, data, source, schema, dataset: str):
+        """The stages of a table fit (run by the engine on ``source``): the table's releases (schema, sketch, rows per
+        person), then the embedding under the feature map built on their encoder. Returns the release."""
+        encoder, prior, table_facts = yield from table_stages(engine, data, source, schema)
+        return (yield from embedding_stages(
+            self.table_feature_map(encoder, encoder.schema.n_classes), source, engine, conditional=True,
+            n_classes=encoder.schema.n_classes, encoder=encoder, dataset=dataset,
+            proportions_share=self._s.proportions_share,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
                           **table_facts, **self._public_facts},
-            engine=engine, prior_tensors=prior,
-        )
+            prior_tensors=prior))
 
     @property
     def encoder_(self) -> TableEncoder | None:

@@ -35,6 +35,7 @@ from safetensors.numpy import load_file, save_file
 
 from ..data.discrete import DEFAULT_CELLS
 from ..data.encoding import TableEncoder
+from ..embedding import embedding_stages, release_plan
 from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
@@ -46,7 +47,7 @@ from .base import read_model_folder, write_model_folder
 from .contract import register
 from .kernel import DPMERF
 from .marginal import AIM, MST, MarginalMethod
-from .tables import encoder_of, prepare_table, table_shares
+from .tables import encoder_of, table_shares, table_stages
 
 logger = logging.getLogger(__name__)
 
@@ -270,8 +271,6 @@ class Hybrid(MarginalMethod):
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its
         usual relative weight: a release with noise multiplier s costs in proportion to 1 / s^2), the marginal
         stages spend the rest."""
-        from ..embedding import release_plan
-
         k = self._kernel(schema)
         shares = table_shares(schema, schema_share=None, numeric_encoding=k.settings_.numeric_encoding,
                               numeric_share=k.settings_.numeric_share)
@@ -282,27 +281,30 @@ class Hybrid(MarginalMethod):
         return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit,
                                  shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
 
-    def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
-        """The kernel part, after the marginals, in the same plan: DP-MERF's table release (numeric CDFs, class
-        proportions, the embedding)."""
+    def _more_stages(self, engine, data, source, schema, dataset):
+        """The kernel part's stages, after the marginals, in the same plan and run: DP-MERF's table release (numeric
+        CDFs, class proportions, the embedding). Returns (its tensors, its spec entries, its public facts)."""
         with phase("measuring the kernel embedding", self._s.progress):
-            _, _, table_facts, kernel = self._kernel_release(self._kernel(schema), engine, data, source, schema,
-                                                             dataset)
-        spec = {**spec, "name": "hybrid", KERNEL_SPEC: kernel.feature_spec,
-                "captures": spec["captures"] + "; " + kernel.feature_spec.get("captures", "a kernel mean embedding"),
+            _, _, table_facts, kernel = yield from self._kernel_stages(self._kernel(schema), engine, data, source,
+                                                                       schema, dataset)
+        spec = {KERNEL_SPEC: kernel.feature_spec,
+                "captures": kernel.feature_spec.get("captures", "a kernel mean embedding"),
                 "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
-        facts = {**facts, **table_facts, "conditional": True}
-        return {**tensors, **kernel.tensors}, spec, facts
+        return kernel.tensors, spec, {**table_facts, "conditional": True}
 
-    def _kernel_release(self, k, engine, data, source, schema, dataset):
-        """DP-MERF's table release in the hybrid's plan: (encoder, prior tensors, table facts, the release)."""
-        from ..embedding import release_mean_embedding
-        encoder, prior, table_facts = prepare_table(engine, data, source, schema)
-        kernel = release_mean_embedding(
-            k.table_feature_map(encoder, schema.n_classes), source, encoder=encoder, n_classes=schema.n_classes,
-            dataset=dataset, proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
-            privacy_unit=engine.privacy_unit,
-            engine=engine, prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
+    def _more_spec(self, spec: dict, more: dict) -> dict:
+        return {**spec, "name": "hybrid", KERNEL_SPEC: more[KERNEL_SPEC],
+                "captures": spec["captures"] + "; " + more["captures"], "kernel_noise_std": more["kernel_noise_std"]}
+
+    def _kernel_stages(self, k, engine, data, source, schema, dataset):
+        """DP-MERF's table release in the hybrid's plan, as stages: returns (encoder, prior tensors, table facts, the
+        release)."""
+        encoder, prior, table_facts = yield from table_stages(engine, data, source, schema)
+        kernel = yield from embedding_stages(
+            k.table_feature_map(encoder, schema.n_classes), source, engine, conditional=True,
+            n_classes=schema.n_classes, encoder=encoder, dataset=dataset,
+            proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
+            prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
         return encoder, prior, table_facts, kernel
 
     # -- post-processing ----------------------------------------------------------------------------------
@@ -573,7 +575,7 @@ def cover_floor(w: np.ndarray, start: int, m: int, cap: float = MAX_COVER_SHARE)
 
 
 def _embedding_entry(engine):
-    """The ledger entry of the kernel embedding's release: the last one ``release_mean_embedding`` made (one block:
+    """The ledger entry of the kernel embedding's release: the last one ``embedding_stages`` made (one block:
     DP-MERF's map has one part)."""
     entry = engine.entries[-1]
     if "mean embedding" not in entry.description:

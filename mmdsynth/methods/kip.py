@@ -38,7 +38,8 @@ from tqdm.auto import tqdm
 from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
-from ..embedding import release_mean_embedding
+from ..embedding import embedding_stages
+from ..engines import as_source
 from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
@@ -55,7 +56,8 @@ from .base import _as_schema, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, epsilon_required, register
 from .distill import distill_release
-from .tables import NUMERIC_ENCODINGS, check_shares, encoder_from, encoder_of, prepare_table, reserved_delta, table_shares
+from .tables import (NUMERIC_ENCODINGS, check_shares, encoder_from, encoder_of, reserved_delta, table_shares,
+                     table_stages)
 from ..runtime import default_device, progress_rate
 
 logger = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ CKPT_TENSORS, CKPT_META = "kip_checkpoint.safetensors", "kip_checkpoint.json"
 #: where the support set starts: public noise, or distilled from a release of a share of the plan
 STARTS = ("noise", "pixels", "random-conv")
 DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 84.4 against 73.9 from noise (benchmarks/RESULTS.md)
-START_RELEASE = "embedding"           # the start's release in the plan (release_mean_embedding's block name)
+START_RELEASE = "embedding"           # the start's release in the plan (embedding_stages' block name)
 START_ITERATIONS, START_NETWORKS = 500, 8
 
 
@@ -246,15 +248,16 @@ class DPKIP(Method):
                                             "conditional": True, **facts}, Ledger())
         self._distil_start(placeholder, encoder, iterations=1)
 
-    def _private_start(self, engine: PrivacyEngine, X, y, parts, dataset: str) -> torch.Tensor:
-        """The support set's start from the plan's ``start_share``: one Gaussian release of the private records'
-        class-conditional mean embedding under :meth:`_start_map` (:func:`~mmdsynth.embedding.release_mean_embedding`,
-        the release every kernel method makes; a table's release carries the schema / sketch tensors its encoder is
-        rebuilt from), then ``images_per_class`` records per class distilled from it (:meth:`_distil_start`)."""
+    def _private_start(self, engine: PrivacyEngine, source, parts, dataset: str):
+        """The stages of the support set's start from the plan's ``start_share`` (a planner's part): one Gaussian
+        release of the private records' class-conditional mean embedding under :meth:`_start_map`
+        (:func:`~mmdsynth.embedding.embedding_stages`, the release every kernel method makes; a table's release
+        carries the schema / sketch tensors its encoder is rebuilt from) read from ``source``, then
+        ``images_per_class`` records per class distilled from it (:meth:`_distil_start`). Returns them."""
         fmap, encoder, facts, prior = parts
-        release = release_mean_embedding(
-            fmap, X, None if encoder is not None else y, n_classes=int(self._s.n_classes), engine=engine,
-            dataset=dataset, encoder=encoder, public_facts=facts, prior_tensors=prior)
+        release = yield from embedding_stages(fmap, source, engine, conditional=True, n_classes=int(self._s.n_classes),
+                                              dataset=dataset, encoder=encoder, public_facts=facts,
+                                              prior_tensors=prior)
         return self._distil_start(release, encoder, START_ITERATIONS)
 
     def _encode(self, X, y, table_state, n_records: int) -> tuple:
@@ -393,14 +396,29 @@ class DPKIP(Method):
         """A fresh run's start: the engine calibrated for the whole plan, a table's releases, every check that can fail,
         the charge, the private start's release (when there is one) and the DP-SGD steps declared; the state saved
         to ``out``. Returns (the run's state, the encoded records). ``shape``: the records' (None for a table)."""
-        s, table = self._s, shape is None
+        table = shape is None
         # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
         # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
         engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
                                    privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
                                    private=self.private,
                                    reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
-        table_state = prepare_table(engine, X, source, schema) if table else None   # private releases
+        source = source if table else as_source(X, y)
+        state, encoded = engine.run(source, self._start_stages(engine, X, y, source, schema, plan, n_records=n_records,
+                                                               dataset=dataset, shape=shape, public_init=public_init,
+                                                               persons=persons))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            state.save(out)
+        return state, encoded
+
+    def _start_stages(self, engine: PrivacyEngine, X, y, source, schema, plan: PrivacyPlan, *, n_records: int,
+                      dataset: str, shape, public_init, persons: bool):
+        """The stages of a fresh run's start (run by the engine on ``source``): a table's releases, every check that
+        can fail, the charge, the private start's release (when there is one) and the DP-SGD steps declared.
+        Returns (the run's state, the encoded records)."""
+        s, table = self._s, shape is None
+        table_state = (yield from table_stages(engine, X, source, schema)) if table else None   # private releases
         if table:
             shape = [table_state[0].dim]
         description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
@@ -413,18 +431,15 @@ class DPKIP(Method):
             parts = self._start_parts(shape, table_state)
             self._rehearse_start(parts, engine, n_records, dataset)
             engine.charge(description)          # the whole plan, before the start's release reads a record
-            start_x = self._private_start(engine, source if table else X, y, parts, dataset)
-        entry = engine.declare(SubsampledSteps(
+            start_x = yield from self._private_start(engine, source, parts, dataset)
+        entry = yield SubsampledSteps(
             clip=self._s.clip, n_records=n_records, description=description,
             assumed=self._dpsgd_assumptions(n_records, persons),
             notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                    "after private steps) until it is resumed and finishes; delete it or resume it, never "
-                   "publish it",)))
+                   "publish it",))
         state = _KIPState.start(s, shape, engine, start_x, table_state)
         engine.charge(entry.description)
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            state.save(out)
         return state, encoded
 
     def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None,

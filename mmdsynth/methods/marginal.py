@@ -35,7 +35,7 @@ from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..privacy.engine import ZCDPEngine
 from ..privacy.ledger import PRIVACY_UNIT
-from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree, run_stages
+from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
 from .base import _as_schema, read_model_folder, write_model_folder
@@ -44,7 +44,7 @@ from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
 from ..statistics.tables import CheckedRows, clique_key
 from ..engines.persons import person_source
-from .tables import checked_source, encoder_of, release_rows_per_person, unit_shares
+from .tables import checked_source, encoder_of, rows_per_person_stages, unit_shares
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class MarginalMethod(Method):
     (:meth:`planner`, each method's own) in one zCDP plan calibrated and charged before any read, the release, the
     graphical model estimated from it (mbi 2.x, ``iters`` mirror-descent iterations), synthetic rows drawn from it
     and the model folder. A method says what it measures (:meth:`planner`, :meth:`stage_outline`, :meth:`_check_plan`)
-    and what it adds to the plan (:meth:`_engine`, :meth:`_more_releases`) or makes of the release (:meth:`_fitted`,
+    and what it adds to the plan (:meth:`_engine`, :meth:`_more_stages`) or makes of the release (:meth:`_fitted`,
     :meth:`_modelled`)."""
 
     data_kinds = ("table",)
@@ -131,16 +131,16 @@ class MarginalMethod(Method):
         data, source = self._checked_source(X, sharded, schema, encoder)
         n = source.n_records                               # public, declared: the rows, or the persons
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements = run_stages(engine, source, domain, encoder, self.planner(domain, engine.stage_rho, n),
-                                  progress=self._s.progress,
-                                  assumed={"n_classes": schema.n_classes})
+        measurements, (more, more_spec, more_facts) = engine.run(
+            source, self._stages(engine, data, source, schema, domain, n, dataset), domain=domain, encoder=encoder,
+            progress=self._s.progress, assumed={"n_classes": schema.n_classes})
         domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
         facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
                  "computation": source.describe(),
                  "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
-                 **(public_facts or {})}
+                 **(public_facts or {}), **more_facts}
         tensors, spec = self._marginal_release(measurements, domain)
-        tensors, spec, facts = self._more_releases(engine, data, source, schema, dataset, tensors, spec, facts)
+        tensors, spec = {**tensors, **more}, self._more_spec(spec, more_spec)
         self.release_ = Release(tensors, spec, facts, engine.ledger)
         if out is not None:                                # saved before any post-processing: it holds the budget
             self.release_.save(out / "release")
@@ -229,12 +229,22 @@ class MarginalMethod(Method):
         ``stage_rho``)."""
         return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit, shares=unit_shares(schema))
 
-    def _more_releases(self, engine, data, source, schema, dataset, tensors, spec, facts):
-        """Releases of the same plan after the marginal stages (MST: the rows per person, with a privacy unit):
-        (tensors, spec, facts). ``data``: the checked rows (or the shards); ``source``: what the sums read (a person
-        table with a privacy unit)."""
-        persons, persons_facts = release_rows_per_person(engine, source)
-        return {**tensors, **persons}, spec, {**facts, **persons_facts}
+    def _stages(self, engine, data, source, schema, domain: Domain, n: int, dataset: str):
+        """The fit's stages, run by the engine on ``source``: the method's marginal stages (:meth:`planner`), then the
+        releases of the same plan after them (:meth:`_more_stages`). Returns (the measurements, what those add)."""
+        measurements = yield from self.planner(domain, engine.stage_rho, n)
+        return measurements, (yield from self._more_stages(engine, data, source, schema, dataset))
+
+    def _more_stages(self, engine, data, source, schema, dataset):
+        """The stages of the releases of the same plan after the marginal stages (MST, AIM: the rows per person, with a
+        privacy unit): returns (tensors, spec entries, public facts) they add. ``data``: the checked rows (or the
+        shards); ``source``: what the sums read (a person table with a privacy unit)."""
+        persons, persons_facts = yield from rows_per_person_stages(engine, source)
+        return persons, {}, persons_facts
+
+    def _more_spec(self, spec: dict, more: dict) -> dict:
+        """The release's spec from the marginals' and what the later releases add (:meth:`_more_stages`)."""
+        return {**spec, **more}
 
     def _fitted(self) -> None:
         """Post-processing once the release is made: the graphical model, estimated once (sampling reads it)."""
@@ -242,7 +252,7 @@ class MarginalMethod(Method):
 
     # -- what a marginal method measures (each method's own) -------------------------------------------------
     def planner(self, domain: Domain, rho: float, n: int):
-        """The method's stages, a generator the engine runs (:func:`~mmdsynth.privacy.marginals.run_stages`) spending
+        """The method's stages, a generator the engine runs (:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`) spending
         ``rho`` over ``domain`` for ``n`` public records; returns the measurements [(clique, noisy counts, noise std,
         fine)]."""
         raise NotImplementedError

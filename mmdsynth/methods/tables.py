@@ -19,12 +19,13 @@ import pandas as pd
 import torch
 
 from ..data.encoding import TableEncoder
-from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, max_cells, release_numeric_sketch
-from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema,
-                                   release_schema_statistics, require_complete)
+from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, max_cells, sketch_stages
+from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema, require_complete,
+                                   schema_stages)
 from ..data.schema import Schema
 from ..engines.persons import PersonShards, PersonTable, person_source
 from ..errors import InvalidParameterError
+from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.persons import ROWS_EDGES, RowsPerPerson
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
@@ -92,22 +93,23 @@ def unit_shares(schema: Schema) -> dict[str, float]:
 ROWS_THRESHOLD_SIGMAS = 3.0
 
 
-def release_rows_per_person(engine, source) -> tuple[dict[str, torch.Tensor], dict]:
-    """(tensors, public facts) of the rows-per-person release when ``engine``'s plan holds one (a declared privacy
-    unit; ``({}, {})`` otherwise): the noisy histogram of rows per person over the public cells ``ROWS_EDGES``
-    (data-touching: one one-hot per person, summed on ``source``, a person table, sensitivity sqrt(2) under
-    replacing one person), and its noise std, which sampling reads."""
+def rows_per_person_stages(engine, source):
+    """The stage of the rows-per-person release when ``engine``'s plan holds one (a declared privacy unit; nothing
+    otherwise), a planner's part: the noisy histogram of rows per person over the public cells ``ROWS_EDGES`` (one
+    one-hot per person, summed on ``source``, a person table, sensitivity sqrt(2) under replacing one person), and its
+    noise std, which sampling reads. Returns (tensors, public facts), ``({}, {})`` without a unit."""
     if ROWS_TENSOR not in engine.multipliers:
         return {}, {}
     if not isinstance(source, (PersonTable, PersonShards)):
         raise RuntimeError("the plan holds the rows per person but the source is not a person table; nothing of "
                            "this release was drawn.")
-    tensor = engine.release(
-        ROWS_TENSOR, source, RowsPerPerson(), math.sqrt(2.0), exact=lambda t: torch.as_tensor(t["rows_per_person"]),
-        description=f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the "
-                    f"{source.n_records} persons' row counts",
-        assumed={"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
-                 "sensitivity": "sqrt(2) (one person's one-hot changes cell)"})
+    tensor, = yield Sums(RowsPerPerson(), (GaussianRelease(
+        ROWS_TENSOR, math.sqrt(2.0),
+        f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the {source.n_records} persons' "
+        f"row counts",
+        {"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
+         "sensitivity": "sqrt(2) (one person's one-hot changes cell)"},
+        lambda t: torch.as_tensor(t["rows_per_person"])),))
     std = float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))
     return {ROWS_TENSOR: tensor}, {ROWS_TENSOR: {"noise_std": std}}
 
@@ -152,11 +154,13 @@ def checked_source(frame: pd.DataFrame, schema: Schema, encoder: TableEncoder):
     return clean, person_source(clean, schema, checked=encoder.check_signature)
 
 
-def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, dict, dict]:
-    """Release what the plan of ``engine`` declared for this table (``"schema"``, ``"numeric_sketch"``)
-    and build the encoder from it: (encoder, tensors to save in the release, public facts).
-    ``data``: the DataFrame or :class:`~mmdsynth.data.ShardedTable` (its column names are public);
-    ``source``: its :class:`~mmdsynth.engines.Source`."""
+def table_stages(engine, data, source, schema: Schema):
+    """The stages of what the plan of ``engine`` declared for this table (``"schema"``, ``"numeric_sketch"``, the rows
+    per person), a planner's part (:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` on ``source``), and the encoder
+    built from their noisy results: returns (encoder, tensors to save in the release, public facts). ``engine``: its
+    plan's public facts (sigma, multipliers, delta); ``data``: the DataFrame or
+    :class:`~mmdsynth.data.ShardedTable` (its column names are public); ``source``: its
+    :class:`~mmdsynth.engines.Source`."""
     todo = SchemaInference.of(schema)
     if todo:
         std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
@@ -166,8 +170,8 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
             read = source.with_frame(schema.validate(source.frame))
         else:
             read = schema.validate(data) if isinstance(data, pd.DataFrame) else source
-        stats = release_schema_statistics(read, todo, engine, tau, todo.threshold_delta(engine.delta),
-                                          ids=schema.person_ids if schema.privacy_unit is not None else None)
+        stats = yield from schema_stages(read, todo, tau, todo.threshold_delta(engine.delta),
+                                         ids=schema.person_ids if schema.privacy_unit is not None else None)
         schema = complete_schema(schema, stats, std, tau)
         del stats
     counts, facts, maps = {}, {}, None
@@ -176,10 +180,10 @@ def prepare_table(engine, data, source, schema: Schema) -> tuple[TableEncoder, d
         std = engine.sigma * engine.multiplier("numeric_sketch") * sketch.sensitivity
         cells = max_cells(source.n_records, std)  # public: m and sigma
         sketch = sketch.limited(cells)
-        counts = release_numeric_sketch(source, sketch, engine, encoder=TableEncoder(schema))
+        counts = yield from sketch_stages(sketch, source.n_records, encoder=TableEncoder(schema))
         facts["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
         maps = sketch.cdfs(counts, std)
-    persons, persons_facts = release_rows_per_person(engine, source)
+    persons, persons_facts = yield from rows_per_person_stages(engine, source)
     facts.update(persons_facts)
     encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
     facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})

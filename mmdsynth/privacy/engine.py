@@ -33,12 +33,16 @@ from dataclasses import dataclass, field
 import uuid
 
 import torch
+from tqdm import tqdm
 
+from ..engines import as_source
 from ..errors import InvalidParameterError
+from ..runtime import phases_shown
 from ..validation import check_delta, check_epsilon
 from .budget import BudgetFile
 from .calibration import PrivacyPlan, calibrate_sigma, replace_one_epsilon
 from .ledger import PRIVACY_UNIT, Ledger, LedgerEntry
+from .marginals import MARGINAL_STAGES, StageContext
 from .mechanisms import NoiseSource, gaussian_mechanism
 from .sampling import PoissonSampler
 
@@ -75,6 +79,30 @@ class SubsampledSteps:
     n_records: int = 0
     notes: tuple = ()
     mechanism: str = "dp-sgd"
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A stage (:meth:`PrivacyEngine.run`): the sums of one ``statistic`` (it reads each batch the source validated,
+    :meth:`~mmdsynth.engines.Source.total`) read once where the rows live, then each :class:`GaussianRelease` of
+    ``releases`` noised and recorded in order. Result: the noisy values, in that order. ``source``: another view of
+    the run's private rows when the statistic must read that one (schema inference's: the frame checked against a
+    schema that is still to complete); None, the run's source."""
+
+    statistic: object = field(repr=False)
+    releases: tuple
+    source: object = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A stage (:meth:`PrivacyEngine.run`): one step of the plan's declared :class:`SubsampledSteps` over ``n`` public
+    records (or persons): the engine draws the records it reads from its secret sampler, ``statistic(chosen)`` sums
+    their parts (each of norm <= ``clip``), the engine adds N(0, (sigma clip)^2 I). Result: the noisy sum."""
+
+    n: int
+    statistic: object = field(repr=False)
+    clip: float
 
 
 class PrivacyEngine:
@@ -192,31 +220,64 @@ class PrivacyEngine:
                      computation)
         return noisy
 
-    def release(self, name: str, source, statistic, sensitivity: float, *, description: str, assumed: dict,
-                exact=None, **kw):
-        """One Gaussian release run where the data lives: the sums of ``statistic`` over ``source`` (a
-        :class:`~mmdsynth.engines.Source`: rows in memory, shards, a person table; ``statistic`` reads each batch the
-        source validated, see :meth:`~mmdsynth.engines.Source.total`), made the released value by ``exact`` (a
-        function of those sums alone, e.g. their mean over the public count; default: the sums themselves), noised
-        at release ``name``'s share at ``sensitivity`` (:meth:`gaussian`; ``kw``: its other options) and recorded
-        with the source's public count and where the sums ran. The callers declare what is released; reading the
-        rows, the noise and the ledger entry happen here."""
-        return self.releases(source, statistic, [GaussianRelease(name, sensitivity, description, assumed, exact,
-                                                                  kw)])[0]
+    def run(self, source, planner, *, domain=None, encoder=None, assumed: dict | None = None, progress=None):
+        """Run a planner's stages on ``source`` (a :class:`~mmdsynth.engines.Source`, or rows :func:`~mmdsynth.engines.
+        as_source` makes one of): ``planner`` is a generator that yields stages, frozen values of the kinds in
+        :data:`STAGES` (:class:`Sums`, :class:`SubsampledSteps`, :class:`Step`, and the marginal stages
+        :class:`~mmdsynth.privacy.marginals.Measure`, :class:`~mmdsynth.privacy.marginals.Select`,
+        :class:`~mmdsynth.privacy.marginals.SelectTree`), and receives each one's noisy result; what it returns is
+        returned here. This is the one path from a method to the private rows: each stage is checked before it reads
+        a record, its statistic read where the rows live, its noise drawn and its ledger entry written here; the
+        planner sees only noisy results and the plan's public facts. ``domain`` and ``encoder``: the table's public
+        discrete domain and encoder the marginal stages count in (their ledger entries assume ``assumed`` and the
+        domain's sizes). On a terminal (``progress``, :func:`~mmdsynth.runtime.phases_shown`) a zCDP plan's stages
+        show a bar of the share of their budget spent (public: the shares are the planner's)."""
+        source = as_source(source)
+        assumed = dict(assumed or {})
+        if domain is not None:
+            assumed = {"m": source.n_records, "domain (public, from the schema)": domain.sizes, **assumed}
+        context = StageContext(domain, encoder, assumed)
+        total = self._stage_total()
+        bar = tqdm(total=100, disable=not (phases_shown(progress) and total), desc="measuring and selecting marginals",
+                   unit="%", bar_format="{desc}: {percentage:3.0f}% of their budget |{bar}| {elapsed}")
+        try:
+            stage = next(planner)
+            while True:
+                execute = STAGES.get(type(stage))
+                if execute is None:
+                    raise InvalidParameterError(f"{stage!r} is not a stage the engine runs "
+                                                f"({[s.__name__ for s in STAGES]}).")
+                if type(stage) not in MARGINAL_STAGES:
+                    bar.close()                    # the bar is the marginal stages'; what follows shows its own
+                result = execute(self, source, stage, context)
+                if total and type(stage) in MARGINAL_STAGES:
+                    bar.n = min(100.0, 100.0 * self.spent / total)     # the stages spend first, from zero
+                    bar.refresh()
+                    if self.spent >= total * (1 - 1e-9):
+                        bar.close()                # their budget spent: the marginal stages are done
+                stage = planner.send(result)
+        except StopIteration as done:
+            return done.value
+        finally:
+            bar.close()
 
-    def releases(self, source, statistic, declared) -> list:
-        """Several Gaussian releases of one pass over ``source``: the sums of ``statistic`` read once, then each
-        :class:`GaussianRelease` of ``declared`` noised and recorded in order, as :meth:`release` does one. Returns
-        the noisy values in that order."""
-        totals = source.total(statistic)
+    def _stage_total(self) -> float | None:
+        """What the stages may spend, for the progress bar: None (a calibrated plan's releases are not shares)."""
+        return None
+
+    def _sums(self, source, stage: Sums) -> list:
+        """A :class:`Sums` stage: the sums of its statistic read once over ``source`` (or the stage's own view of the
+        rows), then each declared :class:`GaussianRelease` noised and recorded in order."""
+        source = source if stage.source is None else as_source(stage.source)
+        totals = source.total(stage.statistic)
         return [self.gaussian(d.name, totals if d.exact is None else d.exact(totals), d.sensitivity,
                               description=d.description, assumed=d.assumed, n_records=int(source.n_records),
                               computation=source.describe(), **dict(d.options))
-                for d in declared]
+                for d in stage.releases]
 
-    def declare(self, steps: SubsampledSteps) -> LedgerEntry:
-        """Record the entry of the plan's subsampled steps (before the first): every step's noise is then run by
-        :meth:`step` (its records drawn, its sum noised), at the declared ``clip`` and no other."""
+    def _declare(self, steps: SubsampledSteps) -> LedgerEntry:
+        """A :class:`SubsampledSteps` stage: record the entry of the plan's subsampled steps (before the first); every
+        step is then a :class:`Step` stage, at the declared ``clip`` and no other."""
         if not self.plan.subsampled:
             raise InvalidParameterError("subsampled steps need a plan with sample_rate and steps.")
         self.steps_ = steps
@@ -224,27 +285,26 @@ class PrivacyEngine:
                             steps.clip, steps.assumed, steps.n_records, None, notes=steps.notes,
                             relation=self.plan.neighbouring, sampler=self.sampler.policy)
 
-    def step(self, n: int, statistic, clip: float) -> torch.Tensor:
-        """One step of the plan's subsampled Gaussian releases (DP-SGD's, a sampled embedding's), run here: the
-        records it reads drawn from the secret sampler at the plan's rate (every one of the ``n`` records in a plan
-        that is not subsampled: a one-step full-batch release), ``statistic(chosen)`` their sum (each record's part
-        of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I). Returns the noisy sum (the sum
-        itself in a non-private run). The entry of the steps is :meth:`declare`'s; a step at another clip than the
-        one declared (which the ledger records as the sensitivity), or in a subsampled plan before any was declared, is
-        refused before it reads a record."""
+    def _step(self, stage: Step) -> torch.Tensor:
+        """A :class:`Step` stage: the records it reads drawn from the secret sampler at the plan's rate (every one of
+        the ``n`` records in a plan that is not subsampled: a one-step full-batch release), ``statistic(chosen)``
+        their sum (each record's part of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I).
+        Returns the noisy sum (the sum itself in a non-private run). A step at another clip than the one declared
+        (which the ledger records as the sensitivity), or in a subsampled plan before any was declared, is refused
+        before it reads a record."""
         declared = self.steps_
         if declared is None and self.plan.subsampled:
-            raise InvalidParameterError("a subsampled step before its steps were declared (engine.declare("
-                                        "SubsampledSteps(...))): the ledger would not hold it; nothing was read.")
-        if declared is not None and float(clip) != float(declared.clip):
-            raise InvalidParameterError(f"a step at clip {clip:g}, but the declared steps' clip is "
+            raise InvalidParameterError("a subsampled step before its steps were declared (a SubsampledSteps stage): "
+                                        "the ledger would not hold it; nothing was read.")
+        if declared is not None and float(stage.clip) != float(declared.clip):
+            raise InvalidParameterError(f"a step at clip {stage.clip:g}, but the declared steps' clip is "
                                         f"{declared.clip:g}: the ledger would state another sensitivity.")
-        chosen = self.sampler.sample(n, self.plan.sample_rate) if self.sampler is not None \
-            else torch.arange(int(n))
-        total = statistic(chosen)
+        chosen = self.sampler.sample(stage.n, self.plan.sample_rate) if self.sampler is not None \
+            else torch.arange(int(stage.n))
+        total = stage.statistic(chosen)
         if not self.private:
             return total.detach().to(dtype=torch.float64)
-        return gaussian_mechanism(total, clip, self.sigma, self.noise)
+        return gaussian_mechanism(total, stage.clip, self.sigma, self.noise)
 
     def _record(self, mechanism, description, noise_multiplier, sensitivity, assumed, n_records, computation,
                 *, notes: tuple = (), relation: str = "replace_one", sampler: str = "",
@@ -300,10 +360,16 @@ class ZCDPEngine(PrivacyEngine):
 
     def __init__(self, epsilon: float, delta: float, *, budget: BudgetFile | None = None,
                  noise_seed: int | None = None, dataset: str = "", privacy_unit: str = PRIVACY_UNIT,
-                 private: bool = True, shares: dict | None = None):
+                 private: bool = True, shares: dict | None = None, observer=None):
         from .zcdp import rho_for_epsilon
 
         self.private = bool(private)
+        if observer is not None and self.private:
+            raise InvalidParameterError("an observer sees the exact scores: it is for a non-private filter "
+                                        "(private=False: the audit's noise-free run) only.")
+        #: called with (name, scores, sensitivity) before each selection of a non-private filter (the audit's record
+        #: of the exact scores a stage computes); None: nothing seen
+        self.observer = observer
         self.epsilon = float(check_epsilon(epsilon)) if self.private else float(epsilon)
         self.delta = float(check_delta(delta))
         self.accountant, self.multipliers, self.reserved_delta = "zcdp", {}, 0.0
@@ -397,6 +463,8 @@ class ZCDPEngine(PrivacyEngine):
 
         rho = self._spend(rho, name)
         if not self.private:
+            if self.observer is not None:
+                self.observer(name, torch.as_tensor(scores, dtype=torch.float64).numpy().copy(), float(sensitivity))
             choice = int(torch.argmax(torch.as_tensor(scores, dtype=torch.float64)))
             self._record(NON_PRIVATE, description, 0.0, sensitivity, assumed, n_records, computation)
             return choice
@@ -418,8 +486,19 @@ class ZCDPEngine(PrivacyEngine):
         if not self.charged:
             super().charge(what)
 
-    def declare(self, steps):
+    def _declare(self, steps):
         raise InvalidParameterError("subsampled steps are calibrated by a PrivacyEngine plan, not a zCDP filter.")
+
+    def _stage_total(self) -> float | None:
+        return self.stage_rho if self.private else None
+
+
+#: every kind of stage :meth:`PrivacyEngine.run` runs, and how (the audit has a target for each:
+#: tests/contract/test_audit.py)
+STAGES = {Sums: lambda engine, source, stage, context: engine._sums(source, stage),
+          SubsampledSteps: lambda engine, source, stage, context: engine._declare(stage),
+          Step: lambda engine, source, stage, context: engine._step(stage),
+          **MARGINAL_STAGES}
 
 
 def open_engine(epsilon: float, delta: float, plan: PrivacyPlan | None = None, *, shares: dict | None = None,

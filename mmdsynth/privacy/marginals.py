@@ -1,4 +1,4 @@
-"""Marginals as releases of the engine, and the loop that runs a marginal method's stages.
+"""Marginals as releases of the engine: the marginal stages and how the engine runs them.
 
 A marginal of a set of columns (a *clique*) is the count of records in each cell of their discrete domain
 (:class:`~mmdsynth.data.discrete.Domain`): a sum of one-hot vectors, one per record, each of norm 1. Replacing one
@@ -7,7 +7,8 @@ sensitivity ``sqrt(2 k)`` jointly, and an L1 distance between a clique's counts 
 most 2. The record count m is public, as for every release.
 
 A method declares **stages** as data (:class:`Measure`, :class:`SelectTree`, :class:`Select`) from a generator
-(its *planner*) and learns from their results; :func:`run_stages` executes them, in order, through a
+(its *planner*) and learns from their results; :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` executes them,
+in order, with the executors here (:data:`MARGINAL_STAGES`), through a
 :class:`~mmdsynth.privacy.engine.ZCDPEngine` (a filter whose total was calibrated and charged before any read): the
 planner never sees a private row, only noisy releases, and each stage's share of rho is the planner's decision
 from public facts and earlier releases. Every read of the private rows is here, in :func:`clique_counts` (summed
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..engines import as_source
 from ..statistics.tables import CliqueCounts, clique_key
 from ..errors import InvalidParameterError
 
@@ -116,7 +117,8 @@ def _stage_domain(stage, domain, assumed: dict):
     return stage.domain, {**assumed, f"domain ({source})": stage.domain.sizes}
 
 
-def _measure(engine, source, domain, encoder, stage: Measure, assumed: dict):
+def _measure(engine, source, stage: Measure, context: "StageContext"):
+    domain, encoder, assumed = context
     domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.cliques)
     sensitivity = math.sqrt(2 * len(stage.cliques))
@@ -164,7 +166,8 @@ def _tree_scores(stage: SelectTree, source, domain, encoder) -> tuple[dict, floa
             "2: replacing a record moves one count down and one up")
 
 
-def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: dict):
+def _select_tree(engine, source, stage: SelectTree, context: "StageContext"):
+    domain, encoder, assumed = context
     domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.candidates)
     if any(len(c) != 2 for c in stage.candidates):
@@ -198,7 +201,8 @@ def _select_tree(engine, source, domain, encoder, stage: SelectTree, assumed: di
     return chosen
 
 
-def _select(engine, source, domain, encoder, stage: Select, assumed: dict):
+def _select(engine, source, stage: Select, context: "StageContext"):
+    domain, encoder, assumed = context
     domain, assumed = _stage_domain(stage, domain, assumed)
     _check_cliques(domain, stage.candidates)
     weights = np.asarray([float(stage.weights.get(c, 1.0)) for c in stage.candidates])
@@ -218,37 +222,14 @@ def _select(engine, source, domain, encoder, stage: Select, assumed: dict):
     return stage.candidates[i]
 
 
-EXECUTORS = {Measure: _measure, SelectTree: _select_tree, Select: _select}
+class StageContext(NamedTuple):
+    """What a run's marginal stages count in (public): the table's discrete ``domain`` and ``encoder``, and the
+    public facts their ledger entries assume."""
+
+    domain: object
+    encoder: object
+    assumed: dict
 
 
-def run_stages(engine, data, domain, encoder, planner, assumed: dict | None = None, progress=None):
-    """Run a method's stages: ``planner`` is a generator that yields stages and receives each one's result (and may
-    return a value, returned here). Each stage is executed by the engine on ``data`` (a DataFrame or a table
-    :class:`~mmdsynth.engines.Source`), spending its rho from the filter; the planner sees only noisy releases. On a
-    terminal (``progress``, :func:`~mmdsynth.runtime.phases_shown`) a bar shows the stages' share of the plan spent
-    (public: the shares are the planner's)."""
-    from tqdm import tqdm
-
-    from ..runtime import phases_shown
-
-    source = as_source(data)
-    assumed = {"m": source.n_records, "domain (public, from the schema)": domain.sizes, **(assumed or {})}
-    result = None
-    total = engine.stage_rho if engine.private else None
-    bar = tqdm(total=100, disable=not (phases_shown(progress) and total), desc="measuring and selecting marginals",
-               unit="%", bar_format="{desc}: {percentage:3.0f}% of their budget |{bar}| {elapsed}")
-    try:
-        stage = next(planner)
-        while True:
-            run = EXECUTORS.get(type(stage))
-            if run is None:
-                raise InvalidParameterError(f"{stage!r} is not a stage the engine runs ({[s.__name__ for s in EXECUTORS]}).")
-            result = run(engine, source, domain, encoder, stage, assumed)
-            if total:
-                bar.n = min(100.0, 100.0 * engine.spent / total)     # the stages spend first, from zero
-                bar.refresh()
-            stage = planner.send(result)
-    except StopIteration as done:
-        return done.value
-    finally:
-        bar.close()
+#: the marginal stages and their executors, run by :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`
+MARGINAL_STAGES = {Measure: _measure, SelectTree: _select_tree, Select: _select}

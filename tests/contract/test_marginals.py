@@ -15,7 +15,7 @@ from mmdsynth.errors import InvalidParameterError, PrivacyBudgetError
 from mmdsynth.privacy import zcdp
 from mmdsynth.privacy.budget import BudgetFile
 from mmdsynth.privacy.engine import ZCDPEngine
-from mmdsynth.privacy.marginals import L1_SENSITIVITY, Measure, Select, SelectTree, clique_counts, run_stages
+from mmdsynth.privacy.marginals import L1_SENSITIVITY, Measure, Select, SelectTree, clique_counts
 from mmdsynth.privacy.mechanisms import NoiseSource, exponential_mechanism
 from mmdsynth.engines import as_source
 from mmdsynth.methods.marginal import label_star
@@ -125,7 +125,7 @@ def test_stages_spend_what_they_say_and_the_ledger_adds_up():
         pick = yield Select((("age", "colour"),), {("age", "colour"): np.zeros(domain.size("age") * 4)},
                             engine.remaining)
         return one, tree, pick
-    one, tree, pick = run_stages(engine, df, domain, enc, planner())
+    one, tree, pick = engine.run(df, planner(), domain=domain, encoder=enc)
     assert set(one) == {(a,) for a in attrs} and len(tree) == len(attrs) - 1 and pick == ("age", "colour")
     assert sum(e.rho for e in engine.entries) == pytest.approx(engine.rho)
     assert [e.mechanism for e in engine.entries].count("exponential") == len(attrs) - 1 + 1
@@ -187,7 +187,7 @@ def test_measured_release_noise_matches_its_ledger_entry():
 
     def planner():
         return (yield Measure(cliques, engine.rho))
-    noisy, std = run_stages(engine, df, domain, enc, planner())
+    noisy, std = engine.run(df, planner(), domain=domain, encoder=enc)
     exact = clique_counts(as_source(enc.clean(df)), domain, enc, cliques)
     resid = np.concatenate([noisy[c] - exact["|".join(c)] for c in cliques])
     entry = engine.entries[0]
@@ -217,7 +217,7 @@ def test_a_kernel_embedding_and_marginals_share_one_zcdp_plan():
 
     def planner():
         return (yield Measure(tuple((a,) for a in domain.attributes), engine.remaining))
-    run_stages(engine, df, domain, enc, planner())
+    engine.run(df, planner(), domain=domain, encoder=enc)
     assert sum(x.rho for x in engine.entries) == pytest.approx(engine.rho)
     with pytest.raises(InvalidParameterError, match="nothing for the stages"):
         ZCDPEngine(1.0, 1e-5, shares={"embedding": 0.6, "other": 0.5})
@@ -239,7 +239,7 @@ def test_stages_count_in_the_domain_they_name():
                             engine.rho / 3, domain=cut)
         two, _ = yield Measure((pick,), engine.rho / 3, domain=cut)
         return cut, two
-    cut, two = run_stages(engine, df, domain, enc, planner())
+    cut, two = engine.run(df, planner(), domain=domain, encoder=enc)
     assert cut.grid == "released" and cut.grids["age"].edges.tolist() != domain.grids["age"].edges.tolist()
     assert len(two[("age", "amount")]) == cut.size("age") * cut.size("amount")
     assert any("released 1-way" in k for k in engine.entries[-1].assumed)
@@ -275,7 +275,7 @@ def _tree_scores_seen(df, score="dependence", unit=None):
 
     def planner():
         return (yield SelectTree(("a", "b"), (("a", "b"),), {}, engine.rho, score=score))
-    run_stages(engine, df if unit is None else unit, domain, enc, planner())
+    engine.run(df if unit is None else unit, planner(), domain=domain, encoder=enc)
     (scores, sensitivity, assumed), = seen
     return scores, sensitivity, assumed
 
@@ -333,5 +333,5 @@ def test_a_tree_score_the_engine_does_not_know_is_refused_before_any_read():
     def planner():
         return (yield SelectTree(("a", "b"), (("a", "b"),), {}, engine.rho, score="mutual information"))
     with pytest.raises(InvalidParameterError, match="score must be one of"):
-        run_stages(engine, _pair_table(HARD_COUNTS), domain, enc, planner())
+        engine.run(_pair_table(HARD_COUNTS), planner(), domain=domain, encoder=enc)
     assert engine.entries == []

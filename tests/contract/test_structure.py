@@ -49,10 +49,10 @@ def test_the_privacy_machinery_has_one_home(func, allowed):
     assert len(outside) <= 1
 
 
-#: the modules outside ``mmdsynth/privacy/`` that still call one of the engine's mechanisms directly (issue 82: goal
-#: none; every other release is declared to the engine, ``engine.release(name, source, statistic, ...)``, which reads
-#: the rows where they live, noises and records). A new caller fails here; a caller removed must leave this list.
-MECHANISM_CALLERS = {"gaussian": set(), "exponential": {"mmdsynth.audit.selection"}}
+#: the modules outside ``mmdsynth/privacy/`` that still call one of the engine's mechanisms directly (issue 82: none;
+#: every release is a stage a planner yields to ``engine.run(source, planner)``, which reads the rows where they live,
+#: noises and records). A new caller fails here.
+MECHANISM_CALLERS = {"gaussian": set(), "exponential": set()}
 
 
 @pytest.mark.parametrize("func", sorted(MECHANISM_CALLERS))
@@ -60,8 +60,15 @@ def test_the_engines_mechanisms_are_called_only_where_listed(func):
     outside = {m for m in _callers(func) if not m.startswith("mmdsynth.privacy")}
     assert outside == MECHANISM_CALLERS[func], (
         f"engine.{func} is called outside the privacy engine from {sorted(outside)}; listed: "
-        f"{sorted(MECHANISM_CALLERS[func])}. Declare the release with engine.release(...) instead, or, when a caller "
-        f"is gone, take it off MECHANISM_CALLERS.")
+        f"{sorted(MECHANISM_CALLERS[func])}. Yield the release as a stage to engine.run(source, planner) instead.")
+
+
+@pytest.mark.parametrize("func", ["_sums", "_step", "_declare", "_record", "_spend"])
+def test_stages_run_only_through_engine_run(func):
+    """Issue 82: a release outside ``mmdsynth/privacy/`` is a stage a planner yields to ``engine.run(source,
+    planner)``; the engine's executors of stages and its bookkeeping are called from nowhere else."""
+    outside = {m for m in _callers(func) if not m.startswith("mmdsynth.privacy")}
+    assert not outside, f"engine.{func} is called outside the privacy engine from {sorted(outside)}"
 
 
 def test_every_engine_is_built_in_one_place():

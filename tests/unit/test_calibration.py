@@ -141,14 +141,19 @@ def test_a_step_runs_only_at_the_declared_clip():
     import torch
 
     from mmdsynth.privacy.calibration import compose_plan
-    from mmdsynth.privacy.engine import SubsampledSteps, open_engine
+    from mmdsynth.privacy.engine import Step, SubsampledSteps, open_engine
+
+    def run(engine, stage):                       # one stage, run by the engine as a fit's planner runs it
+        def planner():
+            return (yield stage)
+        return engine.run(torch.zeros(100, 1), planner())
 
     engine = open_engine(1.0, 1e-5, PrivacyPlan((), 0.1, 10), noise_seed=0, sampler_seed=0)
     read = []
     with pytest.raises(InvalidParameterError, match="before its steps were declared"):
-        engine.step(100, lambda chosen: read.append(chosen), 0.5)
+        run(engine, Step(100, lambda chosen: read.append(chosen), 0.5))
     assert not read
-    entry = engine.declare(SubsampledSteps(clip=0.5, description="steps", n_records=100))
+    entry = run(engine, SubsampledSteps(clip=0.5, description="steps", n_records=100))
     assert entry.sensitivity == 0.5 and entry.mechanism == "dp-sgd"
 
     def statistic(chosen):
@@ -156,9 +161,9 @@ def test_a_step_runs_only_at_the_declared_clip():
         return torch.zeros(3, dtype=torch.float64)
 
     with pytest.raises(InvalidParameterError, match="declared steps' clip is 0.5"):
-        engine.step(100, statistic, 1.0)
+        run(engine, Step(100, statistic, 1.0))
     assert not read
-    assert engine.step(100, statistic, 0.5).shape == (3,) and len(read) == 1
+    assert run(engine, Step(100, statistic, 0.5)).shape == (3,) and len(read) == 1
     with pytest.raises(InvalidParameterError, match="sample_rate and steps"):
         plan, multipliers = compose_plan({"x": 1.0})
-        open_engine(1.0, 1e-5, plan, multipliers=multipliers).declare(SubsampledSteps(clip=1.0, description="x"))
+        run(open_engine(1.0, 1e-5, plan, multipliers=multipliers), SubsampledSteps(clip=1.0, description="x"))

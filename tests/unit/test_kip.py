@@ -318,8 +318,8 @@ def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkey
         DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k")
     monkeypatch.setattr(kip_module, "private_gradient", real)
     released = {"n": 0}
-    real_stats = kip_module.prepare_table
-    monkeypatch.setattr(kip_module, "prepare_table", lambda *a, **k: released.update(n=1) or real_stats(*a, **k))
+    real_stats = kip_module.table_stages
+    monkeypatch.setattr(kip_module, "table_stages", lambda *a, **k: released.update(n=1) or real_stats(*a, **k))
     resumed = DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k", resume=True)
     assert released["n"] == 0 and torch.equal(resumed.support()[0], whole.support()[0])
     assert [e.description for e in resumed.release_.ledger.entries] == [e.description for e in entries]
@@ -374,8 +374,8 @@ def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeyp
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
     monkeypatch.setattr(kip_module, "private_gradient", real)
     released = {"n": 0}
-    real_start = kip_module.release_mean_embedding
-    monkeypatch.setattr(kip_module, "release_mean_embedding",
+    real_start = kip_module.embedding_stages
+    monkeypatch.setattr(kip_module, "embedding_stages",
                         lambda *a, **k: released.update(n=released["n"] + 1) or real_start(*a, **k))
     resumed = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", resume=True)
     assert released["n"] == 0 and torch.equal(resumed.support()[0], whole.support()[0])

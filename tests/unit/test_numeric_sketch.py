@@ -94,18 +94,18 @@ def test_sketch_noise_std_is_multiplier_times_sensitivity():
 
 def test_sketch_is_calibrated_before_any_row_is_read(monkeypatch):
     state = {"calibrated": False, "read": False}
-    real_cal, real_rel = engine_module.calibrate_sigma, tables_module.release_numeric_sketch
+    real_cal, real_rel = engine_module.calibrate_sigma, tables_module.sketch_stages
 
     def cal(*a, **k):
         state["calibrated"] = True
         return real_cal(*a, **k)
 
-    def rel(df, *a, **k):
+    def rel(*a, **k):
         assert state["calibrated"], "the sketch read private rows before the plan was calibrated"
         state["read"] = True
-        return real_rel(df, *a, **k)
+        return real_rel(*a, **k)
     monkeypatch.setattr(engine_module, "calibrate_sigma", cal)
-    monkeypatch.setattr(tables_module, "release_numeric_sketch", rel)
+    monkeypatch.setattr(tables_module, "sketch_stages", rel)
     DPMERF(epsilon=1, iterations=2, batch_size=50, n_features=50, noise_seed=0).fit(heavy_table(200), label="y",
                                                                                    schema=WIDE)
     assert state["read"]
