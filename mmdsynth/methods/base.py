@@ -30,11 +30,13 @@ from safetensors.torch import load_file, save_file
 from .._io import check_file_digest, read_sealed_json, sealed, sha256_file
 from .._legacy import current_tag
 from .._version import __version__
+from .. import choice
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedArrays, ShardedTable
+from ..data.user import check_listed
 from ..embedding import embedding_stages, release_mean_embedding, release_plan
 from ..engines.persons import person_source
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
@@ -319,10 +321,10 @@ class KernelGeneratorMethod(Method):
             if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
                 raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
             schema = X.schema
-        schema = _as_schema(schema, label, X)
+        schema = _as_schema(schema, label)
+        _check_table(X, schema)
         self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
         self.settings_.n_classes = schema.n_classes  # public: the declared label categories
-        from .. import choice
         self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
         self._validate()
         self.release_ = self._release_table(X, label, schema, dataset, budget)
@@ -664,7 +666,8 @@ def _is_table(X) -> bool:
     return isinstance(X, (pd.DataFrame, ShardedTable))
 
 
-def _as_schema(schema, label, data=None) -> Schema:
+def _as_schema(schema, label) -> Schema:
+    """The fit's schema (public: the user's declaration, an object, a dict or a JSON file) with its label checked."""
     if schema is None:
         raise InvalidParameterError(
             "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
@@ -680,13 +683,17 @@ def _as_schema(schema, label, data=None) -> Schema:
         raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
     if schema.label is None:
         raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
-    if isinstance(data, (pd.DataFrame, ShardedTable)):     # the public count: rows, declared, or persons
-        from ..choice import check_enough, public_facts
-        check_enough(public_facts(data, schema))
-    if isinstance(data, pd.DataFrame):               # as read_table and the command line: nothing dropped silently
-        from ..data.user import check_listed
-        check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
     return schema
+
+
+def _check_table(data, schema: Schema) -> None:
+    """Refusals of a table before anything is read or charged: too few records or persons for a fit (its public
+    count: rows, declared, or persons), and a DataFrame's columns not in the schema (as read_table and the command
+    line: nothing dropped silently)."""
+    if isinstance(data, (pd.DataFrame, ShardedTable)):
+        choice.check_enough(choice.public_facts(data, schema))
+    if isinstance(data, pd.DataFrame):
+        check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
 
 
 def load(directory):

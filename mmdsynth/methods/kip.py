@@ -52,7 +52,7 @@ from ..privacy.engine import PrivacyEngine, SubsampledSteps
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
-from .base import _as_schema, read_model_folder, write_model_folder
+from .base import _as_schema, _check_table, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, epsilon_required, register
 from .distill import distill_release
@@ -358,7 +358,8 @@ class DPKIP(Method):
         state = self._fit_settings("table" if table else "image", out if ckpt else None)
         shares, source = {}, None
         if table:
-            schema = _as_schema(schema, label, X)
+            schema = _as_schema(schema, label)
+            _check_table(X, schema)
             privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
             self._s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import choice
 from ..data.discrete import DEFAULT_CELLS, Domain, simplex_projection
 from ..generators.graphical import ModelMarginals, draw_codes, estimate, mbi
 from ..data.encoding import TableEncoder
@@ -38,7 +39,7 @@ from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
-from .base import _as_schema, read_model_folder, write_model_folder
+from .base import _as_schema, _check_table, read_model_folder, write_model_folder
 from .contract import Method, register
 from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
@@ -116,7 +117,6 @@ class MarginalMethod(Method):
         Returns self."""
         sharded, schema, out = self._table_input(X, y, label, schema, resume, out)
         s = self.settings_ = self.settings_for("table")
-        from .. import choice
         self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
         require_complete(schema)
         check_epsilon(s.epsilon)
@@ -168,7 +168,9 @@ class MarginalMethod(Method):
         out = Path(out) if out is not None else None
         if out is not None and (out / "release" / META_FILE).exists():
             raise ArtifactError(f"{out} already holds a release; use a new folder.")
-        return sharded, _as_schema(schema, label, X), out
+        schema = _as_schema(schema, label)
+        _check_table(X, schema)
+        return sharded, schema, out
 
     @staticmethod
     def _checked_source(X, sharded: bool, schema, encoder):
