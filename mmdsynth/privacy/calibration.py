@@ -232,7 +232,7 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
             factor = 1.0 if plan.neighbouring == "add_remove" else 2.0
             upper = factor * calibrate_sigma(epsilon, delta, add_remove, "rdp")
         if upper is not None:
-            brackets.append(ExplicitBracketInterval(upper * 0.5, upper))
+            brackets.append(_bracket_below(eps_of, epsilon, upper))
             brackets.append(LowerEndpointAndGuess(upper * 0.1, upper))
         else:
             brackets.append(LowerEndpointAndGuess(0.1, 1.0))
@@ -258,6 +258,21 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     raise InvalidParameterError(  # pragma: no cover
         f"calibration did not converge for epsilon={epsilon}, delta={delta}"
     )
+
+
+def _bracket_below(eps_of, epsilon: float, upper: float, step: float = 1.25) -> ExplicitBracketInterval:
+    """A bracket of the sigma that spends ``epsilon``, found walking down from ``upper`` (a sigma that spends at most
+    ``epsilon``) by factors of ``step``: every evaluation but the last is at a sigma above the answer, where the PLD
+    is narrow and quick (the bracket of a subsampled plan was [upper / 2, upper] and missed its answer under
+    replace-one, then a search from upper / 10 built wide PLDs: 49 s for 100 steps at q = 0.01, now about a
+    fifth)."""
+    high = upper
+    for _ in range(40):
+        low = high / step
+        if eps_of(low) > epsilon:
+            return ExplicitBracketInterval(low, high)
+        high = low
+    return ExplicitBracketInterval(high / step, high)  # pragma: no cover - 40 steps down is 1e-4 of upper
 
 
 def gaussian_sigma(epsilon: float, delta: float, accountant: str = "pld") -> float:

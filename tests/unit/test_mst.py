@@ -409,7 +409,7 @@ def test_the_mbi_internals_the_adapter_reads_are_where_it_reads_them():
     from mmdsynth.generators.graphical import MBI_INTERNALS, mbi, mbi_internals_missing
 
     lib = mbi()
-    assert mbi_internals_missing(lib) == [], f"mbi {version('mbi')} moved these: re-check methods/marginal.py"
+    assert mbi_internals_missing(lib) == [], f"mbi {version('mbi')} moved these: re-check generators/graphical.py"
     pin = re.search(r'"mbi>=2\.0,<(\d+)\.(\d+)"', (Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pin, "pyproject must pin mbi's minor version (the adapter reads its internals)"
     assert tuple(int(x) for x in version("mbi").split(".")[:2]) < (int(pin.group(1)), int(pin.group(2)))
