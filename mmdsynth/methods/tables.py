@@ -3,11 +3,10 @@ records can be encoded (private schema inference, the numeric sketch of the quan
 the encoder rebuilt from a release.
 
 A method declares the table's releases in its plan (:func:`table_shares`), lets its
-:class:`~mmdsynth.privacy.engine.PrivacyEngine` calibrate the whole plan, then calls
-:func:`prepare_table`, which reads the private table only through the two data-touching functions
-(:func:`~mmdsynth.data.private_schema.release_schema_statistics`,
-:func:`~mmdsynth.data.numeric_sketch.release_numeric_sketch`), each noised by the engine, and returns
-the encoder built from their noisy output (post-processing).
+:class:`~mmdsynth.privacy.engine.PrivacyEngine` calibrate the whole plan, then its planner yields from
+:func:`table_stages` the table's stages (schema inference, :func:`~mmdsynth.data.private_schema.schema_stages`; the
+numeric sketch, :func:`~mmdsynth.data.numeric_sketch.sketch_stages`; the rows per person), which the engine runs,
+and gets back the encoder built from their noisy output (post-processing).
 """
 from __future__ import annotations
 

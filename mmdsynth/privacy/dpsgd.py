@@ -1,7 +1,8 @@
 """DP-SGD on a support set: one step of Poisson sampling and the noisy clipped gradient.
 
-:func:`private_gradient` runs one step of DP-KIP through the privacy engine
-(:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` of a :class:`~mmdsynth.privacy.engine.Step` stage), which draws the batch and adds the noise; the records are read
+:func:`private_gradient` runs one step of DP-KIP through the privacy engine (:func:`gradient_stages`, a
+:class:`~mmdsynth.privacy.engine.Step` stage run by :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`), which draws
+the batch and adds the noise; the records are read
 by the step's statistic, :class:`~mmdsynth.statistics.gradients.ClippedGradientSums`. For a
 batch drawn by :class:`~mmdsynth.privacy.sampling.PoissonSampler` (each record independently with
 probability q, from the OS CSPRNG: the sample is as secret as the noise, which is what the

@@ -1,19 +1,21 @@
 """The privacy engine: the one path from a declared plan to noisy tensors, ledger entries and a charge.
 
-A method (or a release function) declares what it will release before any private row is read:
-the releases of one plan by name, each with its noise multiplier relative to one base sigma
-(``multipliers``, e.g. ``{"embedding": 1, "proxy": 10, "class_proportions": 3.2}``), and/or a
-DP-SGD schedule (the plan's sample rate and steps). :class:`PrivacyEngine` then
+A method is a planner. Before any private row is read it declares its plan: the releases of one plan by name,
+each with its noise multiplier relative to one base sigma (``multipliers``, e.g. ``{"embedding": 1, "proxy": 10,
+"class_proportions": 3.2}``), and/or a DP-SGD schedule (the plan's sample rate and steps), or a zCDP filter whose
+stages are decided as the plan goes (:class:`ZCDPEngine`). :class:`PrivacyEngine` then
 
 1. calibrates the base sigma for the whole plan (the only caller of
    :func:`~mmdsynth.privacy.calibration.calibrate_sigma` outside the calculator commands) and checks
    the budget file, at construction, so nothing private can have been read yet;
-2. draws every random choice that touches private data from one secure source: the Gaussian noise
-   (:class:`~mmdsynth.privacy.mechanisms.NoiseSource`) and which records a DP-SGD step reads
-   (:class:`~mmdsynth.privacy.sampling.PoissonSampler`);
-3. applies the Gaussian mechanism to each statistic the data-touching functions hand it
-   (:meth:`gaussian`, :meth:`release`, :meth:`step`): the only caller of
-   :func:`~mmdsynth.privacy.mechanisms.gaussian_mechanism` on private data;
+2. runs the planner's stages, :meth:`PrivacyEngine.run` ``(source, planner)``: the planner (a generator) yields
+   frozen stage values of the kinds in :data:`STAGES` (:class:`Sums`: a statistic read once where the rows live and
+   its declared :class:`GaussianRelease` values; :class:`SubsampledSteps` and :class:`Step`; the marginal stages of
+   :mod:`~mmdsynth.privacy.marginals`) and receives each one's noisy result; nothing else reaches the rows;
+3. draws every random choice that touches private data from one secure source: the Gaussian noise
+   (:class:`~mmdsynth.privacy.mechanisms.NoiseSource`) and which records a step reads
+   (:class:`~mmdsynth.privacy.sampling.PoissonSampler`), and applies the mechanisms (the only caller of
+   :func:`~mmdsynth.privacy.mechanisms.gaussian_mechanism` on private data);
 4. builds every ledger entry (the only place that constructs :class:`LedgerEntry`), all sharing
    one budget id, with one neighbouring relation (replace-one unless a DP-SGD plan asks for
    add/remove by name: then every entry of the plan also records the replace-one epsilon of the same
@@ -21,10 +23,8 @@ DP-SGD schedule (the plan's sample rate and steps). :class:`PrivacyEngine` then
    neighbours, :data:`~mmdsynth.privacy.ledger.ZERO_OUT`);
 5. charges the budget once (:meth:`charge`).
 
-The sums themselves are computed where the data lives by the data-touching functions
-(:func:`~mmdsynth.embedding.release_mean_embedding`, the schema statistics, the numeric sketch, the
-DP-MEPF proxy, the DP-SGD clipped sum), each on its :class:`~mmdsynth.engines.Source` (memory,
-stream, Ray), and handed to the engine as exact statistics with their declared sensitivity.
+The sums themselves are computed where the data lives (memory, stream, Ray) by the statistics of
+:mod:`mmdsynth.statistics`, each on the run's :class:`~mmdsynth.engines.Source`.
 """
 from __future__ import annotations
 

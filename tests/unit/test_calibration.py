@@ -167,3 +167,19 @@ def test_a_step_runs_only_at_the_declared_clip():
     with pytest.raises(InvalidParameterError, match="sample_rate and steps"):
         plan, multipliers = compose_plan({"x": 1.0})
         run(open_engine(1.0, 1e-5, plan, multipliers=multipliers), SubsampledSteps(clip=1.0, description="x"))
+
+
+def test_the_engine_runs_only_its_stage_kinds():
+    """Issue 82: a planner's stages are the kinds of the engine's registry; anything else (a release's declaration
+    without the statistic it releases, a plain value) is refused before anything is read or recorded."""
+    import torch
+
+    from mmdsynth.privacy.engine import STAGES, GaussianRelease, open_engine
+
+    engine = open_engine(1.0, 1e-5, PrivacyPlan((1.0,)), multipliers={"x": 1.0})
+    for stage in (GaussianRelease("x", 1.0, "a declaration, not a stage"), 3.0):
+        def planner(stage=stage):
+            yield stage
+        with pytest.raises(InvalidParameterError, match="is not a stage the engine runs"):
+            engine.run(torch.zeros(3, 1), planner())
+    assert not engine.entries and GaussianRelease not in STAGES
