@@ -219,26 +219,27 @@ def _fit_inputs(args):
     if args.engine or args.ray_address or args.ray_workers or args.n_records:
         raise InvalidParameterError("--engine, --ray-address, --ray-workers and --n-records apply to --shards.")
     if args.db or args.query:
-        if not (args.db and args.query and args.schema and args.label) or args.csv or args.dataset:
-            raise InvalidParameterError("a database table needs --db URL, --query SQL, --schema FILE.json and --label "
-                                        "COLUMN (instead of --csv or --dataset).")
+        if not (args.db and args.query and args.schema) or args.csv or args.dataset:
+            raise InvalidParameterError("a database table needs --db URL, --query SQL and --schema FILE.json (its "
+                                        "label declared there or by --label COLUMN), instead of --csv or --dataset.")
         from ..data import read_sql
 
         _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
-        schema = _schema(args)
-        df = read_sql(args.db, args.query, schema, label=args.label, drop_unlisted=args.drop_unlisted)
-        return (df,), {"label": args.label, "schema": schema, "dataset": "user:sql"}, {}, {}, "table"
+        schema, label = _labelled_schema(args)
+        df = read_sql(args.db, args.query, schema, label=label, drop_unlisted=args.drop_unlisted)
+        return (df,), {"label": label, "schema": schema, "dataset": "user:sql"}, {}, {}, "table"
     if args.csv:
-        if not (args.schema and args.label):
+        if not args.schema:
             raise InvalidParameterError("--csv needs --schema FILE.json (columns and types; bounds and categories, "
-                                        "or --infer-schema SHARE; label categories) and --label COLUMN.")
+                                        "or --infer-schema SHARE; the label and its categories, or --label COLUMN). "
+                                        "`mmdsynth schema --csv FILE` drafts one.")
         _method(args).defaults_for("table")        # refuses a method that takes no tables, before reading one
-        schema = _schema(args)
+        schema, label = _labelled_schema(args)
         from ..runtime import phase
         with phase(f"reading {Path(args.csv).name}", not args.quiet):
-            df = read_table(args.csv, schema, label=args.label, drop_unlisted=args.drop_unlisted,
+            df = read_table(args.csv, schema, label=label, drop_unlisted=args.drop_unlisted,
                             encoding=args.encoding, sep=args.sep)
-        return (df,), {"label": args.label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, {}, {}, \
+        return (df,), {"label": label, "schema": schema, "dataset": f"user:{Path(args.csv).name}"}, {}, {}, \
             "table"
     if not args.dataset:
         raise InvalidParameterError("give --dataset NAME (see `mmdsynth datasets`) or --csv FILE with --schema.")
@@ -253,6 +254,19 @@ def _fit_inputs(args):
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     return (data.x_train, data.y_train), {"dataset": args.dataset}, \
         {**_method(args).dataset_defaults(args.dataset, "image"), "n_classes": data.n_classes}, {}, "image"
+
+
+def _labelled_schema(args):
+    """(the schema of --schema and the options, its label): the label the schema declares, or --label for a schema
+    that declares none (SDV metadata); a --label naming another column than the schema's label is refused."""
+    schema = _schema(args)
+    if schema.label is None:
+        raise InvalidParameterError(f"the schema {args.schema} declares no label: give --label COLUMN (tables are "
+                                    f"modelled per class).")
+    if args.label is not None and args.label != schema.label:
+        raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}; they must "
+                                    f"agree (leave --label out: the schema's is used).")
+    return schema, schema.label
 
 
 def _method(args):
@@ -278,17 +292,15 @@ def _shard_inputs(args):
                                     "of persons), declared (public metadata: the sensitivity 2/m rests on it; the "
                                     "data read is checked against it).")
     engine = get_engine(args.engine or "stream", address=args.ray_address, workers=args.ray_workers)
-    if bool(args.schema) != bool(args.label):
-        raise InvalidParameterError("table shards need both --schema FILE.json and --label COLUMN.")
-    schema = _schema(args) if args.schema else None
-    if schema is not None and args.label != schema.label:
-        raise InvalidParameterError(f"--label {args.label} but the schema's label is {schema.label!r}.")
+    if args.label and not args.schema:
+        raise InvalidParameterError("table shards need --schema FILE.json (--label alone names no columns).")
+    schema, label = _labelled_schema(args) if args.schema else (None, None)
     src = open_shards(args.shards, n_records=args.n_records, schema=schema, engine=engine,
                       drop_unlisted=args.drop_unlisted, encoding=args.encoding, sep=args.sep)
     shards = Path(str(args.shards))
     name = f"user:{shards.parent.name}/{shards.name}" if any(c in shards.name for c in "*?[") else f"user:{shards.name}"
     if isinstance(src, ShardedTable):
-        return (src,), {"label": args.label, "schema": schema, "dataset": name}, {}, {}, "table"
+        return (src,), {"label": label, "schema": schema, "dataset": name}, {}, {}, "table"
     if src.labelled and args.n_classes is None:
         raise InvalidParameterError("the array shards hold labels: give --n-classes C (public: labels are 0..C-1).")
     labels = {"n_classes": args.n_classes} if src.labelled else {"conditional": False}
@@ -647,12 +659,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "shards need one; `fit --resume --out DIR` reads it from the folder")
     s.add_argument("--dataset", help="a registered dataset (see `mmdsynth datasets`); tables use the papers' "
                    "preprocessing and settings (presets)")
-    s.add_argument("--csv", type=existing_file("your table: a CSV, Parquet or .npy file"), help="your own table (CSV/Parquet/npy), with --schema and --label")
+    s.add_argument("--csv", type=existing_file("your table: a CSV, Parquet or .npy file"), help="your own table (CSV/Parquet/npy), with --schema (and --label when the schema declares no label)")
     s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
                    "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
     s.add_argument("--schema", type=existing_file("the schema: a JSON file (docs/tutorials/tables.md, 'The schema')"), help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
-    s.add_argument("--label", help="label column of --csv")
+    s.add_argument("--label", help="the label column, when the schema declares none (SDV metadata); else the schema's")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "
                    "declares no label (SDV metadata)")
     s.add_argument("--nullable", metavar="COLS", help="comma-separated columns that may be missing, or 'all' "

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+import mmdsynth
+
 from mmdsynth.cli import main
 
 from support import SCHEMA, WIDE, heavy_table, toy_table
@@ -51,6 +53,8 @@ CASES = [  # (argv, first words of the one-line message)
       "{d}/o"], "mmdsynth: error: {d}/renamed.csv lacks the declared label ['y'] and has column(s) ['Y'] that the "
                 "schema does not list: is one of them the same column under another name"),
     (["fit", "--dataset", "adultt", "--out", "{d}/o"], "mmdsynth: error: unknown dataset 'adultt'"),
+    (["fit", "--csv", "{d}/toy.csv", "--schema", "{d}/toy.json", "--label", "Y", "--epsilon", "1", "--out", "{d}/o"],
+     "mmdsynth: error: --label Y but the schema's label is 'y'; they must agree (leave --label out"),
     (FIT + ["--csv", "{d}/train.csv", "--epsilon", "0", "--out", "{d}/o"],
      "mmdsynth: error: --epsilon must be a finite number > 0"),
     (["fit", "--method", "dp-merf", "--csv", "{d}/maybe.csv", "--schema", "{d}/bool.json", "--label", "y", "--epsilon",
@@ -291,3 +295,11 @@ def test_the_default_delta_is_a_public_function_of_the_count(tmp_path, recwarn):
     assert _default_delta(Args, (df,), {"schema": SCHEMA}, "table") == 1e-5
     Args.dataset = None
     assert _default_delta(Args, (df,), {"schema": SCHEMA}, "table") == 1e-6
+
+
+def test_the_schemas_label_needs_no_label_flag(files, capsys):
+    """A schema that declares its label is enough (``--label`` was required beside it, naming the same column)."""
+    code = main(["fit", "--method", "dp-merf", "--csv", str(files / "toy.csv"), "--schema", str(files / "toy.json"),
+                 "--epsilon", "1", "--iterations", "2", "--n-features", "20", "--out", str(files / "o"), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert list(mmdsynth.load(files / "o").sample(5).columns) == ["age", "score", "colour", "smoker", "y"]

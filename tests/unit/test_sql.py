@@ -99,7 +99,7 @@ def test_bad_urls_and_names_are_refused_without_showing_the_password():
 
 def test_the_cli_names_what_a_database_fit_needs(tmp_path, capsys):
     assert main(["fit", "--method", "dp-merf", "--db", "sqlite://", "--out", str(tmp_path / "m")]) == 2
-    assert "--db URL, --query SQL, --schema FILE.json and --label" in capsys.readouterr().err
+    assert "--db URL, --query SQL and --schema FILE.json (its label declared there or by --label COLUMN)" in capsys.readouterr().err
 
 
 def test_the_model_api_reads_a_database_too(tmp_path):
