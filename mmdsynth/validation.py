@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 import warnings
 from numbers import Real
 
@@ -43,6 +45,17 @@ def check_delta(delta, name: str = "delta") -> float:
     return float(delta)
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn`, called in the function that warns, that names the first caller
+    outside this package: the user's line, however deep in the library (and in a planner's stages) the warning is
+    raised."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def warn_delta_vs_n(delta: float, n: int) -> None:
     """delta >= 1/n allows mechanisms that publish a whole record: warn."""
     if n > 0 and delta >= 1.0 / n:
@@ -50,7 +63,7 @@ def warn_delta_vs_n(delta: float, n: int) -> None:
             f"delta={delta:g} is >= 1/n = {1.0 / n:.3g} for n={n} records: such a delta "
             f"permits releasing a record outright. Use delta < 1/n (e.g. {0.1 / n:.1g}).",
             PrivacyWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -42,7 +42,7 @@ from ..generators.reweight import Targets, reweight, systematic
 from ..privacy.engine import ZCDPEngine
 from ..privacy.marginals import TREE_SCORES, Measure, pair_dependence
 from ..runtime import mapped_zeros, phase
-from ..validation import check_positive
+from ..validation import check_positive, user_stacklevel
 from .base import read_model_folder, write_model_folder
 from .contract import register
 from .kernel import DPMERF
@@ -440,7 +440,8 @@ class Hybrid(MarginalMethod):
             m = int(self.release_.dataset["n_records"])
             warnings.warn(f"{n} rows drawn from a reweighted pool of effective size {effective:.0f}: many rows will "
                           f"repeat their categories and cells (a repeated pool row gets fresh numeric values inside its "
-                          f"cells). {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning, stacklevel=2)
+                          f"cells). {larger_pool(self._s.pool, self._s.max_pool, m)}", UserWarning,
+                          stacklevel=user_stacklevel())
         rng = np.random.default_rng(self._s.seed if seed is None else seed)
         order = pool.get("order")                   # a model saved before the cell order: the pool's own order
         order = np.arange(len(pool["w"])) if order is None else np.asarray(order, dtype=np.int64)

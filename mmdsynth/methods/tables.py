@@ -26,6 +26,7 @@ from ..engines.persons import PersonShards, PersonTable, person_source
 from ..errors import InvalidParameterError
 from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.persons import ROWS_EDGES, RowsPerPerson
+from ..validation import user_stacklevel
 
 NUMERIC_ENCODINGS = ("quantile", "minmax")
 
@@ -200,7 +201,7 @@ def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -
             f"schema inference on {m} records with noise std {std:.3g} per count: a numeric bin or a category needs "
             f"about {need:.0f} records to be told from the noise, more than a quarter of them, so the inferred "
             f"bounds and categories will mostly be noise. Declare them in the schema, give the inference a larger "
-            f"share (schema_share / --infer-schema), or use more rows.", UserWarning, stacklevel=3)
+            f"share (schema_share / --infer-schema), or use more rows.", UserWarning, stacklevel=user_stacklevel())
 
 
 def encoder_of(release) -> TableEncoder | None:

@@ -184,3 +184,16 @@ def test_atomic_write_replaces_on_success_and_leaves_nothing_on_failure(tmp_path
             tmp.write_text("half")
             raise RuntimeError("crash mid-write")
     assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_library_warning_names_the_users_line():
+    """A warning raised deep in a fit (here in a planner's stages, inside the engine's run) points at the caller's
+    line, not at the library's, whatever the depth: the Python user sees where their call is."""
+    import warnings
+
+    X = torch.rand(20, 3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        release_mean_embedding(RandomFourierFeatures(3, 10, seed=0), X, epsilon=1.0, delta=0.1)   # delta >= 1/n
+    (w,) = [w for w in seen if "permits releasing a record" in str(w.message)]
+    assert w.filename == __file__
