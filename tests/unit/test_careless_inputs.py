@@ -203,8 +203,9 @@ def test_unreadable_csv_files_are_refused_naming_the_rule_never_a_byte_or_a_line
                 pass
     text = str(err.value)
     assert "t.csv" in text and ("not utf-8 text" in text if fault == "latin-1 bytes" else "well-formed" in text)
+    said = text.replace(str(path), "FILE")        # the user's own path may hold any digits (pytest-38/...)
     for quoted in ("0xeb", "position", "line 38", "38", "37", "Zo", "byte 1", "byte 2", "byte 3", "byte 4"):
-        assert quoted not in text, (quoted, text)
+        assert quoted not in said, (quoted, text)
 
 
 def test_files_people_have_are_read_as_the_plain_csv(tmp_path):
