@@ -129,9 +129,9 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
                              noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
     source = as_source(X, y if conditional else None)
     return engine.run(source, embedding_stages(
-        feature_map, source, engine, conditional=conditional, n_classes=n_classes, encoder=encoder, batch_size=batch_size,
-        public_facts=public_facts, proportions_share=proportions_share, proxy_map=proxy_map, dataset=dataset,
-        prior_tensors=prior_tensors))
+        feature_map, source, engine, conditional=conditional, n_classes=n_classes, encoder=encoder,
+        batch_size=batch_size, public_facts=public_facts, proportions_share=proportions_share, proxy_map=proxy_map,
+        dataset=dataset, prior_tensors=prior_tensors))
 
 
 def embedding_stages(feature_map: FeatureMap, source, engine: PrivacyEngine, *, conditional: bool,

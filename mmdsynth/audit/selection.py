@@ -96,8 +96,8 @@ class _SelectionTarget(Target):
 
     def prepare(self) -> float:
         """The scores the stage hands the exponential mechanism on D and on D', and the sensitivity it declares, as its
-        own code computes them (a non-private filter whose observer records them: the noise-free statistic); the canary's
-        measured effect is the largest move of a score in units of that sensitivity."""
+        own code computes them (a non-private filter whose observer records them: the noise-free statistic); the
+        canary's measured effect is the largest move of a score in units of that sensitivity."""
 
         seen = []
         for neighbour in (False, True):

@@ -122,7 +122,7 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
     source = person_source(df, id_schema) if privacy_unit else person_source(df, None)
     learned, stats, std2, tau = engine.run(source, _draft_stages(engine, df, source, typed, label, privacy_unit,
-                                                                       id_schema, missing_values))
+                                                                id_schema, missing_values))
     engine.charge(f"schema draft of {dataset or 'a table'}")
     done = complete_schema(learned, stats, std2, tau)
     cols = [c for c in done.columns if c.name != label]

@@ -265,7 +265,7 @@ class Hybrid(MarginalMethod):
         if not isinstance(s.stall_stop, bool):
             raise InvalidParameterError(f"stall_stop must be true or false (stop the reweighting once it stalls); "
                                         f"got {s.stall_stop!r}.")
-        self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then the shared one
+        self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then shared
 
     def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its
@@ -285,27 +285,26 @@ class Hybrid(MarginalMethod):
         """The kernel part's stages, after the marginals, in the same plan and run: DP-MERF's table release (numeric
         CDFs, class proportions, the embedding). Returns (its tensors, its spec entries, its public facts)."""
         with phase("measuring the kernel embedding", self._s.progress):
-            _, _, table_facts, kernel = yield from self._kernel_stages(self._kernel(schema), engine, data, source,
-                                                                       schema, dataset)
+            table_facts, kernel = yield from self._kernel_stages(self._kernel(schema), engine, data, source, schema,
+                                                                 dataset)
         spec = {KERNEL_SPEC: kernel.feature_spec,
                 "captures": kernel.feature_spec.get("captures", "a kernel mean embedding"),
                 "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
         return kernel.tensors, spec, {**table_facts, "conditional": True}
 
     def _more_spec(self, spec: dict, more: dict) -> dict:
-        return {**spec, "name": "hybrid", KERNEL_SPEC: more[KERNEL_SPEC],
-                "captures": spec["captures"] + "; " + more["captures"], "kernel_noise_std": more["kernel_noise_std"]}
+        return {**spec, **more, "name": "hybrid", "captures": spec["captures"] + "; " + more["captures"]}
 
     def _kernel_stages(self, k, engine, data, source, schema, dataset):
-        """DP-MERF's table release in the hybrid's plan, as stages: returns (encoder, prior tensors, table facts, the
-        release)."""
+        """DP-MERF's table release in the hybrid's plan, as stages: returns (its table facts, the release, which
+        carries the table's tensors)."""
         encoder, prior, table_facts = yield from table_stages(engine, data, source, schema)
         kernel = yield from embedding_stages(
             k.table_feature_map(encoder, schema.n_classes), source, engine, conditional=True,
             n_classes=schema.n_classes, encoder=encoder, dataset=dataset,
             proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
             prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})
-        return encoder, prior, table_facts, kernel
+        return table_facts, kernel
 
     # -- post-processing ----------------------------------------------------------------------------------
     def _fitted(self) -> None:

@@ -254,9 +254,9 @@ class MarginalMethod(Method):
 
     # -- what a marginal method measures (each method's own) -------------------------------------------------
     def planner(self, domain: Domain, rho: float, n: int):
-        """The method's stages, a generator the engine runs (:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`) spending
-        ``rho`` over ``domain`` for ``n`` public records; returns the measurements [(clique, noisy counts, noise std,
-        fine)]."""
+        """The method's stages, a generator the engine runs (:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`)
+        spending ``rho`` over ``domain`` for ``n`` public records; returns the measurements [(clique, noisy counts,
+        noise std, fine)]."""
         raise NotImplementedError
 
     def stage_outline(self, domain: Domain) -> list[tuple[str, float]]:

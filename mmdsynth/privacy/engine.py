@@ -463,9 +463,10 @@ class ZCDPEngine(PrivacyEngine):
 
         rho = self._spend(rho, name)
         if not self.private:
+            exact = torch.as_tensor(scores, dtype=torch.float64)
             if self.observer is not None:
-                self.observer(name, torch.as_tensor(scores, dtype=torch.float64).numpy().copy(), float(sensitivity))
-            choice = int(torch.argmax(torch.as_tensor(scores, dtype=torch.float64)))
+                self.observer(name, exact.numpy().copy(), float(sensitivity))
+            choice = int(torch.argmax(exact))
             self._record(NON_PRIVATE, description, 0.0, sensitivity, assumed, n_records, computation)
             return choice
         eps0 = exponential_epsilon(rho)
