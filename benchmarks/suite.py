@@ -10,8 +10,8 @@ library chooses; otherwise the registry name, ``mst`` / ``aim`` / ``dp-merf`` / 
   trained on the synthetic rows and tested on the real test part (ROC AUC for two classes, weighted F1 for more);
 * **1-, 2- and 3-way TVD** against the real training part (``peers/marginal_tvd.py``: numeric columns cut at the
   real deciles; 3-way over 50 column triples chosen from the column names alone);
-* the fit time (wall, this process) and the share of synthetic rows repeating an earlier one (the real part's
-  beside it).
+* the fit time (wall, this process, the library's imports done before) and the share of synthetic rows repeating
+  an earlier one (the real part's beside it).
 
     python benchmarks/suite.py --methods default mst --epsilon 1 --seeds 0 --out benchmarks/out/suite.jsonl
     python benchmarks/suite.py --tables males spam7 --methods hybrid --set max_cells=16 --variant mc16 --out ...
@@ -206,7 +206,13 @@ def paired(description: str, fill) -> None:
 
 def run(args) -> None:
     import mmdsynth
+    import mmdsynth.methods
+    from mmdsynth.generators.graphical import mbi
 
+    # the process's one-time imports (the methods, mbi and JAX: about 4-5 s here) before any fit is timed, so a fit's
+    # time does not depend on its place in the run (lines before 2026-12-05's numpy estimate: the first fit of each
+    # run paid them)
+    mbi()
     params = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     for name in args.tables:
         schema, train, test = split(name)

@@ -68,17 +68,12 @@ MAX_COVER_SHARE = 0.05
 #: (benchmarks/log/2026-12-04.md#plan-outline): doctorcontacts' default fit, 100,930 pool rows x 2,000 features, peaked
 #: at 2.30 GB resident, 1.85 GB above a fit's base
 POOL_FLOATS = 2.3
-#: the fit's time on 2 cores (one thread), its terms fitted (non-negative least squares on the relative error) to the
-#: median fit times of the 30 hybrid cells of the suite's goal table (benchmarks/log/2026-12-05.md#time-estimate;
-#: estimates within 0.30-1.65x of the times measured, where MST's estimate plus a pool term was within 0.24-4.3x):
-#: a second to start, then per learned attribute (the graphical model's programs), per record and attribute (the
-#: reading, the measurements and the kernel embedding), per pool row at 2,000 kernel features (the pool's features and
-#: reweighting), and per cell of the attributes times the label's classes (the model's cliques)
-FIT_SECONDS = 1.0
-ATTRIBUTE_SECONDS = 0.23
-RECORD_ATTRIBUTE_SECONDS = 8.7e-6
-POOL_SECONDS = 3.3e-5
-CELL_SECONDS = 0.0119
+#: the fit's time on 2 cores (one thread): a rate per term of :meth:`Hybrid.time_terms` (a second to start, then per
+#: learned attribute, per record and attribute (the reading, the measurements and the kernel embedding), per pool row
+#: at 2,000 kernel features (the pool's features and reweighting), and per cell of the attributes times the label's
+#: classes (the model's cliques)), fitted by ``benchmarks/time_estimate.py`` (non-negative least squares on the
+#: relative error) to the median fit times of the suite's hybrid cells (benchmarks/log/2026-12-05.md#time-estimate)
+TIME_RATES = {"start": 1.0, "attribute": 0.23, "record_attribute": 8.7e-6, "pool_row": 3.3e-5, "cell": 0.0119}
 
 
 @register
@@ -224,15 +219,18 @@ class Hybrid(MarginalMethod):
         feature and pool row (the dense features, their one-hot columns and the reweighting's buffers)."""
         return int(super()._memory(schema, n, domain) + 4 * POOL_FLOATS * self._s.n_features * self._pool_rows(n))
 
-    def _seconds(self, schema, n, domain) -> float:
-        """The time estimate (public: the domain, the record count and the settings), in the terms measured on the
-        suite's tables (:data:`FIT_SECONDS` and the constants after it)."""
+    def time_terms(self, schema, n: int, domain) -> dict:
+        """The quantities the time estimate charges a rate for (:data:`TIME_RATES`), public: the domain, the record
+        count and the settings."""
         sizes = domain.sizes
         d = len(sizes)
         classes = sizes.get(schema.label, 1) if schema.label else 1
-        return (FIT_SECONDS + ATTRIBUTE_SECONDS * d + RECORD_ATTRIBUTE_SECONDS * n * d
-                + POOL_SECONDS * self._pool_rows(n) * self._s.n_features / 2000
-                + CELL_SECONDS * sum(sizes.values()) * classes)
+        return {"start": 1.0, "attribute": d, "record_attribute": n * d,
+                "pool_row": self._pool_rows(n) * self._s.n_features / 2000, "cell": sum(sizes.values()) * classes}
+
+    def _seconds(self, schema, n, domain) -> float:
+        """The time estimate: each of :meth:`time_terms` at its rate (:data:`TIME_RATES`)."""
+        return sum(TIME_RATES[k] * v for k, v in self.time_terms(schema, n, domain).items())
 
     def _memory_advice(self) -> str:
         s = self._s
