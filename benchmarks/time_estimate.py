@@ -1,10 +1,10 @@
-"""The hybrid's time estimate against its measured fits (issue 81, item 5): `fit` prints an estimate before it reads a
-row, each term of ``Hybrid.time_terms`` at its rate (``mmdsynth.methods.hybrid.TIME_RATES``). This reads the suite's
-stored lines, takes each hybrid cell of the goal table (the default as the rule chooses it today, per table and
-epsilon: the median fit time of its lines), prints the estimate against it, and fits the rates anew (non-negative least
+"""A marginal method's time estimate against its measured fits (issue 81, item 5): `fit` prints an estimate before it
+reads a row, each term of the method's ``time_terms`` at its rate (its ``TIME_RATES``). This reads the suite's stored
+lines, takes each cell (per table and epsilon: the median fit time of its lines) of the table default's hybrid (as the
+rule chooses it today), of AIM or of MST, prints the estimate against it, and fits the rates anew (non-negative least
 squares on the relative error), with each table left out of the fit in turn:
 
-    python benchmarks/time_estimate.py benchmarks/out/suite.jsonl [--variant numpy-estimate]
+    python benchmarks/time_estimate.py benchmarks/out/suite.jsonl [--method aim] [--variant numpy-estimate]
 """
 from __future__ import annotations
 
@@ -21,29 +21,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite  # noqa: E402
 
 
-def cells(paths, variant: str | None = None) -> list[dict]:
-    """The hybrid cells: {table, epsilon, fits, seconds (median), terms} (``variant``: only the lines of that run)."""
+def cells(paths, method: str = "default", variant: str | None = None) -> list[dict]:
+    """Per table and epsilon, the fits of ``method`` (``default``: the hybrid cells, the default as the rule chooses it
+    today; ``aim``, ``mst``: at their defaults): {table, epsilon, fits, seconds (median), terms} (``variant``: only
+    the lines of that run)."""
     from mmdsynth.choice import PublicFacts, choose_table_default
     from mmdsynth.data.discrete import Domain
-    from mmdsynth.methods import Hybrid
+    from mmdsynth.methods import AIM, MST, Hybrid
 
-    lines = [d for d in suite._lines(paths) if "@" not in d["table"] and d["method"] == "default"
+    lines = [d for d in suite._lines(paths) if "@" not in d["table"] and d["method"] == method
              and (variant is None or d.get("variant") == variant)]
     out, schemas = [], {}
     for table, eps in sorted({(d["table"], d["epsilon"]) for d in lines}, key=lambda k: (suite._rank(k[0]), k[1])):
         here = [d for d in lines if d["table"] == table and d["epsilon"] == eps]
-        rule = choose_table_default(PublicFacts(here[0]["rows"], None, eps, 1e-5))
-        mine = [d for d in here if d["chose"] == rule.method and suite._params(d) == rule.params]
-        if rule.method != "hybrid" or not mine:
+        n = here[0]["rows"]
+        if method == "default":
+            rule = choose_table_default(PublicFacts(n, None, eps, 1e-5))
+            if rule.method != "hybrid":
+                continue
+            mine, model = [d for d in here if d["chose"] == "hybrid" and suite._params(d) == rule.params], \
+                Hybrid(epsilon=eps, **rule.params)
+        else:
+            mine, model = [d for d in here if not suite._params(d)], {"aim": AIM, "mst": MST}[method](epsilon=eps)
+        if not mine:
             continue
         if table not in schemas:
             schemas[table] = suite.split(table)[0]
-        schema, n = schemas[table], here[0]["rows"]
-        model = Hybrid(epsilon=eps, **rule.params)
+        schema = schemas[table]
         model.plan_outline(schema, PublicFacts(n, None, eps, 1e-5))          # the settings a fit would take
         terms = model.time_terms(schema, n, Domain.of(schema, model._s.max_cells))
         out.append({"table": table, "epsilon": eps, "fits": len(mine),
-                    "seconds": statistics.median(d["fit_s"] for d in mine), "terms": terms})
+                    "seconds": statistics.median(d["fit_s"] for d in mine), "terms": terms, "rates": model.TIME_RATES})
     return out
 
 
@@ -60,13 +68,13 @@ def estimate(rates: dict, terms: dict) -> float:
 
 
 def main() -> None:
-    from mmdsynth.methods.hybrid import TIME_RATES
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("lines", nargs="+", type=Path, help="the suite's stored lines (JSON lines)")
     ap.add_argument("--variant", help="only the lines of this run (their 'variant'), e.g. those of one code version")
+    ap.add_argument("--method", default="default", choices=["default", "aim", "mst"],
+                    help="whose estimate: the table default's hybrid cells (default), AIM's or MST's")
     args = ap.parse_args()
-    rows = cells(args.lines, args.variant)
+    rows = cells(args.lines, args.method, args.variant)
     rates = fit_rates(rows)
     held = {}
     for table in {r["table"] for r in rows}:
@@ -77,7 +85,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     logs = {"now": [], "refit": [], "held": []}
     for r in rows:
-        t, now, new, out = r["seconds"], estimate(TIME_RATES, r["terms"]), estimate(rates, r["terms"]), \
+        t, now, new, out = r["seconds"], estimate(r["rates"], r["terms"]), estimate(rates, r["terms"]), \
             held[(r["table"], r["epsilon"])]
         logs["now"].append(now / t)
         logs["refit"].append(new / t)

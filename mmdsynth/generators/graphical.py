@@ -21,11 +21,14 @@ from ..errors import InvalidParameterError
 
 
 #: the parts of mbi this adapter uses beyond its documented estimate path (the junction tree, the Shafer-Shenoy oracle,
-#: the weighted query): pyproject pins mbi's minor version, and tests/unit/test_mst.py fails naming any of these that
+#: the weighted query, and what the numpy estimate of mirror_descent.py reads: the loss's cliques and Lipschitz
+#: constant, the model's classes): pyproject pins mbi's minor version, and tests/unit/test_mst.py fails naming any of these that
 #: a new mbi moves, before the pin is widened
-MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "estimation.MirrorDescent",
+MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "CliqueVector", "Factor", "MarkovRandomField",
+                 "clique_utils.maximal_subset", "estimation.MirrorDescent",
                  "junction_tree.hypothetical_model_size", "junction_tree.make_junction_tree",
                  "junction_tree.maximal_cliques", "junction_tree.message_passing_order", "marginal_loss.WeightedQuery",
+                 "marginal_loss.DatavectorQuery", "marginal_loss.calculate_l2_lipschitz_from_metadata",
                  "marginal_loss.from_linear_measurements", "marginal_oracles.message_passing_shafer_shenoy")
 
 

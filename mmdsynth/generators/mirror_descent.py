@@ -121,8 +121,9 @@ def estimate(lib, jtree: nx.Graph, sizes: dict, measurements: list, total: float
     """Mirror descent over the junction tree ``jtree`` (mbi's, of the measurements' maximal cliques) on
     ``measurements`` [(clique, y, std, weights or None)] (``y`` already whitened by ``weights``: the query is
     ``weights * counts``) over a domain of ``sizes`` ({attribute: cells}), with ``total`` known; ``warm_start``:
-    {clique: potential} of an earlier model (each clique inside one of this model's). Returns (cliques, potentials, marginals): the measurements' maximal cliques, mbi's order, and on each its
-    potential and its marginal counts (numpy)."""
+    {clique: potential} of an earlier model (each clique inside one of this model's). Returns (cliques,
+    potentials, marginals): the measurements' maximal cliques, mbi's order, and on each its potential and its
+    marginal counts (numpy)."""
     cliques = [tuple(c) for c in lib.clique_utils.maximal_subset([tuple(m[0]) for m in measurements])]
     mbi_domain = lib.Domain.fromdict(sizes)
     loss_l, tree_l = _Layout(cliques, sizes), _Layout(lib.junction_tree.maximal_cliques(jtree), sizes)

@@ -68,12 +68,6 @@ MAX_COVER_SHARE = 0.05
 #: (benchmarks/log/2026-12-04.md#plan-outline): doctorcontacts' default fit, 100,930 pool rows x 2,000 features, peaked
 #: at 2.30 GB resident, 1.85 GB above a fit's base
 POOL_FLOATS = 2.3
-#: the fit's time on 2 cores (one thread): a rate per term of :meth:`Hybrid.time_terms` (a second to start, then per
-#: learned attribute, per record and attribute (the reading, the measurements and the kernel embedding), per pool row
-#: at 2,000 kernel features (the pool's features and reweighting), and per cell of the attributes times the label's
-#: classes (the model's cliques)), fitted by ``benchmarks/time_estimate.py`` (non-negative least squares on the
-#: relative error) to the median fit times of the suite's hybrid cells (benchmarks/log/2026-12-05.md#time-estimate)
-TIME_RATES = {"start": 1.0, "attribute": 0.23, "record_attribute": 8.7e-6, "pool_row": 3.3e-5, "cell": 0.0119}
 
 
 @register
@@ -91,6 +85,13 @@ class Hybrid(MarginalMethod):
     MST's score can put most of the tree's edges on the column whose 1-way estimate is worst: slow fits, no better
     marginals; benchmarks/log/2026-11-29.md#tree-hubs)."""
 
+    #: the fit's time on 2 cores (one thread): a rate per term of :meth:`time_terms` (a second to start, then per
+    #: learned attribute, per record and attribute (the reading, the measurements and the kernel embedding), per
+    #: pool row at 2,000 kernel features (the pool's features and reweighting), and per cell of the attributes times
+    #: the label's classes (the model's cliques)), fitted by ``benchmarks/time_estimate.py`` (non-negative least
+    #: squares on the relative error) to the median fit times of the suite's hybrid cells
+    #: (benchmarks/log/2026-12-05.md#time-estimate)
+    TIME_RATES = {"start": 1.0, "attribute": 0.23, "record_attribute": 8.7e-6, "pool_row": 3.3e-5, "cell": 0.0119}
     method = "hybrid"
     summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
     param_help = {
@@ -220,7 +221,7 @@ class Hybrid(MarginalMethod):
         return int(super()._memory(schema, n, domain) + 4 * POOL_FLOATS * self._s.n_features * self._pool_rows(n))
 
     def time_terms(self, schema, n: int, domain) -> dict:
-        """The quantities the time estimate charges a rate for (:data:`TIME_RATES`), public: the domain, the record
+        """The quantities the time estimate charges a rate for (:attr:`TIME_RATES`), public: the domain, the record
         count and the settings."""
         sizes = domain.sizes
         d = len(sizes)
@@ -228,9 +229,6 @@ class Hybrid(MarginalMethod):
         return {"start": 1.0, "attribute": d, "record_attribute": n * d,
                 "pool_row": self._pool_rows(n) * self._s.n_features / 2000, "cell": sum(sizes.values()) * classes}
 
-    def _seconds(self, schema, n, domain) -> float:
-        """The time estimate: each of :meth:`time_terms` at its rate (:data:`TIME_RATES`)."""
-        return sum(TIME_RATES[k] * v for k, v in self.time_terms(schema, n, domain).items())
 
     def _memory_advice(self) -> str:
         s = self._s

@@ -212,16 +212,27 @@ class MarginalMethod(Method):
         releases += [(release_words(name), share) for name, share in engine.shares.items()]
         n = int(facts.n_records or 0)
         return PlanOutline(self.method, facts.records, tuple(releases), self._memory(schema, n, domain),
-                           self._seconds(schema, n, domain), self._memory_advice())
+                           self._seconds(schema, n, domain), self._memory_advice(), spread=self.TIME_SPREAD)
 
     def _memory(self, schema, n: int, domain: Domain) -> int:
         """The fit's memory estimate: the table as read and encoded (about 3 copies of 8 bytes a value) and the
         graphical model (its cliques' cells, small for a tree)."""
         return int(BASE_BYTES + 24 * n * (len(domain.attributes) + 1))
 
+    #: the time estimate's rate per term of :meth:`time_terms` (each method's own; ``benchmarks/time_estimate.py``
+    #: refits them from the suite's stored fits)
+    TIME_RATES: dict = {}
+    #: how far the measured fits fell from the estimate, as the outline prints it
+    TIME_SPREAD = "expect 0.5-2x"
+
+    def time_terms(self, schema, n: int, domain: Domain) -> dict:
+        """The quantities the time estimate charges a rate for (:attr:`TIME_RATES`), public: the domain, the record
+        count and the settings. MST: a start, and the reading, per record and column."""
+        return {"start": 1.0, "record_attribute": n * len(domain.attributes)}
+
     def _seconds(self, schema, n: int, domain: Domain) -> float:
-        """MST's time estimate on 2 cores: :data:`MST_SECONDS` plus the reading, per record and column."""
-        return MST_SECONDS + READ_SECONDS * n * len(domain.attributes)
+        """The time estimate on 2 cores: each of :meth:`time_terms` at its rate (:attr:`TIME_RATES`)."""
+        return sum(self.TIME_RATES[k] * v for k, v in self.time_terms(schema, n, domain).items())
 
     def _memory_advice(self) -> str:
         return "A table read in shards (`--shards`, a ShardedTable) is summed in bounded memory."
@@ -387,6 +398,9 @@ class MST(MarginalMethod):
     ``noise_seed`` fixes
     the privacy noise and the selection (tests only: the ledger says it voids the guarantee)."""
 
+    #: MST's time estimate (benchmarks/log/2026-12-04.md#suite-small: fits of 1.6-6.7 s on 3,500-4,300 records, one
+    #: thread): a start, and the reading per record and column
+    TIME_RATES = {"start": 3.0, "record_attribute": 2e-5}
     method = "mst"
     summary = "1-way marginals, a private spanning tree of 2-way marginals, a graphical model (MST, mbi 2.x)"
     param_help = {
@@ -449,12 +463,6 @@ class MST(MarginalMethod):
         super()._check_plan(domain)
 
 
-#: time estimates of a marginal fit on 2 cores (benchmarks/log/2026-12-04.md#suite-small: the suite's tables, seed 0,
-#: one thread): MST's fits took 1.6-6.7 s on 3,500-4,300 records; the reading costs about this per record and column
-MST_SECONDS = 3.0
-READ_SECONDS = 2e-5
-#: AIM's rounds: about this many seconds per round and column on those tables (each round re-estimates the model)
-AIM_ROUND_SECONDS = 0.05
 
 
 @register
@@ -471,6 +479,12 @@ class AIM(MarginalMethod):
     releases; the engine's filter refuses more than the total. Tables only; ``iters``: mirror-descent iterations
     of each round's estimate (the final one uses 4 times as many)."""
 
+    #: AIM's time estimate: MST's terms, and seconds per round and column, refitted by benchmarks/time_estimate.py to
+    #: the suite's AIM fits since the numpy estimate (benchmarks/log/2026-12-05.md#numpy-estimate: in sample 0.30-1.63x
+    #: at epsilon 1; at epsilon 10 its rounds on cps1988, college, males and nmes picked larger cliques and took 4-30x
+    #: the estimate, which nothing public predicted)
+    TIME_RATES = {"start": 0.33, "record_attribute": 1.84e-5, "round_attribute": 0.00134}
+    TIME_SPREAD = "expect 0.3-2x at epsilon 1; at larger epsilon up to 30x longer, where its rounds pick large cliques"
     method = "aim"
     summary = "rounds of private selection and measured marginals with a graphical model (AIM, mbi 2.x)"
     param_help = {
@@ -517,11 +531,11 @@ class AIM(MarginalMethod):
         estimated)."""
         return int(super()._memory(schema, n, domain) + 3 * self._s.max_model_size * 2 ** 20)
 
-    def _seconds(self, schema, n: int, domain: Domain) -> float:
-        """AIM's time estimate: ``rounds`` rounds (16 x attributes by default; fewer in practice), each a model
+    def time_terms(self, schema, n: int, domain: Domain) -> dict:
+        """MST's terms and AIM's rounds: ``rounds`` (16 x attributes by default; fewer in practice), each a model
         estimate whose cost grows with the columns."""
         d = len(domain.attributes)
-        return MST_SECONDS + READ_SECONDS * n * d + AIM_ROUND_SECONDS * int(self._s.rounds or 16 * d) * d
+        return {**super().time_terms(schema, n, domain), "round_attribute": int(self._s.rounds or 16 * d) * d}
 
     def planner(self, domain: Domain, rho: float, n: int):
         """AIM's rounds (a generator the engine runs); returns the measurements [(clique, noisy counts, std)]."""

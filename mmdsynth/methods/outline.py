@@ -34,6 +34,8 @@ class PlanOutline:
     seconds: float | None = None
     advice: str = ""
     notes: tuple = field(default=())
+    #: how far the measured times of the method's fits fell from its estimate (the suite's cells)
+    spread: str = "expect 0.5-2x"
 
     def lines(self) -> list[str]:
         """The outline in words, one release a line (what `mmdsynth fit` prints before it reads a row)."""
@@ -41,7 +43,7 @@ class PlanOutline:
         out += [f"  {100 * share:5.1f} %  {what}" for what, share in self.releases]
         out += [f"  {note}" for note in self.notes]
         time = f", about {_duration(self.seconds)} on an idle 2-core machine (a rate measured on this project's suite; " \
-            f"expect 0.5-2x)" \
+            f"{self.spread})" \
             if self.seconds is not None else ""
         out.append(f"estimate: about {_size(self.memory_bytes)} of memory{time}")
         return out
