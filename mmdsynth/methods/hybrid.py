@@ -85,13 +85,15 @@ class Hybrid(MarginalMethod):
     MST's score can put most of the tree's edges on the column whose 1-way estimate is worst: slow fits, no better
     marginals; benchmarks/log/2026-11-29.md#tree-hubs)."""
 
-    #: the fit's time on 2 cores (one thread): a rate per term of :meth:`time_terms` (a second to start, then per
-    #: learned attribute, per record and attribute (the reading, the measurements and the kernel embedding), per
-    #: pool row at 2,000 kernel features (the pool's features and reweighting), and per cell of the attributes times
-    #: the label's classes (the model's cliques)), fitted by ``benchmarks/time_estimate.py`` (non-negative least
-    #: squares on the relative error) to the median fit times of the suite's hybrid cells
-    #: (benchmarks/log/2026-12-05.md#time-estimate)
-    TIME_RATES = {"start": 1.0, "attribute": 0.23, "record_attribute": 8.7e-6, "pool_row": 3.3e-5, "cell": 0.0119}
+    #: the fit's time on 2 cores (one thread): a rate per term of :meth:`time_terms` (per learned attribute, per
+    #: record and attribute (the reading, the measurements and the kernel embedding), per pool row at 2,000 kernel
+    #: features (the pool's features and reweighting), and per cell of the attributes times the label's classes (the
+    #: model's cliques)), fitted by ``benchmarks/time_estimate.py`` (non-negative least squares on the relative error)
+    #: to the median fit of each hybrid cell of the suite since the numpy estimate (31 cells, 2026-12-05,
+    #: benchmarks/log/2026-12-05.md#numpy-estimate: in sample 0.25-1.73x, median |log ratio| 0.28; census at eps 10
+    #: took 4x the estimate)
+    TIME_RATES = {"start": 0.0, "attribute": 0.129, "record_attribute": 8.17e-6, "pool_row": 3.8e-5, "cell": 0.00664}
+    TIME_SPREAD = "expect 0.5-2x; up to 4x longer at epsilon 10 on a wide table"
     method = "hybrid"
     summary = "MST's marginals and DP-MERF's kernel embedding in one plan; model rows reweighted to match both"
     param_help = {
