@@ -85,6 +85,8 @@ def estimate(domain: Domain, measurements: list, n_records: int, iters: int, war
             y = np.bincount(parent, weights=y, minlength=domain.size(name)) * weights
         items.append((tuple(clique), y, float(std or 1.0), weights))
     mbi_domain = lib.Domain.fromdict(domain.sizes)
+    if not items:                                          # nothing measured: mbi's model of the known total alone
+        return _mbi_model(lib, mbi_domain, items, n_records, iters, warm_start)
     jtree = lib.junction_tree.make_junction_tree(mbi_domain, lib.clique_utils.maximal_subset([c for c, *_ in items]))[0]
     sizes = [mbi_domain.size(c) for c in lib.junction_tree.maximal_cliques(jtree)]
     if sum(sizes) <= min(NUMPY_CELLS, NUMPY_MEAN_CELLS * len(sizes)):
