@@ -22,8 +22,8 @@ from ..errors import InvalidParameterError
 
 #: the parts of mbi this adapter uses beyond its documented estimate path (the junction tree, the Shafer-Shenoy oracle,
 #: the weighted query, and what the numpy estimate of mirror_descent.py reads: the loss's cliques and Lipschitz
-#: constant, the model's classes): pyproject pins mbi's minor version, and tests/unit/test_mst.py fails naming any of these that
-#: a new mbi moves, before the pin is widened
+#: constant, the model's classes): pyproject pins mbi's minor version, and tests/unit/test_mst.py fails naming any of
+#: these that a new mbi moves, before the pin is widened
 MBI_INTERNALS = ("Domain.fromdict", "LinearMeasurement", "CliqueVector", "Factor", "MarkovRandomField",
                  "clique_utils.maximal_subset", "estimation.MirrorDescent",
                  "junction_tree.hypothetical_model_size", "junction_tree.make_junction_tree",

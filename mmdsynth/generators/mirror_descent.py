@@ -77,10 +77,8 @@ class _Calibration:
         """How a message from clique ``src`` to ``dst`` is made: the axes summed, the separator's axes put in
         ``dst``'s order, and its shape broadcast on ``dst``."""
         a, b = self.layout.cliques[src], self.layout.cliques[dst]
-        sep = [x for x in a if x in b]
-        kept = sep                                               # in a's order after the sum
-        order = [x for x in b if x in sep]
-        perm = tuple(kept.index(x) for x in order)
+        sep = [x for x in a if x in b]                           # in a's order, as the sum leaves them
+        perm = tuple(sep.index(x) for x in b if x in sep)
         return (tuple(k for k, x in enumerate(a) if x not in sep),
                 None if perm == tuple(range(len(perm))) else perm,
                 tuple(self.layout.sizes[x] if x in sep else 1 for x in b))

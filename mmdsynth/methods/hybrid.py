@@ -226,11 +226,9 @@ class Hybrid(MarginalMethod):
         """The quantities the time estimate charges a rate for (:attr:`TIME_RATES`), public: the domain, the record
         count and the settings."""
         sizes = domain.sizes
-        d = len(sizes)
         classes = sizes.get(schema.label, 1) if schema.label else 1
-        return {"start": 1.0, "attribute": d, "record_attribute": n * d,
+        return {**super().time_terms(schema, n, domain), "attribute": len(sizes),
                 "pool_row": self._pool_rows(n) * self._s.n_features / 2000, "cell": sum(sizes.values()) * classes}
-
 
     def _memory_advice(self) -> str:
         s = self._s

@@ -222,8 +222,8 @@ class MarginalMethod(Method):
     #: the time estimate's rate per term of :meth:`time_terms` (each method's own; ``benchmarks/time_estimate.py``
     #: refits them from the suite's stored fits)
     TIME_RATES: dict = {}
-    #: how far the measured fits fell from the estimate, as the outline prints it
-    TIME_SPREAD = "expect 0.5-2x"
+    #: how far the measured fits fell from the estimate, as the outline prints it (the outline's own default here)
+    TIME_SPREAD = PlanOutline.spread
 
     def time_terms(self, schema, n: int, domain: Domain) -> dict:
         """The quantities the time estimate charges a rate for (:attr:`TIME_RATES`), public: the domain, the record
@@ -462,8 +462,6 @@ class MST(MarginalMethod):
         if not isinstance(self._label_pairs(), bool):
             raise InvalidParameterError(f"label_pairs must be True or False; got {self._s.label_pairs!r}.")
         super()._check_plan(domain)
-
-
 
 
 @register
