@@ -131,6 +131,17 @@ def test_every_stage_kind_the_engine_runs_has_an_audit_target():
     assert MECHANISMS == tuple(TARGETS) and all(t.mechanism == name for name, t in TARGETS.items())
 
 
+def test_dpsgd_step_audit_passes_an_honest_step_and_catches_broken_noise(monkeypatch):
+    """One DP-SGD step of DP-KIP (add/remove): the canary's gradient is clipped to C and the honest step stays below the
+    claim; with a twentieth of the noise the same audit is flagged. (The audit's power at an eighth of the noise is
+    measured by ``benchmarks/audit_power.py``.)"""
+    honest = audit(1.0, 1e-5, mechanism="dpsgd-step", trials=300)
+    assert honest.passed and honest.neighbouring == "add_remove"
+    assert honest.canary_gap == pytest.approx(1.0, abs=1e-3)
+    break_noise(monkeypatch, 20)
+    assert audit(1.0, 1e-5, mechanism="dpsgd-step", trials=300).epsilon_lower > 1.0
+
+
 def test_audit_refuses_bad_settings():
     with pytest.raises(InvalidParameterError, match="trials must be >= 100"):
         audit(1.0, 1e-5, trials=10)
