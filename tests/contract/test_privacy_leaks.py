@@ -166,6 +166,25 @@ def test_default_noise_is_secure_snapped_and_gaussian(monkeypatch):
     assert abs(z.std() - 1) < 0.01 and abs(z.mean()) < 0.015
 
 
+def test_small_secure_draws_are_the_same_mechanism(monkeypatch):
+    """Draws of at most SMALL_DRAW values (a DP-SGD step's, a sampled release step's) take numpy's path: still the OS
+    CSPRNG, never torch's PRNG, snapped to the same grid, Gaussian with the declared std."""
+    from mmdsynth.privacy.mechanisms import SMALL_DRAW
+
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: pytest.fail("secure noise must not use torch's PRNG"))
+    urandom, calls = __import__("os").urandom, []
+    monkeypatch.setattr("mmdsynth.privacy.mechanisms.os.urandom", lambda n: calls.append(n) or urandom(n))
+    source, std = NoiseSource(), 0.37
+    out = torch.cat([gaussian_mechanism(torch.full((SMALL_DRAW // 10,), 0.123), 1.0, std, source)
+                     for _ in range(100_000 // (SMALL_DRAW // 10))])
+    assert len(calls) == 100_000 // (SMALL_DRAW // 10) and out.dtype == torch.float64
+    grid = 2.0 ** np.floor(np.log2(std) - SNAP_BITS)
+    assert torch.equal(torch.round(out / grid) * grid, out)
+    z = ((out - 0.123) / std).numpy()
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+    assert abs(z.std() - 1) < 0.01 and abs(z.mean()) < 0.015
+
+
 def test_fixed_seed_cannot_be_secure_and_is_recorded():
     with pytest.raises(InvalidParameterError, match="secure"):
         NoiseSource(seed=1, secure=True)
