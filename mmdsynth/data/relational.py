@@ -1,0 +1,256 @@
+"""A database of several tables joined by keys, one root entity (a patient, a school, a plane) as the privacy unit
+(issue 84, item 1): its declared schema, and its tables read from a folder of files, from DataFrames or from a
+database, each validated as one table is (:meth:`~mmdsynth.data.schema.Schema.validate`: every value by itself), then
+its keys checked.
+
+The schema is public and declared, never inferred from the data::
+
+    {"privacy_unit": "patients",
+     "tables": {"patients": {"primary_key": "patient_id",
+                             "columns": [{"name": "patient_id", "type": "id", "integer": true, "bounds": [1, 99999]},
+                                         {"name": "age", "type": "numeric", "bounds": [18, 90]}, ...]},
+                "visits": {"primary_key": "visit_id", "foreign_keys": {"patient_id": "patients"},
+                           "columns": [{"name": "visit_id", "type": "id", ...},
+                                       {"name": "patient_id", "type": "id", "integer": true, "bounds": [1, 99999]},
+                                       ...]}}}
+
+Keys are ``id`` columns: never learned, never released. The tables form one tree under the root: every other table
+has exactly one foreign key, to its parent, in chains of any depth, and a parent may have several child tables. The
+root with all its descendants is one unit of the guarantee: :func:`root_ids` gives each row's root key, which the
+person-level reduction reads as a person (:mod:`mmdsynth.engines.persons`). Rows whose foreign key names no parent
+row, and primary keys repeated, are refused with a count, never a value.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import DataValidationError, InvalidParameterError, SchemaError
+from .schema import Schema
+from .sql import read_sql
+from .user import COMPRESSIONS, SUFFIXES, check_listed, read_table, table_suffix
+
+#: the file suffixes a table of a folder may have (its name is the table's: ``visits.csv.gz``)
+FOLDER_KINDS = ("csv", "parquet")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of a :class:`DatabaseSchema`: its columns (the keys among them, as ``id`` columns), its primary key
+    and its foreign keys (column -> parent table)."""
+
+    name: str
+    schema: Schema
+    primary_key: str | None = None
+    foreign_keys: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = self.schema.to_dict()
+        d.pop("source", None)
+        if self.primary_key is not None:
+            d["primary_key"] = self.primary_key
+        if self.foreign_keys:
+            d["foreign_keys"] = dict(self.foreign_keys)
+        return d
+
+
+@dataclass(frozen=True)
+class DatabaseSchema:
+    """The declared tables of a database and its privacy unit, the root table (see the module's docstring)."""
+
+    tables: dict
+    privacy_unit: str
+
+    def __post_init__(self):
+        if not self.tables:
+            raise SchemaError("a database schema needs at least one table under \"tables\".")
+        if self.privacy_unit not in self.tables:
+            raise SchemaError(f"privacy_unit {self.privacy_unit!r} is not one of the tables {sorted(self.tables)}; "
+                              f"name the root table: one of its rows with all their descendants is one unit.")
+        for spec in self.tables.values():
+            _check_keys_declared(spec, self.tables)
+        root = self.tables[self.privacy_unit]
+        if root.primary_key is None:
+            raise SchemaError(f"the root table {root.name!r} needs a \"primary_key\": it names the unit of privacy.")
+        if root.foreign_keys:
+            raise SchemaError(f"the root table {root.name!r} has foreign keys {sorted(root.foreign_keys)}; the root has "
+                              f"no parent. Make their table the privacy_unit, or drop the keys.")
+        for spec in self.tables.values():
+            if spec.name != root.name and len(spec.foreign_keys) != 1:
+                raise SchemaError(f"table {spec.name!r} has {len(spec.foreign_keys)} foreign keys; every table but the "
+                                  f"root has exactly one, to its parent (a table under two parents, or a public "
+                                  f"reference table, is not supported yet: drop that key column).")
+        for name in self.tables:                     # every table reaches the root: no cycle, nothing apart
+            seen = [name]
+            while seen[-1] != self.privacy_unit:
+                parent = self.parent(seen[-1])[1]
+                if parent in seen:
+                    raise SchemaError(f"the foreign keys run in a circle: {' -> '.join(seen + [parent])}.")
+                seen.append(parent)
+
+    def parent(self, table: str) -> tuple[str, str] | None:
+        """(the foreign key column, the parent table) of ``table``; None for the root."""
+        fks = self.tables[table].foreign_keys
+        return next(iter(fks.items())) if fks else None
+
+    def order(self) -> list[str]:
+        """The tables from the root down: every parent before its children (children in declaration order)."""
+        out = [self.privacy_unit]
+        for name in out:
+            out += [t for t in self.tables if t not in out and (self.parent(t) or (None, None))[1] == name]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DatabaseSchema":
+        """A database schema (the module's docstring) from its JSON object."""
+        if not isinstance(d, dict) or not isinstance(d.get("tables"), dict) or "privacy_unit" not in d:
+            raise SchemaError("a database schema is a JSON object with \"tables\" ({name: a table's schema with its "
+                              "\"primary_key\" and \"foreign_keys\"}) and \"privacy_unit\" (the root table).")
+        tables = {}
+        for name, t in d["tables"].items():
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise SchemaError(f"table name {name!r}: use letters, digits and underscores, starting with a letter "
+                                  f"(it names the table's file and its database table).")
+            if not isinstance(t, dict):
+                raise SchemaError(f"table {name!r}: its schema is a JSON object with \"columns\".")
+            keys = {k: t[k] for k in ("primary_key", "foreign_keys") if k in t}
+            fks = keys.get("foreign_keys", {})
+            if not isinstance(fks, dict):
+                raise SchemaError(f"table {name!r}: \"foreign_keys\" maps a column to its parent table, e.g. "
+                                  f"{{\"patient_id\": \"patients\"}}.")
+            schema = Schema.from_dict({k: v for k, v in t.items() if k not in ("primary_key", "foreign_keys")})
+            tables[name] = TableSpec(name, schema, keys.get("primary_key"), dict(fks))
+        return cls(tables, d["privacy_unit"])
+
+    @classmethod
+    def from_json(cls, path) -> "DatabaseSchema":
+        from .._io import read_json
+
+        return cls.from_dict(read_json(path, "database schema file", SchemaError))
+
+    def to_dict(self) -> dict:
+        return {"privacy_unit": self.privacy_unit, "tables": {n: t.to_dict() for n, t in self.tables.items()}}
+
+
+def _check_keys_declared(spec: TableSpec, tables: dict) -> None:
+    """The key columns of ``spec`` are declared id columns; each foreign key names a table with a primary key,
+    declared as that key is (integer or text IDs: the values are compared)."""
+    for key, what in [(spec.primary_key, "primary_key")] + [(c, "foreign key") for c in spec.foreign_keys]:
+        if key is None:
+            continue
+        col = next((c for c in spec.schema.columns if c.name == key), None)
+        if col is None or col.kind != "id":
+            raise SchemaError(f"table {spec.name!r}: {what} {key!r} must be declared among its columns as "
+                              f"{{\"name\": \"{key}\", \"type\": \"id\"}} (keys are never learned nor released).")
+    for column, parent in spec.foreign_keys.items():
+        if parent not in tables:
+            raise SchemaError(f"table {spec.name!r}: foreign key {column!r} names table {parent!r}, which the schema "
+                              f"does not declare (it has {sorted(tables)}).")
+        pk = tables[parent].primary_key
+        if pk is None:
+            raise SchemaError(f"table {spec.name!r}: foreign key {column!r} points at {parent!r}, which has no "
+                              f"\"primary_key\".")
+        mine, theirs = spec.schema.column(column), tables[parent].schema.column(pk)
+        if bool(mine.integer) != bool(theirs.integer):
+            raise SchemaError(f"{spec.name}.{column} is declared with {'integer' if mine.integer else 'text'} IDs and "
+                              f"{parent}.{pk} with {'integer' if theirs.integer else 'text'} IDs; declare both alike "
+                              f"(\"integer\": true, or not), so that the keys compare.")
+
+
+def read_database(source, schema: DatabaseSchema | dict | str | Path) -> dict[str, pd.DataFrame]:
+    """Every table of ``schema`` read from ``source`` and validated, then the keys checked (:func:`check_keys`).
+    ``source``: a folder holding one file a table (``NAME.csv``, ``NAME.csv.gz`` and the other compressions, or
+    ``NAME.parquet``), a database URL (SQLite, DuckDB, PostgreSQL: ``SELECT`` of the declared columns of table
+    ``NAME``), or a dict of DataFrames by table name. Returns {table: the validated DataFrame}."""
+    schema = as_database_schema(schema)
+    if isinstance(source, dict):
+        missing = sorted(set(schema.tables) - set(source))
+        extra = sorted(set(source) - set(schema.tables))
+        if missing or extra:
+            raise SchemaError(f"the tables given {sorted(source)} differ from the schema's {sorted(schema.tables)}"
+                              f"{f': missing {missing}' if missing else ''}{f', not declared {extra}' if extra else ''}.")
+        tables = {}
+        for name, spec in schema.tables.items():
+            if not isinstance(source[name], pd.DataFrame):
+                raise InvalidParameterError(f"table {name!r} must be a pandas DataFrame.")
+            check_listed(source[name], spec.schema, f"table {name!r}", drop_unlisted=False)
+            tables[name] = spec.schema.validate(source[name], require_label=spec.schema.label is not None)
+    elif isinstance(source, str) and "://" in source:
+        tables = {name: read_sql(source, f"SELECT * FROM {name}", spec.schema)
+                  for name, spec in schema.tables.items()}
+    else:
+        tables = {name: read_table(table_file(source, name), spec.schema) for name, spec in schema.tables.items()}
+    check_keys(tables, schema)
+    return tables
+
+
+def as_database_schema(schema) -> DatabaseSchema:
+    """A :class:`DatabaseSchema` from itself, its dict or the path to its JSON."""
+    if isinstance(schema, DatabaseSchema):
+        return schema
+    if isinstance(schema, dict):
+        return DatabaseSchema.from_dict(schema)
+    return DatabaseSchema.from_json(schema)
+
+
+def table_file(folder, name: str) -> Path:
+    """The one file of table ``name`` in ``folder`` (``NAME.<csv or parquet suffix>``); refused when there is none or
+    several."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataValidationError(f"{folder} is not a folder; give the folder that holds one file a table (NAME.csv, "
+                                  f"NAME.csv.gz, NAME.parquet), or a database URL.")
+    found = sorted(p for p in folder.iterdir() if p.is_file() and _table_of(p) == name)
+    if len(found) != 1:
+        raise DataValidationError(
+            f"table {name!r}: {folder} holds {'no file' if not found else f'{len(found)} files'} for it "
+            f"({', '.join(p.name for p in found) if found else f'expected {name}.csv, {name}.csv.gz or {name}.parquet'})"
+            f"; keep exactly one.")
+    return found[0]
+
+
+def _table_of(path: Path) -> str | None:
+    """The table a file of a folder holds: its name without the table suffix (and a CSV's compression); None for a
+    file of another kind."""
+    suffix = table_suffix(path)
+    if SUFFIXES.get(suffix) not in FOLDER_KINDS:
+        return None
+    for tail in (suffix,) + tuple(suffix + c for c in COMPRESSIONS):
+        if path.name.lower().endswith(tail):
+            return path.name[:-len(tail)]
+    return None
+
+
+def check_keys(tables: dict[str, pd.DataFrame], schema: DatabaseSchema) -> None:
+    """Refuse the database unless every primary key is unique and every foreign key names a row of its parent: each
+    refusal names the table, the column and a count, never a key. ``tables`` are validated (IDs read by
+    themselves: integers as integers, text by its text)."""
+    for name, spec in schema.tables.items():
+        if spec.primary_key is not None:
+            repeated = int(tables[name][spec.primary_key].duplicated().sum())
+            if repeated:
+                raise DataValidationError(f"table {name!r}: {repeated} row(s) repeat a primary key {spec.primary_key!r} "
+                                          f"of an earlier row; a primary key names one row. Fix or drop those rows.")
+    for name in schema.order()[1:]:
+        column, parent = schema.parent(name)
+        known = tables[parent][schema.tables[parent].primary_key]
+        orphans = int((~tables[name][column].isin(known)).sum())
+        if orphans:
+            raise DataValidationError(f"table {name!r}: {orphans} row(s) have a {column!r} that no row of {parent!r} "
+                                      f"holds; every row belongs to a parent. Drop those rows (or add their parents).")
+
+
+def root_ids(tables: dict[str, pd.DataFrame], schema: DatabaseSchema) -> dict[str, pd.Series]:
+    """Each table's rows' root key (the privacy unit: the root row they descend from), aligned with the table's
+    index, through the chain of foreign keys. ``tables`` as :func:`read_database` returns them (keys checked)."""
+    root = schema.privacy_unit
+    out = {root: tables[root][schema.tables[root].primary_key]}
+    for name in schema.order()[1:]:
+        column, parent = schema.parent(name)
+        up = pd.Series(out[parent].to_numpy(), index=tables[parent][schema.tables[parent].primary_key].to_numpy())
+        out[name] = pd.Series(up.reindex(tables[name][column].to_numpy()).to_numpy(), index=tables[name].index)
+    return out
