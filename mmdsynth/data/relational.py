@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError, SchemaError
-from .schema import Schema
+from .schema import Schema, schema_from_sdv
 from .sql import read_sql
 from .user import COMPRESSIONS, SUFFIXES, check_listed, read_table, table_suffix
 
@@ -106,7 +106,10 @@ class DatabaseSchema:
 
     @classmethod
     def from_dict(cls, d: dict) -> "DatabaseSchema":
-        """A database schema (the module's docstring) from its JSON object."""
+        """A database schema (the module's docstring) from its JSON object, or SDV's multi-table metadata with a
+        ``"privacy_unit"`` added (:meth:`from_sdv`)."""
+        if isinstance(d, dict) and "relationships" in d:
+            return cls.from_sdv({k: v for k, v in d.items() if k != "privacy_unit"}, d.get("privacy_unit"))
         if not isinstance(d, dict) or not isinstance(d.get("tables"), dict) or "privacy_unit" not in d:
             raise SchemaError("a database schema is a JSON object with \"tables\" ({name: a table's schema with its "
                               "\"primary_key\" and \"foreign_keys\"}) and \"privacy_unit\" (the root table).")
@@ -125,6 +128,36 @@ class DatabaseSchema:
             schema = Schema.from_dict({k: v for k, v in t.items() if k not in ("primary_key", "foreign_keys")})
             tables[name] = TableSpec(name, schema, keys.get("primary_key"), dict(fks))
         return cls(tables, d["privacy_unit"])
+
+    @classmethod
+    def from_sdv(cls, metadata: dict, privacy_unit: str | None, *, nullable: dict | None = None) -> "DatabaseSchema":
+        """A database schema from SDV's multi-table metadata (``"tables"`` with each table's ``"columns"`` by sdtype
+        and ``"primary_key"``, ``"relationships"`` from parent to child keys) and the root table ``privacy_unit``,
+        which SDV does not declare. Each table's columns as :func:`~mmdsynth.data.schema.schema_from_sdv` maps them
+        (``nullable``: {table: its nullable columns}); SDV gives no bounds nor categories, so those are left to
+        private inference."""
+        if privacy_unit is None:
+            raise SchemaError("SDV's metadata names no root: add \"privacy_unit\": ROOT_TABLE (one of its rows with all "
+                              "their descendants is one unit of the guarantee).")
+        if not isinstance(metadata.get("tables"), dict):
+            raise SchemaError("SDV's multi-table metadata has a \"tables\" object; this one has none.")
+        nullable = nullable or {}
+        tables = {}
+        for name, t in metadata["tables"].items():
+            fks = {}
+            for rel in metadata.get("relationships", []):
+                if rel.get("child_table_name") != name:
+                    continue
+                parent = rel.get("parent_table_name")
+                parent_pk = metadata["tables"].get(parent, {}).get("primary_key")
+                if rel.get("parent_primary_key") != parent_pk:
+                    raise SchemaError(f"SDV relationship {parent}.{rel.get('parent_primary_key')} -> "
+                                      f"{name}.{rel.get('child_foreign_key')}: the parent's key is not the primary key "
+                                      f"of {parent!r} ({parent_pk!r}); mmdsynth joins a child to its parent's primary key.")
+                fks[rel.get("child_foreign_key")] = parent
+            schema = schema_from_sdv(metadata, table=name, nullable=nullable.get(name, ()))
+            tables[name] = TableSpec(name, schema, t.get("primary_key"), fks)
+        return cls(tables, privacy_unit)
 
     @classmethod
     def from_json(cls, path) -> "DatabaseSchema":

@@ -184,3 +184,30 @@ def test_a_chain_of_three_tables_gives_every_row_its_root(tmp_path):
     with pytest.raises(DataValidationError, match="table 'pupils': .* holds no file for it .*pupils.csv.gz"):
         read_database(tmp_path, db)
     assert np.all(np.isin(root_ids(tables, db)["classes"], [5, 6]))
+
+
+@needs_data
+def test_sdvs_multi_table_metadata_maps_with_the_root_added():
+    """SDV's metadata (sdtypes, primary keys, relationships) with "privacy_unit" added: the same keys and tree, its
+    IDs read as text; no bounds nor categories (left to private inference)."""
+    sdv = {"METADATA_SPEC_VERSION": "MULTI_TABLE_V1", "tables": {
+        "schools": {"primary_key": "school_id", "columns": {
+            "school_id": {"sdtype": "id"}, "Size": {"sdtype": "numerical"}, "Sector": {"sdtype": "categorical"},
+            "PRACAD": {"sdtype": "numerical"}, "DISCLIM": {"sdtype": "numerical"},
+            "HIMINTY": {"sdtype": "categorical"}, "MEANSES": {"sdtype": "numerical"}}},
+        "students": {"primary_key": "student_id", "columns": {
+            "student_id": {"sdtype": "id"}, "school_id": {"sdtype": "id"}, "Minority": {"sdtype": "categorical"},
+            "Sex": {"sdtype": "categorical"}, "SES": {"sdtype": "numerical"}, "MathAch": {"sdtype": "numerical"}}}},
+        "relationships": [{"parent_table_name": "schools", "parent_primary_key": "school_id",
+                           "child_table_name": "students", "child_foreign_key": "school_id"}]}
+    with pytest.raises(SchemaError, match="add \"privacy_unit\": ROOT_TABLE"):
+        DatabaseSchema.from_dict(sdv)
+    db = DatabaseSchema.from_dict({**sdv, "privacy_unit": "schools"})
+    assert db.order() == ["schools", "students"] and db.parent("students") == ("school_id", "schools")
+    assert db.tables["students"].schema.column("SES").bounds is None
+    tables = read_database(RELATIONAL / "mathach", db)
+    assert len(tables["students"]) == 7185 and root_ids(tables, db)["students"].nunique() == 160
+    bad = copy.deepcopy(sdv)
+    bad["relationships"][0]["parent_primary_key"] = "Size"
+    with pytest.raises(SchemaError, match="the parent's key is not the primary key of 'schools'"):
+        DatabaseSchema.from_sdv(bad, "schools")
