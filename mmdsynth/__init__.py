@@ -31,6 +31,7 @@ _LAZY = {
                      "gaussian_sigma", "plan_sigma"], ".privacy"),
     "Release": ".release",
     "fit": ".methods.default",
+    "fit_tables": ".methods.database",
     **dict.fromkeys(["DistilledSet", "distill_release"], ".methods.distill"),
 }
 

@@ -23,13 +23,13 @@ row, and primary keys repeated, are refused with a count, never a value.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError, SchemaError
-from .schema import Schema, schema_from_sdv
+from .schema import Column, Schema, schema_from_sdv
 from .sql import read_sql
 from .user import COMPRESSIONS, SUFFIXES, check_listed, read_table, table_suffix
 
@@ -287,3 +287,66 @@ def root_ids(tables: dict[str, pd.DataFrame], schema: DatabaseSchema) -> dict[st
         up = pd.Series(out[parent].to_numpy(), index=tables[parent][schema.tables[parent].primary_key].to_numpy())
         out[name] = pd.Series(up.reindex(tables[name][column].to_numpy()).to_numpy(), index=tables[name].index)
     return out
+
+
+#: the column of a flattened database that says whether a row is a child (1) or a root without children (0)
+PRESENT = "{child}__present"
+
+
+@dataclass(frozen=True)
+class Flat:
+    """A database of a root and one child table as one table (:func:`flatten`): each child row with its parent's
+    columns, each root without children as one row with ``present`` 0 and its child columns missing, the root key the
+    privacy unit. ``root_columns`` / ``child_columns``: the learned columns of each table (``present`` aside)."""
+
+    schema: Schema
+    root: str
+    child: str
+    present: str
+    root_columns: tuple
+    child_columns: tuple
+
+
+def flat_schema(db: DatabaseSchema) -> Flat:
+    """The flattened table's schema, from the database's (public): the root's label, the root key as an id column and
+    the privacy unit, the root's other learned columns, the child's learned columns declared nullable (a root without
+    children has none), and ``present``. Refused where one table cannot hold the database: other than one root with
+    one child table, the root without a label, or a column name in both tables."""
+    if len(db.tables) != 2:
+        raise SchemaError(f"the database has {len(db.tables)} tables; flattening takes a root and one child table "
+                          f"(deeper chains and several child tables are not built yet).")
+    root, child = db.order()
+    rs, cs = db.tables[root].schema, db.tables[child].schema
+    if rs.label is None:
+        raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
+                          f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
+    if cs.label is not None:
+        raise SchemaError(f"the child table {child!r} declares a label; the database's label is the root's "
+                          f"({rs.label!r}): make {cs.label!r} a column.")
+    key = db.tables[root].primary_key
+    present = PRESENT.format(child=child)
+    root_cols = [c for c in rs.columns if c.kind != "id"]
+    child_cols = [replace(c, nullable=True) for c in cs.columns if c.kind != "id"]
+    names = [c.name for c in root_cols] + [rs.label, key]
+    clash = sorted({c.name for c in child_cols} & set(names) | ({present} & set(names + [c.name for c in child_cols])))
+    if clash:
+        raise SchemaError(f"column(s) {clash} appear in both {root!r} and {child!r}; rename one of them in the data "
+                          f"and the schema (the flattened table holds both tables' columns).")
+    schema = Schema([rs.column(key), *root_cols, *child_cols,
+                     Column(present, "categorical", categories=["0", "1"])],
+                    rs.label, list(rs.label_categories), privacy_unit=key, missing_values=list(rs.missing_values))
+    return Flat(schema, root, child, present, tuple(c.name for c in root_cols), tuple(c.name for c in child_cols))
+
+
+def flatten(tables: dict[str, pd.DataFrame], db: DatabaseSchema) -> tuple[pd.DataFrame, Flat]:
+    """The database as one table (:class:`Flat`), from tables :func:`read_database` returned: the child rows joined
+    to their parent's row, and one row for each root without children. Every root is one person of the result, so
+    its count of persons is the root table's, and one root with all its children is one person's rows."""
+    flat = flat_schema(db)
+    key = flat.schema.privacy_unit
+    fk = db.parent(flat.child)[0]
+    root = tables[flat.root][[key, *flat.root_columns, flat.schema.label]]
+    child = tables[flat.child][[fk, *flat.child_columns]].rename(columns={fk: key}).assign(**{flat.present: "1"})
+    joined = root.merge(child, on=key, how="left", sort=False)
+    joined[flat.present] = joined[flat.present].fillna("0")
+    return joined[[c.name for c in flat.schema.columns] + [flat.schema.label]], flat

@@ -231,3 +231,64 @@ def test_one_heavy_person_proposes_at_most_one_category_per_column(monkeypatch):
     memory, shards = candidates[:2], candidates[2:]
     assert memory == shards, (memory, shards)
     assert memory[0]["colour"] == 3 and memory[1]["colour"] <= memory[0]["colour"] + 1, memory
+
+
+# -- a database: one root with all its children is one person of the flattened table (issue 84) -----------------------
+DB_SCHEMA = {"privacy_unit": "patients", "tables": {
+    "patients": {"primary_key": "patient_id", "label": "y", "label_categories": ["neg", "pos"], "columns": [
+        {"name": "patient_id", "type": "id", "integer": True, "bounds": [0, 9999]},
+        {"name": "age", "type": "numeric", "bounds": [17, 90], "integer": True},
+        {"name": "colour", "type": "categorical", "categories": ["red", "green", "blue"]}]},
+    "visits": {"primary_key": "visit_id", "foreign_keys": {"patient_id": "patients"}, "columns": [
+        {"name": "visit_id", "type": "id"}, {"name": "patient_id", "type": "id", "integer": True, "bounds": [0, 9999]},
+        {"name": "score", "type": "numeric", "bounds": [-1.0, 1.0]},
+        {"name": "smoker", "type": "categorical", "categories": ["no", "yes"]}]}}}
+
+
+def patients_and_visits(counts, seed=0):
+    """Patients 0..len(counts)-1 with counts[i] visits each (none for some)."""
+    t = toy_table(len(counts) + int(np.sum(counts)), seed)
+    patients = t.iloc[:len(counts)][["age", "colour", "y"]].assign(patient_id=np.arange(len(counts)))
+    visits = t.iloc[len(counts):][["score", "smoker"]].assign(
+        patient_id=np.repeat(np.arange(len(counts)), counts), visit_id=[f"v{i}" for i in range(int(np.sum(counts)))])
+    return {"patients": patients.reset_index(drop=True), "visits": visits.reset_index(drop=True)}
+
+
+def replace_patient(tables, p: int, n_visits: int):
+    """The neighbour: patient ``p`` with all their visits replaced by an extreme patient with ``n_visits`` extreme
+    visits (new visit IDs); every other row as it was."""
+    patients = tables["patients"].copy()
+    patients.loc[patients.patient_id == p, ["age", "colour", "y"]] = [90, "blue", "pos"]
+    visits = tables["visits"][tables["visits"].patient_id != p]
+    new = pd.DataFrame({"score": [1.0] * n_visits, "smoker": ["yes"] * n_visits, "patient_id": [p] * n_visits,
+                        "visit_id": [f"w{i}" for i in range(n_visits)]})
+    return {"patients": patients, "visits": pd.concat([visits, new], ignore_index=True)}
+
+
+@pytest.mark.parametrize("name", ["dp-merf", "mst", "hybrid"])
+def test_replacing_one_root_with_all_its_descendants_moves_every_release_within_its_sensitivity(name):
+    """300 patients, patient 0 with HEAVY visits, some with none. Neighbours replace one patient with all their visits:
+    the heavy one by an extreme patient with one visit, the last by an extreme patient with HEAVY visits, and one with
+    visits by one with none. m is the 300 patients in every entry (a patient without visits is one person too)."""
+    from mmdsynth.methods.database import fit_tables
+
+    g = np.random.default_rng(1)
+    counts = np.concatenate([[HEAVY], g.integers(0, 6, 299)])
+    params = PERSON_METHODS[name]
+    fit = lambda tables: fit_tables(tables, DB_SCHEMA, epsilon=1.0, method=name, noise_seed=0,  # noqa: E731
+                                    **params).release_
+    tables = patients_and_visits(counts)
+    base = fit(tables)
+    got = pieces(base)
+    assert any(d.startswith("rows per person") for d in got) and len(got) >= 2, sorted(got)
+    assert all(e.n_records == 300 for e in base.ledger.entries)
+    with_visits = int(np.flatnonzero(counts[1:] > 0)[0]) + 1
+    for what, p, n in [("heavy patient -> one extreme visit", 0, 1), ("last patient -> HEAVY extreme visits", 299, HEAVY),
+                       ("a patient with visits -> one without", with_visits, 0)]:
+        release = fit(replace_patient(tables, p, n))
+        theirs = pieces(release)
+        assert theirs.keys() == got.keys()
+        for d, (a, entry) in got.items():
+            move = float(np.linalg.norm(a - theirs[d][0]))
+            assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
+        assert plan_of(release) == plan_of(base), what

@@ -211,3 +211,57 @@ def test_sdvs_multi_table_metadata_maps_with_the_root_added():
     bad["relationships"][0]["parent_primary_key"] = "Size"
     with pytest.raises(SchemaError, match="the parent's key is not the primary key of 'schools'"):
         DatabaseSchema.from_sdv(bad, "schools")
+
+
+LABELLED = copy.deepcopy(MATHACH)
+LABELLED["tables"]["schools"].update(label="Sector", label_categories=["Public", "Catholic"],
+                                     columns=[c for c in MATHACH["tables"]["schools"]["columns"] if c["name"] != "Sector"])
+
+
+def test_flatten_makes_every_root_one_person_with_or_without_children():
+    from mmdsynth.data.relational import flatten
+
+    tables = _tiny()
+    tables["schools"] = pd.concat([tables["schools"], tables["schools"].iloc[:1].assign(school_id=13)])
+    db = DatabaseSchema.from_dict(LABELLED)
+    joined, flat = flatten(read_database(tables, db), db)
+    assert flat.schema.privacy_unit == "school_id" and flat.schema.label == "Sector"
+    assert joined.school_id.tolist() == [11, 11, 12, 13] and joined[flat.present].tolist() == ["1", "1", "1", "0"]
+    assert joined.loc[3, ["Minority", "SES"]].isna().all() and all(flat.schema.column(c).nullable
+                                                                   for c in flat.child_columns)
+    assert flat.schema.validate(joined).shape == joined.shape
+    with pytest.raises(SchemaError, match="the root table 'schools' declares no label"):
+        flatten(read_database(_tiny(), MATHACH), DatabaseSchema.from_dict(MATHACH))
+    clash = copy.deepcopy(LABELLED)
+    clash["tables"]["students"]["columns"][2]["name"] = "Size"
+    with pytest.raises(SchemaError, match=r"column\(s\) \['Size'\] appear in both 'schools' and 'students'"):
+        from mmdsynth.data.relational import flat_schema
+        flat_schema(DatabaseSchema.from_dict(clash))
+
+
+def test_fit_tables_samples_new_tables_whose_keys_hold():
+    """A fit of the database, as a user calls it: sampled roots and children have new keys, every child names a
+    synthetic root, no required value is missing, the columns are the schema's."""
+    import mmdsynth
+
+    g = np.random.default_rng(0)
+    n = 120
+    schools = pd.DataFrame({"school_id": np.arange(1, n + 1), "Size": g.integers(100, 2000, n),
+                            "Sector": g.choice(["Public", "Catholic"], n), "PRACAD": g.random(n).round(2),
+                            "DISCLIM": g.uniform(-2, 2, n), "HIMINTY": g.integers(0, 2, n), "MEANSES": g.uniform(-1, 1, n)})
+    k = g.integers(0, 6, n)
+    students = pd.DataFrame({"student_id": np.arange(1, k.sum() + 1), "school_id": np.repeat(schools.school_id, k),
+                             "Minority": g.choice(["Yes", "No"], k.sum()), "Sex": g.choice(["Male", "Female"], k.sum()),
+                             "SES": g.uniform(-3, 2, k.sum()), "MathAch": g.uniform(0, 25, k.sum())})
+    model = mmdsynth.fit_tables({"schools": schools, "students": students}, LABELLED, epsilon=1.0, method="dp-merf",
+                                iterations=5, n_features=50, noise_seed=0)
+    assert all(e.n_records == n for e in model.release_.ledger.entries)
+    out = model.sample(40, seed=0)
+    s, c = out["schools"], out["students"]
+    assert len(s) == 40 and s.school_id.is_unique and (s.school_id > 99999).all()
+    assert c.student_id.is_unique and (c.student_id > 99999).all() and c.school_id.isin(set(s.school_id)).all()
+    assert list(s.columns) == ["school_id", "Size", "PRACAD", "DISCLIM", "HIMINTY", "MEANSES", "Sector"]
+    assert list(c.columns) == [col["name"] for col in LABELLED["tables"]["students"]["columns"]]
+    assert not c[["Minority", "Sex", "SES", "MathAch"]].isna().any().any()
+    from mmdsynth.data.relational import check_keys
+    check_keys(out, DatabaseSchema.from_dict(LABELLED))         # unique primary keys, every child's parent there
