@@ -229,3 +229,40 @@ def run_cli(capsys, *args):
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# -- issue 84: the relational datasets' schemas ------------------------------------------------------------
+ID = {"type": "id", "integer": True, "bounds": [1, 99999]}
+LAB = {"type": "numeric", "nullable": True}
+# written from relational/README.md's codebook (public ranges, wide on purpose), never from the data
+PBCSEQ = {"privacy_unit": "patients", "tables": {
+    "patients": {"primary_key": "patient_id", "columns": [
+        {"name": "patient_id", **ID}, {"name": "futime", "type": "numeric", "bounds": [0, 6000]},
+        {"name": "status", "type": "categorical", "categories": ["0", "1", "2"]},
+        # "two codes": R's codebook says 1 and 2, this export may start at 0; the declared set holds both readings
+        {"name": "trt", "type": "categorical", "categories": ["0", "1", "2"]},
+        {"name": "age", "type": "numeric", "bounds": [18, 90]},
+        {"name": "sex", "type": "categorical", "categories": ["m", "f"]}]},
+    "visits": {"primary_key": "visit_id", "foreign_keys": {"patient_id": "patients"}, "columns": [
+        {"name": "visit_id", **ID}, {"name": "patient_id", **ID},
+        {"name": "day", "type": "numeric", "bounds": [0, 6000]},
+        *({"name": c, "type": "categorical", "categories": ["0", "1"], "nullable": True}
+          for c in ("ascites", "hepato", "spiders")),
+        {"name": "edema", "type": "categorical", "categories": ["0", "0.5", "1"], "nullable": True},
+        {"name": "bili", **LAB, "bounds": [0, 50]}, {"name": "chol", **LAB, "bounds": [0, 2000]},
+        {"name": "albumin", **LAB, "bounds": [0, 10]}, {"name": "alk.phos", **LAB, "bounds": [0, 15000]},
+        {"name": "ast", **LAB, "bounds": [0, 1500]}, {"name": "platelet", **LAB, "bounds": [0, 1000]},
+        {"name": "protime", **LAB, "bounds": [5, 40]},
+        {"name": "stage", "type": "categorical", "categories": ["1", "2", "3", "4"], "nullable": True}]}}}
+MATHACH = {"privacy_unit": "schools", "tables": {
+    "schools": {"primary_key": "school_id", "columns": [
+        {"name": "school_id", **ID}, {"name": "Size", "type": "numeric", "bounds": [0, 3000]},
+        {"name": "Sector", "type": "categorical", "categories": ["Public", "Catholic"]},
+        {"name": "PRACAD", "type": "numeric", "bounds": [0, 1]}, {"name": "DISCLIM", "type": "numeric", "bounds": [-3, 3]},
+        {"name": "HIMINTY", "type": "categorical", "categories": ["0", "1"]},
+        {"name": "MEANSES", "type": "numeric", "bounds": [-2, 2]}]},
+    "students": {"primary_key": "student_id", "foreign_keys": {"school_id": "schools"}, "columns": [
+        {"name": "student_id", **ID}, {"name": "school_id", **ID},
+        {"name": "Minority", "type": "categorical", "categories": ["Yes", "No"]},
+        {"name": "Sex", "type": "categorical", "categories": ["Male", "Female"]},
+        {"name": "SES", "type": "numeric", "bounds": [-4, 3]}, {"name": "MathAch", "type": "numeric", "bounds": [-5, 30]}]}}}

@@ -332,9 +332,12 @@ def flat_schema(db: DatabaseSchema) -> Flat:
     if clash:
         raise SchemaError(f"column(s) {clash} appear in both {root!r} and {child!r}; rename one of them in the data "
                           f"and the schema (the flattened table holds both tables' columns).")
+    # the tables are read and validated before they are joined: their missing-value markers are missing values
+    # already (none is declared again, so that one table's marker cannot name a value of the other)
     schema = Schema([rs.column(key), *root_cols, *child_cols,
                      Column(present, "categorical", categories=["0", "1"])],
-                    rs.label, list(rs.label_categories), privacy_unit=key, missing_values=list(rs.missing_values))
+                    rs.label, list(rs.label_categories), constraints=[*rs.constraints, *cs.constraints],
+                    privacy_unit=key)
     return Flat(schema, root, child, present, tuple(c.name for c in root_cols), tuple(c.name for c in child_cols))
 
 

@@ -352,9 +352,7 @@ class Hybrid(MarginalMethod):
         (each entry over its noise std) and every measured marginal (cell shares over the count noise std / m).
         Post-processing: reads the release and the given (public) rows."""
         release = self.release_
-        released = encoder_of(release)
-        # generated rows: their IDs lie outside the real rows' range and are never encoded, so they are not checked
-        encoder = TableEncoder(released.schema, released.columns, released.numeric_maps, check_ids=False)
+        encoder = self._generated_encoder()
         mu = release.tensors["embedding"].double().numpy()             # (D, C)
         dense, dense_cols, sparse_cols, kernel, y = self._kernel_rows(rows, encoder)
         marginals, targets = self._marginal_rows(encoder.clean(rows))
@@ -444,6 +442,12 @@ class Hybrid(MarginalMethod):
         out = encoder_of(self.release_).minmax().decode(pool["X"][idx], pool["y"][idx], categorical="argmax", rng=rng)
         return self._fresh_copies(out, idx, rng)
 
+    def _generated_encoder(self) -> TableEncoder:
+        """The release's encoder for generated rows: their IDs (a person's under a privacy unit too) lie outside the
+        real rows' range and are never encoded, so they are not checked."""
+        released = encoder_of(self.release_)
+        return TableEncoder(released.schema, released.columns, released.numeric_maps, check_ids=False)
+
     def _fresh_copies(self, rows: pd.DataFrame, idx: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
         """``rows`` drawn from the pool (``idx``: their pool rows) with every second and later copy of a pool row given
         fresh numeric values inside the same cells (the cells of every measured marginal kept, a value drawn inside
@@ -458,7 +462,7 @@ class Hybrid(MarginalMethod):
         if not numeric or not again.any():
             return rows
         copies = rows.loc[again]
-        codes = self.domain_().codes(self.encoder_.clean(copies))
+        codes = self.domain_().codes(self._generated_encoder().clean(copies))
         fresh = self._decode(codes, int(rng.integers(2 ** 63)))
         rows = rows.copy()
         for name in numeric:

@@ -662,3 +662,15 @@ def test_rows_are_drawn_stratified_along_the_pools_cells():
             share = pd.Series(pool["w"], index=pd.MultiIndex.from_frame(rows[keys])).groupby(level=keys).sum()
             counts = drawn.groupby(keys).size().reindex(share.index, fill_value=0)
             assert (counts - n * share).abs().max() <= slack + 1e-9, (keys, (counts - n * share).abs().max())
+
+
+def test_a_person_level_hybrid_samples_more_rows_than_its_pool_holds():
+    """Under a privacy unit of integer IDs, rows drawn more than once from the pool get fresh numeric values: their
+    generated IDs lie above the declared range and are not checked as real ones (they were refused)."""
+    df = toy_table(600, 0).assign(pid=np.repeat(np.arange(1, 201), 3))
+    schema = {**SCHEMA, "columns": SCHEMA["columns"] + [{"name": "pid", "type": "id", "integer": True,
+                                                         "bounds": [1, 999]}], "privacy_unit": "pid"}
+    model = Hybrid(epsilon=10.0, noise_seed=0, **dict(FAST, pool=1)).fit(df, label="y", schema=schema)
+    with pytest.warns(UserWarning, match="many rows will repeat"):
+        rows = model.sample(4000, seed=0)
+    assert len(rows) == 4000 and (rows.pid > 999).all() and rows.pid.nunique() < 4000
