@@ -27,7 +27,7 @@ FLAG_PARAMS = {
 
 
 #: `fit` flags that are not method parameters (data, folders, budget, engine...)
-NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "query", "schema", "label",
+NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "tables", "query", "schema", "label",
               "label_categories", "nullable", "missing_values", "privacy_unit", "drop_unlisted", "shards",
               "encoding", "sep", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
@@ -92,6 +92,8 @@ def _table_input(args) -> bool:
 
 
 def cmd_fit(args) -> int:
+    if args.tables is not None:
+        return _fit_database(args)
     catalog = _catalog.methods()
     if args.epsilon is not None:             # refused before a file is read (a CSV may take seconds)
         from ..privacy.calibration import check_calibrated_epsilon
@@ -331,6 +333,45 @@ def _resume_inputs(args):
     return (None,), {"dataset": facts.get("name", "")}, params, {}, "table" if facts.get("table") else "image"
 
 
+def _fit_database(args) -> int:
+    """``fit --tables SOURCE --schema DATABASE.json``: a database of a root and one child table (issue 84), fitted as
+    :func:`mmdsynth.fit_tables` fits it; the folder holds the model and the database schema."""
+    other = [flag for flag, v in (("--csv", args.csv), ("--db", args.db), ("--dataset", args.dataset),
+                                  ("--shards", args.shards), ("--resume", args.resume)) if v]
+    if other:
+        raise InvalidParameterError(f"--tables reads the whole database; it takes no {', '.join(other)}.")
+    if args.schema is None:
+        raise InvalidParameterError("--tables needs --schema DATABASE.json: its tables, their keys and the root "
+                                    "(privacy_unit); see docs/tutorials/database.md.")
+    if args.epsilon is None or args.out is None:
+        raise InvalidParameterError("--tables needs --epsilon and --out (the model folder).")
+    from ..privacy.calibration import check_calibrated_epsilon
+    check_calibrated_epsilon(args.epsilon)
+    out = Path(args.out)
+    _check_out_folder(out, args)
+    if args.method is not None:
+        catalog = _catalog.methods()
+        if args.method not in catalog:
+            from ..errors import unknown_name
+            raise unknown_name("method", args.method, catalog)
+        given = _method_options(args, catalog[args.method])
+    else:
+        given = {param: v for param, v in _flags_given(args).values()}
+        stray = sorted(_flag(d) for d, (param, _) in _flags_given(args).items() if param not in ("epsilon", "delta"))
+        if stray:
+            raise InvalidParameterError(f"{', '.join(stray)}: method options; the table default takes none here. Name "
+                                        f"the method (--method NAME) to set them.")
+    given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}
+    from ..methods.database import fit_tables
+    model = fit_tables(args.tables, args.schema, epsilon=args.epsilon, delta=args.delta, method=args.method,
+                       dataset=f"database:{Path(str(args.tables)).name}", out=out, **given)
+    if not args.quiet:
+        for line in model.model_.fit_summary(f"the database {args.tables}", out):
+            print(line)
+        print(f"sample it: mmdsynth sample {out} --n ROOTS --out FOLDER (one CSV a table)")
+    return 0
+
+
 def _check_out_folder(out: Path, args) -> None:
     """Refuse to write a run into a non-empty folder that is not an mmdsynth run (unless --force)."""
     if args.resume or args.force or not out.exists():
@@ -350,13 +391,7 @@ def _method_options(args, cls) -> dict:
     parameters of ``cls``: a flag for another method is an error, never silently dropped."""
     names = set(cls.param_names())
     given, wrong = {}, []
-    for dest, value in vars(args).items():
-        if dest in NOT_PARAMS or value is None:        # a value given (false too) is applied or refused
-            continue
-        param, convert = FLAG_PARAMS.get(dest, (dest, None))
-        value = convert(value) if convert is not None else value
-        if value is None:
-            continue
+    for dest, (param, value) in _flags_given(args).items():
         if param not in names:
             wrong.append((_flag(dest), param))
             continue
@@ -369,6 +404,20 @@ def _method_options(args, cls) -> dict:
             f"{', '.join(f for f, _ in wrong)}: {' / '.join(owners) or 'no method'} options, not taken by --method "
             f"{args.method} (its options: `mmdsynth fit --method {args.method} --help`).")
     return given
+
+
+def _flags_given(args) -> dict:
+    """{flag's dest: (the method parameter, its value)} of every method flag given: a value given (false too) is
+    applied or refused; a flag left out is None."""
+    out = {}
+    for dest, value in vars(args).items():
+        if dest in NOT_PARAMS or value is None:
+            continue
+        param, convert = FLAG_PARAMS.get(dest, (dest, None))
+        value = convert(value) if convert is not None else value
+        if value is not None:
+            out[dest] = (param, value)
+    return out
 
 
 def _flag(dest: str) -> str:
@@ -663,6 +712,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
                    "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
+    s.add_argument("--tables", metavar="FOLDER|URL", help="a database of a root table and one child table: a folder "
+                   "of NAME.csv / NAME.csv.gz / NAME.parquet, or a database URL, with --schema DATABASE.json (its tables, "
+                   "keys and root: docs/tutorials/database.md); one root with all its children is one unit")
     s.add_argument("--schema", type=existing_file("the schema: a JSON file (docs/tutorials/tables.md, 'The schema')"), help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
     s.add_argument("--label", help="the label column, when the schema declares none (SDV metadata); else the schema's")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "

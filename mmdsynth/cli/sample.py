@@ -13,7 +13,10 @@ def cmd_sample(args) -> int:
     import numpy as np
 
     from ..methods import load
+    from ..methods.database import DATABASE_FILE
 
+    if (Path(args.model) / DATABASE_FILE).is_file():
+        return _sample_database(args)
     if args.db or args.table:
         return _sample_to_db(args)
     if args.out is None:
@@ -42,6 +45,34 @@ def cmd_sample(args) -> int:
     return 0
 
 
+def _sample_database(args) -> int:
+    """A fitted database (``fit --tables``): ``--n`` roots with their children, one CSV a table in the folder
+    ``--out``, written whole or not at all."""
+    import shutil
+    import tempfile
+
+    from ..methods.database import DatabaseModel
+
+    if args.db or args.table or args.out is None:
+        raise InvalidParameterError("a fitted database writes one CSV a table: give --out FOLDER (not --db).")
+    out = Path(args.out)
+    if out.exists() and not (args.force and out.is_dir()):
+        raise InvalidParameterError(f"--out {out} exists; give a new folder, or --force to replace it.")
+    tables = DatabaseModel.load(args.model).sample(args.n, seed=args.seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, df in tables.items():
+            df.to_csv(tmp / f"{name}.csv", index=False)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"wrote {', '.join(f'{name} ({len(df)} rows)' for name, df in tables.items())} to {out}")
+    return 0
+
+
 def _sample_to_db(args) -> int:
     """Synthetic rows of a table model written to a database table, in one transaction."""
     from ..data import write_sql
@@ -62,9 +93,11 @@ def _sample_to_db(args) -> int:
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="draw synthetic records from a fitted model")
     s.add_argument("model", type=existing_path, help="model folder written by `mmdsynth fit`")
-    s.add_argument("--n", type=positive_int, required=True, help="how many records (a DP-KIP support set has a fixed size "
+    s.add_argument("--n", type=positive_int, required=True, help="how many records (a fitted database: roots, each with "
+                   "its children; a DP-KIP support set has a fixed size "
                    "and writes all of its points)")
-    s.add_argument("--out", help="FILE.npz with arrays x and y (images), FILE.csv or FILE.parquet (tables)")
+    s.add_argument("--out", help="FILE.npz with arrays x and y (images), FILE.csv or FILE.parquet (tables), a FOLDER "
+                   "(a fitted database: one CSV a table)")
     s.add_argument("--db", metavar="URL", help="tables: write the rows to a SQL database instead (SQLAlchemy URL; "
                    "needs mmdsynth[sql]), with --table")
     s.add_argument("--table", help="--db: the table to create (refused if it exists, unless --replace)")

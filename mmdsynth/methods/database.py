@@ -13,6 +13,7 @@ stands for them (the first of its person's rows); deeper chains and several chil
 """
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -26,12 +27,33 @@ from .default import fit
 logger = logging.getLogger(__name__)
 
 
+#: the database schema beside a fitted database's model folder (what tells `mmdsynth sample` it is one)
+DATABASE_FILE = "database.json"
+
+
 class DatabaseModel:
     """A fitted database (:func:`fit_tables`): ``model_`` is the fitted person-level table model, ``release_`` its
-    release; :meth:`sample` draws new tables with valid keys."""
+    release; :meth:`sample` draws new tables with valid keys; :meth:`load` reads a folder ``fit_tables(out=...)`` (or
+    ``mmdsynth fit --tables``) wrote."""
 
     def __init__(self, model, schema: DatabaseSchema, flat: Flat):
         self.model_, self.schema, self.flat = model, schema, flat
+
+    @classmethod
+    def load(cls, directory) -> "DatabaseModel":
+        """The fitted database in ``directory``: its model folder and the database schema beside it."""
+        from pathlib import Path
+
+        from .._io import read_json
+        from ..errors import ArtifactError
+        from .base import load
+
+        directory = Path(directory)
+        if not (directory / DATABASE_FILE).is_file():
+            raise ArtifactError(f"{directory} holds no fitted database ({DATABASE_FILE} is missing): a table's model is "
+                                f"read with mmdsynth.load.")
+        db = DatabaseSchema.from_dict(read_json(directory / DATABASE_FILE, "database schema file", ArtifactError))
+        return cls(load(directory), db, flat_schema(db))
 
     @property
     def release_(self):
@@ -95,13 +117,14 @@ class DatabaseModel:
 
 
 def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, method: str | None = None,
-               dataset: str = "", **params) -> DatabaseModel:
+               dataset: str = "", out=None, **params) -> DatabaseModel:
     """Fit a database of a root table and one child table. ``source``: a folder of ``NAME.csv`` / ``.csv.gz`` /
     ``.parquet`` files, a database URL, or {table: DataFrame}; ``schema``: the database schema
     (:class:`~mmdsynth.data.relational.DatabaseSchema`, its dict or JSON path; the root declares the label). The
     schema is checked before anything is read; the tables are read, validated and their keys checked, flattened
     (one person a root) and fitted with ``method`` (None: the table default for the root count and epsilon) and its
-    ``params``. Returns a :class:`DatabaseModel`::
+    ``params``. ``out``: a folder for the model (its release, written before any post-processing, and the database
+    schema; :meth:`DatabaseModel.load` reads it). Returns a :class:`DatabaseModel`::
 
         model = mmdsynth.fit_tables("hospital/", "database.json", epsilon=1.0)
         tables = model.sample(1000)          # {"patients": ..., "visits": ...}
@@ -109,5 +132,12 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     db = as_database_schema(schema)
     flat_schema(db)                                      # refused before any read
     joined, flat = flatten(read_database(source, db), db)
-    model = fit(joined, schema=flat.schema, epsilon=epsilon, delta=delta, method=method, dataset=dataset, **params)
+    model = fit(joined, schema=flat.schema, epsilon=epsilon, delta=delta, method=method, dataset=dataset, out=out,
+                **params)
+    if out is not None:
+        from pathlib import Path
+
+        from .._io import atomic_write
+        with atomic_write(Path(out) / DATABASE_FILE) as tmp:
+            Path(tmp).write_text(json.dumps(db.to_dict(), indent=2))
     return DatabaseModel(model, db, flat)

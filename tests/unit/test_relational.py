@@ -230,3 +230,37 @@ def test_fit_tables_samples_new_tables_whose_keys_hold():
     assert not c[["Minority", "Sex", "SES", "MathAch"]].isna().any().any()
     from mmdsynth.data.relational import check_keys
     check_keys(out, DatabaseSchema.from_dict(LABELLED))         # unique primary keys, every child's parent there
+
+
+def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp_path, capsys):
+    import json
+
+    from support import run_cli
+
+    g = np.random.default_rng(1)
+    n = 100
+    k = g.integers(0, 5, n)
+    folder = tmp_path / "school"
+    folder.mkdir()
+    pd.DataFrame({"school_id": np.arange(1, n + 1), "Size": g.integers(100, 2000, n),
+                  "Sector": g.choice(["Public", "Catholic"], n), "PRACAD": g.random(n).round(2),
+                  "DISCLIM": g.uniform(-2, 2, n), "HIMINTY": g.integers(0, 2, n),
+                  "MEANSES": g.uniform(-1, 1, n)}).to_csv(folder / "schools.csv", index=False)
+    pd.DataFrame({"student_id": np.arange(1, k.sum() + 1), "school_id": np.repeat(np.arange(1, n + 1), k),
+                  "Minority": g.choice(["Yes", "No"], k.sum()), "Sex": g.choice(["Male", "Female"], k.sum()),
+                  "SES": g.uniform(-3, 2, k.sum()), "MathAch": g.uniform(0, 25, k.sum())}).to_csv(
+        folder / "students.csv.gz", index=False)
+    (tmp_path / "database.json").write_text(json.dumps(LABELLED))
+    code, out, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon", 1,
+                             "--method", "dp-merf", "--iterations", 5, "--n-features", 50, "--out", tmp_path / "run")
+    assert code == 0, err
+    assert "sample it: mmdsynth sample" in out and (tmp_path / "run" / "database.json").is_file()
+    code, out, err = run_cli(capsys, "sample", tmp_path / "run", "--n", 30, "--seed", 0, "--out", tmp_path / "synth")
+    assert code == 0, err
+    schools, students = (pd.read_csv(tmp_path / "synth" / f"{t}.csv") for t in ("schools", "students"))
+    assert len(schools) == 30 and students.school_id.isin(set(schools.school_id)).all()
+    assert run_cli(capsys, "sample", tmp_path / "run", "--n", 5, "--out", tmp_path / "synth")[0] != 0  # exists
+    code, _, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon", 1,
+                           "--iterations", 5, "--out", tmp_path / "run2")
+    assert code != 0 and "--iterations: method options; the table default takes none here" in err
+    assert not (tmp_path / "run2").exists()
