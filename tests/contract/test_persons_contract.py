@@ -105,14 +105,19 @@ def test_replacing_one_person_moves_every_release_within_its_sensitivity(name):
         assert e.privacy_unit == unit_text("patient") == "one person (all rows with the same patient)"
         assert e.n_records == 300                       # m is the number of persons, not the 3,000+ rows
     for what, other in neighbours(df):
-        release = cls(epsilon=1.0, noise_seed=0, **params).fit(other, label="y", schema=SCHEMA_P).release_
-        theirs = pieces(release)
-        assert theirs.keys() == got.keys()
-        for d, (a, entry) in got.items():
-            move = float(np.linalg.norm(a - theirs[d][0]))
-            assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
-        # the plan is the same (issue 80): method, settings, stages, sensitivities, noise scales, public facts
-        assert plan_of(release) == plan_of(base), what
+        within_sensitivity(what, base, cls(epsilon=1.0, noise_seed=0, **params).fit(other, label="y",
+                                                                                     schema=SCHEMA_P).release_)
+
+
+def within_sensitivity(what: str, base, release) -> None:
+    """Every release of ``release`` (a neighbour's) moved from ``base``'s by at most its entry's sensitivity, and the
+    plan the same (issue 80): method, settings, stages, sensitivities, noise scales, public facts."""
+    got, theirs = pieces(base), pieces(release)
+    assert theirs.keys() == got.keys()
+    for d, (a, entry) in got.items():
+        move = float(np.linalg.norm(a - theirs[d][0]))
+        assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
+    assert plan_of(release) == plan_of(base), what
 
 
 def plan_of(release) -> tuple:
@@ -285,10 +290,4 @@ def test_replacing_one_root_with_all_its_descendants_moves_every_release_within_
     with_visits = int(np.flatnonzero(counts[1:] > 0)[0]) + 1
     for what, p, n in [("heavy patient -> one extreme visit", 0, 1), ("last patient -> HEAVY extreme visits", 299, HEAVY),
                        ("a patient with visits -> one without", with_visits, 0)]:
-        release = fit(replace_patient(tables, p, n))
-        theirs = pieces(release)
-        assert theirs.keys() == got.keys()
-        for d, (a, entry) in got.items():
-            move = float(np.linalg.norm(a - theirs[d][0]))
-            assert move <= entry.sensitivity * (1 + 1e-9) + 1e-12, (what, d, move, entry.sensitivity)
-        assert plan_of(release) == plan_of(base), what
+        within_sensitivity(what, base, fit(replace_patient(tables, p, n)))
