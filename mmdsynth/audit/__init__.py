@@ -56,7 +56,8 @@ from ..features.base import FeatureMap
 from ..validation import check_delta, check_epsilon, check_positive
 from .attack import (GAP_TOLERANCE, MIN_TRIALS, SELECT_FRACTION, _decide, clopper_pearson, detectable_epsilon,
                      epsilon_bounds, flag_probability, smallest_provable_shift, threshold_test)
-from .gaussian import (CANARY_ROWS, _fresh_filter, _PersonMarginalTarget, _PersonReleaseTarget, _ReleaseTarget,
+from .gaussian import (CANARY_ROWS, _DatabaseReleaseTarget, _fresh_filter, _PersonMarginalTarget, _PersonReleaseTarget,
+                       _ReleaseTarget,
                        default_audit_map)
 from .selection import _PersonSelectionTarget, _SelectionTarget, _TreeSelectionTarget
 from .subsampled import _DPSGDFitTarget, _DPSGDTarget, _SampledReleaseTarget
@@ -74,7 +75,7 @@ logger = logging.getLogger(__name__)
 #: through the code a fit uses; every stage kind of the engine's registry has one (tests/contract/test_audit.py)
 TARGETS = {t.mechanism: t for t in (_ReleaseTarget, _DPSGDTarget, _DPSGDFitTarget, _SampledReleaseTarget,
                                     _SelectionTarget, _TreeSelectionTarget, _PersonReleaseTarget,
-                                    _PersonMarginalTarget, _PersonSelectionTarget)}
+                                    _DatabaseReleaseTarget, _PersonMarginalTarget, _PersonSelectionTarget)}
 MECHANISMS = tuple(TARGETS)
 #: runs on each dataset when ``trials`` is not given (each target's ``default_trials``)
 DEFAULT_TRIALS = {name: t.default_trials for name, t in TARGETS.items()}

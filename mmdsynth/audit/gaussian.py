@@ -138,41 +138,28 @@ class _PersonReleaseTarget(_ProjectionTarget):
     default_trials = 2000             # it reads a table through the person reduction: about 10 ms a run
 
     def __init__(self, epsilon, delta, n_records: int, seed: int):
-        import pandas as pd
-
-
         self.epsilon, self.delta, self.n_classes = epsilon, delta, 2
-        self.fmap = default_audit_map()
-        schema = Schema.from_dict({"columns": [{"name": "a", "type": "numeric", "bounds": [0, 1]},
-                                               {"name": "b", "type": "numeric", "bounds": [0, 1]},
-                                               {"name": "person", "type": "id"}],
-                                   "label": "y", "label_categories": ["n", "p"], "privacy_unit": "person"})
-        self.encoder = TableEncoder(schema, ["a", "b", "y", "person"])
         rng = np.random.default_rng(seed)
-        sizes = rng.integers(1, 4, n_records)
-        rows = int(sizes.sum())
-        self.df = pd.DataFrame({"a": rng.random(rows).round(6), "b": rng.random(rows).round(6),
-                                "y": np.where(np.arange(rows) % 2 == 0, "n", "p"),
-                                "person": np.repeat([f"u{i}" for i in range(n_records)], sizes)})
+        self._tables(n_records, rng)
+        self.fmap = RandomFourierFeatures(self.encoder.dim, 2, seed=0)
         plan, mults = release_plan(self.fmap)
         self.sigma = open_engine(epsilon, delta, plan, multipliers=mults).sigma
         self.sensitivity = 2.0 * self.fmap.norm_bound / n_records
         self.output_sensitivity = self.sensitivity
-        # the canary: the grid point and label whose features differ most from person 0's mean contribution
-        grid = np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(0, 1, 41)), -1).reshape(-1, 2)
-        first = self.df[self.df.person == "u0"]
+        # the canary: the candidate row and label whose features differ most from person 0's mean contribution
+        cand = self._candidates()
+        first = self.df[self.df[self.unit] == self.first]
         with torch.no_grad():
-            phi = self.fmap.bounded(self.fmap(torch.as_tensor(grid, dtype=torch.float32)).double())
+            Xc, _ = self.encoder.encode(cand.assign(y="n"))
+            phi = self.fmap.bounded(self.fmap(torch.as_tensor(Xc, dtype=torch.float32)).double())
             X0, y0 = self.encoder.encode(first)
             phi0 = self.fmap.bounded(self.fmap(torch.as_tensor(X0, dtype=torch.float32)).double())
         own = torch.zeros(2, phi.shape[1], dtype=torch.float64)
         own.index_add_(0, torch.as_tensor(np.array(y0, dtype=np.int64)), phi0 / len(first))
         gaps = torch.stack([((phi - own[label]) ** 2).sum(1) + (own[1 - label] ** 2).sum() for label in (0, 1)])
-        label, i = divmod(int(gaps.argmax()), len(grid))
-        canary = pd.DataFrame({"a": [grid[i, 0]] * CANARY_ROWS, "b": [grid[i, 1]] * CANARY_ROWS,
-                               "y": [["n", "p"][label]] * CANARY_ROWS, "person": ["canary"] * CANARY_ROWS})
-        self.df2 = pd.concat([self.df[self.df.person != "u0"], canary], ignore_index=True)
-        self.sources = (PersonTable(self.df, "person"), PersonTable(self.df2, "person"))
+        label, i = divmod(int(gaps.argmax()), len(cand))
+        self.df2 = self._replaced(cand.iloc[[i] * CANARY_ROWS].assign(y=["n", "p"][label]).reset_index(drop=True))
+        self.sources = (PersonTable(self.df, self.unit), PersonTable(self.df2, self.unit))
         exact = []
         for source in self.sources:
             X, y = self.encoder.encode(source.frame)
@@ -185,11 +172,104 @@ class _PersonReleaseTarget(_ProjectionTarget):
                             f"embedding through PersonTable), {n_records} persons, canary: one person with "
                             f"{CANARY_ROWS} rows")
 
+    def _tables(self, n_records: int, rng) -> None:
+        """D (``df``), its encoder, its person column (``unit``) and the person the canary replaces (``first``)."""
+        import pandas as pd
+
+        schema = Schema.from_dict({"columns": [{"name": "a", "type": "numeric", "bounds": [0, 1]},
+                                               {"name": "b", "type": "numeric", "bounds": [0, 1]},
+                                               {"name": "person", "type": "id"}],
+                                   "label": "y", "label_categories": ["n", "p"], "privacy_unit": "person"})
+        self.encoder, self.unit, self.first = TableEncoder(schema, ["a", "b", "y", "person"]), "person", "u0"
+        sizes = rng.integers(1, 4, n_records)
+        rows = int(sizes.sum())
+        self.df = pd.DataFrame({"a": rng.random(rows).round(6), "b": rng.random(rows).round(6),
+                                "y": np.where(np.arange(rows) % 2 == 0, "n", "p"),
+                                "person": np.repeat([f"u{i}" for i in range(n_records)], sizes)})
+
+    def _candidates(self):
+        """The canary's candidate rows (its label set apart): a grid of the table's points."""
+        import pandas as pd
+
+        grid = np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(0, 1, 41)), -1).reshape(-1, 2)
+        return pd.DataFrame({"a": grid[:, 0], "b": grid[:, 1], "person": "canary"})
+
+    def _replaced(self, canary):
+        """D': person ``first`` replaced by the canary person's rows."""
+        import pandas as pd
+
+        return pd.concat([self.df[self.df[self.unit] != self.first], canary], ignore_index=True)
+
     def run(self, neighbour: bool) -> tuple[torch.Tensor, str]:
 
         rel = release_mean_embedding(self.fmap, self.sources[int(neighbour)], encoder=self.encoder, n_classes=2,
                                      epsilon=self.epsilon, delta=self.delta)
         return rel.tensors["embedding"].flatten(), rel.ledger.entries[0].noise_source
+
+
+class _DatabaseReleaseTarget(_PersonReleaseTarget):
+    """The mean-embedding release of a database of a root table and a child table, one root with all its children
+    the unit (:func:`mmdsynth.fit_tables`'s path: the tables validated and their keys checked
+    (:func:`~mmdsynth.data.relational.read_database`), flattened (:func:`~mmdsynth.data.relational.flatten`: each
+    child row with its root's columns, a root without children one marked row), then the person table's release).
+    D holds ``n_records`` roots with zero to three children each; D' replaces root 0 and its children by one canary
+    root with ``CANARY_ROWS`` children, every one at the point and label that move the embedding most; m = the
+    number of roots."""
+
+    mechanism, stage = "database-release", Sums
+    SCHEMA = {"privacy_unit": "units", "tables": {
+        "units": {"primary_key": "unit", "label": "y", "label_categories": ["n", "p"],
+                  "columns": [{"name": "unit", "type": "id", "integer": True, "bounds": [0, 10 ** 9]}]},
+        "items": {"primary_key": "item", "foreign_keys": {"unit": "units"},
+                  "columns": [{"name": "item", "type": "id"},
+                              {"name": "unit", "type": "id", "integer": True, "bounds": [0, 10 ** 9]},
+                              {"name": "a", "type": "numeric", "bounds": [0, 1]},
+                              {"name": "b", "type": "numeric", "bounds": [0, 1]}]}}}
+
+    def __init__(self, epsilon, delta, n_records: int, seed: int):
+        super().__init__(epsilon, delta, n_records, seed)
+        self.description = (f"the mean-embedding release of a database (a root table and a child table; one root with "
+                            f"all its children the unit; fit_tables' flattening through PersonTable), {n_records} "
+                            f"roots with 0-3 children, canary: one root with {CANARY_ROWS} children")
+
+    def _tables(self, n_records: int, rng) -> None:
+        import pandas as pd
+
+        from ..data.relational import DatabaseSchema
+
+        self.db = DatabaseSchema.from_dict(self.SCHEMA)
+        k = np.concatenate([[2], rng.integers(0, 4, n_records - 1)])     # root 0 has children; some roots none
+        units = pd.DataFrame({"unit": np.arange(n_records), "y": np.where(np.arange(n_records) % 2 == 0, "n", "p")})
+        items = pd.DataFrame({"item": [f"i{j}" for j in range(int(k.sum()))], "unit": np.repeat(np.arange(n_records), k),
+                              "a": rng.random(int(k.sum())).round(6), "b": rng.random(int(k.sum())).round(6)})
+        self.tables = {"units": units, "items": items}
+        self.df, flat = self._flat(self.tables)
+        self.encoder, self.unit, self.first = TableEncoder(flat.schema, list(self.df.columns)), "unit", 0
+        self._present = flat.present
+
+    def _flat(self, tables):
+        from ..data.relational import flatten, read_database
+
+        return flatten(read_database(tables, self.db), self.db)
+
+    def _candidates(self):
+        import pandas as pd
+
+        grid = np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(0, 1, 41)), -1).reshape(-1, 2)
+        return pd.DataFrame({"unit": 0, "a": grid[:, 0], "b": grid[:, 1], self._present: "1"})
+
+    def _replaced(self, canary):
+        """D': root 0 and its children replaced, in the tables, by the canary root and its children; then flattened
+        as a fit flattens them."""
+        import pandas as pd
+
+        units = self.tables["units"].copy()
+        units.loc[units.unit == 0, "y"] = canary["y"].iloc[0]
+        items = pd.concat([self.tables["items"][self.tables["items"].unit != 0],
+                           pd.DataFrame({"item": [f"c{j}" for j in range(len(canary))], "unit": 0,
+                                         "a": canary["a"].to_numpy(), "b": canary["b"].to_numpy()})],
+                          ignore_index=True)
+        return self._flat({"units": units, "items": items})[0]
 
 
 class _PersonMarginalTarget(_ProjectionTarget):
