@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .._io import atomic_write, read_json
 from ..data.encoding import fresh_ids
 from ..data.relational import DatabaseSchema, Flat, as_database_schema, flat_schema, flatten, read_database
-from ..errors import InvalidParameterError
+from ..errors import ArtifactError, InvalidParameterError
+from .base import load
 from .default import fit
 
 logger = logging.getLogger(__name__)
@@ -42,12 +45,6 @@ class DatabaseModel:
     @classmethod
     def load(cls, directory) -> "DatabaseModel":
         """The fitted database in ``directory``: its model folder and the database schema beside it."""
-        from pathlib import Path
-
-        from .._io import read_json
-        from ..errors import ArtifactError
-        from .base import load
-
         directory = Path(directory)
         if not (directory / DATABASE_FILE).is_file():
             raise ArtifactError(f"{directory} holds no fitted database ({DATABASE_FILE} is missing): a table's model is "
@@ -135,9 +132,6 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     model = fit(joined, schema=flat.schema, epsilon=epsilon, delta=delta, method=method, dataset=dataset, out=out,
                 **params)
     if out is not None:
-        from pathlib import Path
-
-        from .._io import atomic_write
         with atomic_write(Path(out) / DATABASE_FILE) as tmp:
             Path(tmp).write_text(json.dumps(db.to_dict(), indent=2))
     return DatabaseModel(model, db, flat)
