@@ -253,10 +253,8 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
         return flatten(read_database(tables, self.db), self.db)
 
     def _candidates(self):
-        import pandas as pd
-
-        grid = np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(0, 1, 41)), -1).reshape(-1, 2)
-        return pd.DataFrame({"unit": 0, "a": grid[:, 0], "b": grid[:, 1], self._present: "1"})
+        """The person target's grid of points, as rows of root 0's children."""
+        return super()._candidates().drop(columns="person").assign(unit=0, **{self._present: "1"})
 
     def _replaced(self, canary):
         """D': root 0 and its children replaced, in the tables, by the canary root and its children; then flattened

@@ -356,12 +356,12 @@ def _fit_database(args) -> int:
             raise unknown_name("method", args.method, catalog)
         given = _method_options(args, catalog[args.method])
     else:
-        given = {param: v for param, v in _flags_given(args).values()}
         stray = sorted(_flag(d) for d, (param, _) in _flags_given(args).items() if param not in ("epsilon", "delta"))
         if stray:
             raise InvalidParameterError(f"{', '.join(stray)}: method options; the table default takes none here. Name "
                                         f"the method (--method NAME) to set them.")
-    given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}
+        given = {}
+    given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}         # given apart, as fit_tables
     from ..methods.database import fit_tables
     model = fit_tables(args.tables, args.schema, epsilon=args.epsilon, delta=args.delta, method=args.method,
                        dataset=f"database:{Path(str(args.tables)).name}", out=out, **given)

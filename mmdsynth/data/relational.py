@@ -211,7 +211,7 @@ def read_database(source, schema: DatabaseSchema | dict | str | Path) -> dict[st
             if not isinstance(source[name], pd.DataFrame):
                 raise InvalidParameterError(f"table {name!r} must be a pandas DataFrame.")
             check_listed(source[name], spec.schema, f"table {name!r}", drop_unlisted=False)
-            tables[name] = spec.schema.validate(source[name], require_label=spec.schema.label is not None)
+            tables[name] = spec.schema.validate(source[name])           # as read_table validates a file
     elif isinstance(source, str) and "://" in source:
         tables = {name: read_sql(source, f"SELECT * FROM {name}", spec.schema)
                   for name, spec in schema.tables.items()}

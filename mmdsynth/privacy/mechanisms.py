@@ -80,15 +80,13 @@ class NoiseSource:
 
     def add_noise(self, value: torch.Tensor, std: float) -> torch.Tensor:
         """``value + N(0, std^2 I)`` in float64 (snapped to the secure grid in secure mode)."""
-        if self.secure and value.numel() <= SMALL_DRAW:          # the same arithmetic in numpy (see SMALL_DRAW)
+        if not self.secure:
+            return value + std * self.normal(value.shape)
+        grid = 2.0 ** math.floor(math.log2(std) - SNAP_BITS)
+        if value.numel() <= SMALL_DRAW:                          # the same arithmetic in numpy (see SMALL_DRAW)
             v = value.detach().cpu().to(torch.float64).numpy()
-            grid = 2.0 ** math.floor(math.log2(std) - SNAP_BITS)
             return torch.from_numpy(np.round((v + std * _small_normals(v.size).reshape(v.shape)) / grid) * grid)
-        out = value + std * self.normal(value.shape)
-        if self.secure:
-            grid = 2.0 ** math.floor(math.log2(std) - SNAP_BITS)
-            out = torch.round(out / grid) * grid
-        return out
+        return torch.round((value + std * self.normal(value.shape)) / grid) * grid
 
 
 def _small_normals(n: int) -> np.ndarray:
