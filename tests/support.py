@@ -266,3 +266,27 @@ MATHACH = {"privacy_unit": "schools", "tables": {
         {"name": "Minority", "type": "categorical", "categories": ["Yes", "No"]},
         {"name": "Sex", "type": "categorical", "categories": ["Male", "Female"]},
         {"name": "SES", "type": "numeric", "bounds": [-4, 3]}, {"name": "MathAch", "type": "numeric", "bounds": [-5, 30]}]}}}
+# nycflights13 (relational/README.md; R's nycflights13 documentation): a plane with all its flights is the unit. The
+# carriers are the public airlines table's 16 codes; planes' manufacturer and model, and flights' destinations, are
+# left out (no public list of their values); flights whose tailnum is missing or not in planes are dropped by the
+# benchmark before the fit (their plane is unknown)
+NYCFLIGHTS = {"privacy_unit": "planes", "tables": {
+    "planes": {"primary_key": "tailnum", "columns": [
+        {"name": "tailnum", "type": "id"}, {"name": "year", "type": "numeric", "bounds": [1950, 2013], "integer": True,
+                                            "nullable": True},
+        {"name": "type", "type": "categorical", "categories": ["Fixed wing multi engine", "Fixed wing single engine",
+                                                               "Rotorcraft"]},
+        {"name": "engines", "type": "numeric", "bounds": [1, 4], "integer": True},
+        {"name": "seats", "type": "numeric", "bounds": [1, 500], "integer": True},
+        {"name": "engine", "type": "categorical", "categories": ["Turbo-fan", "Turbo-jet", "Turbo-prop",
+                                                                 "Reciprocating", "Turbo-shaft", "4 Cycle"]}]},
+    "flights": {"foreign_keys": {"tailnum": "planes"}, "columns": [
+        {"name": "tailnum", "type": "id"}, {"name": "month", "type": "numeric", "bounds": [1, 12], "integer": True},
+        {"name": "dep_delay", "type": "numeric", "bounds": [-60, 1440], "nullable": True},
+        {"name": "arr_delay", "type": "numeric", "bounds": [-120, 1440], "nullable": True},
+        {"name": "carrier", "type": "categorical", "categories": ["9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA",
+                                                                  "MQ", "OO", "UA", "US", "VX", "WN", "YV"]},
+        {"name": "origin", "type": "categorical", "categories": ["EWR", "JFK", "LGA"]},
+        {"name": "air_time", "type": "numeric", "bounds": [0, 720], "nullable": True},
+        {"name": "distance", "type": "numeric", "bounds": [0, 5000]},
+        {"name": "hour", "type": "numeric", "bounds": [0, 24], "integer": True}]}}}

@@ -210,8 +210,9 @@ class _PersonReleaseTarget(_ProjectionTarget):
 class _DatabaseReleaseTarget(_PersonReleaseTarget):
     """The mean-embedding release of a database of a root table and a child table, one root with all its children
     the unit (:func:`mmdsynth.fit_tables`'s path: the tables validated and their keys checked
-    (:func:`~mmdsynth.data.relational.read_database`), flattened (:func:`~mmdsynth.data.relational.flatten`: each
-    child row with its root's columns, a root without children one marked row), then the person table's release).
+    (:func:`~mmdsynth.data.relational.read_database`), the child table's training table built
+    (:func:`~mmdsynth.data.relational.level_frames`: each child row with its root's columns and count of children, a
+    root without children one marked row), then the person table's release).
     D holds ``n_records`` roots with zero to three children each; D' replaces root 0 and its children by one canary
     root with ``CANARY_ROWS`` children, every one at the point and label that move the embedding most; m = the
     number of roots."""
@@ -229,7 +230,7 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
     def __init__(self, epsilon, delta, n_records: int, seed: int):
         super().__init__(epsilon, delta, n_records, seed)
         self.description = (f"the mean-embedding release of a database (a root table and a child table; one root with "
-                            f"all its children the unit; fit_tables' flattening through PersonTable), {n_records} "
+                            f"all its children the unit; fit_tables' child table through PersonTable), {n_records} "
                             f"roots with 0-3 children, canary: one root with {CANARY_ROWS} children")
 
     def _tables(self, n_records: int, rng) -> None:
@@ -243,18 +244,24 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
         items = pd.DataFrame({"item": [f"i{j}" for j in range(int(k.sum()))], "unit": np.repeat(np.arange(n_records), k),
                               "a": rng.random(int(k.sum())).round(6), "b": rng.random(int(k.sum())).round(6)})
         self.tables = {"units": units, "items": items}
-        self.df, flat = self._flat(self.tables)
-        self.encoder, self.unit, self.first = TableEncoder(flat.schema, list(self.df.columns)), "unit", 0
-        self._present = flat.present
+        self.df = self._frame(self.tables)
+        level = self._level
+        self.encoder, self.unit, self.first = TableEncoder(level.schema, list(self.df.columns)), "unit", 0
+        self._present = level.present
 
-    def _flat(self, tables):
-        from ..data.relational import flatten, read_database
+    def _frame(self, tables):
+        """The child table's training table as the cascade fits it (its root's columns and count joined, a root
+        without children one marked row)."""
+        from ..data.relational import level_frames, levels, read_database
 
-        return flatten(read_database(tables, self.db), self.db)
+        lv = levels(self.db)
+        self._level = lv["items"]
+        return level_frames(read_database(tables, self.db), self.db, lv)["items"]
 
     def _candidates(self):
         """The person target's grid of points, as rows of root 0's children."""
-        return super()._candidates().drop(columns="person").assign(unit=0, **{self._present: "1"})
+        count = {c: min(CANARY_ROWS, 100) for c in self._level.context}       # the canary root's count of children
+        return super()._candidates().drop(columns="person").assign(unit=0, **{self._present: "1"}, **count)
 
     def _replaced(self, canary):
         """D': root 0 and its children replaced, in the tables, by the canary root and its children; then flattened
@@ -267,7 +274,7 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
                            pd.DataFrame({"item": [f"c{j}" for j in range(len(canary))], "unit": 0,
                                          "a": canary["a"].to_numpy(), "b": canary["b"].to_numpy()})],
                           ignore_index=True)
-        return self._flat({"units": units, "items": items})[0]
+        return self._frame({"units": units, "items": items})
 
 
 class _PersonMarginalTarget(_ProjectionTarget):

@@ -19,6 +19,9 @@ def cmd_evaluate(args) -> int:
     args.cnn = args.cnn or args.cnn_protocol != "fixed" or args.cnn_epochs is not None   # asking for one implies it
     if Path(args.model).suffix == ".npz":
         return _evaluate_set(args)
+    from ..methods.database import DATABASE_FILE
+    if (Path(args.model) / DATABASE_FILE).is_file():
+        return _evaluate_database(args)
     model = load(args.model)
     if model.encoder_ is not None:
         return _evaluate_table(args, model)
@@ -47,6 +50,53 @@ def cmd_evaluate(args) -> int:
     grid = save_image_grid(x, y, Path(args.model) / "samples.png", classes=data.classes)
     result["samples_png"] = str(grid)
     return _finish(args, result)
+
+
+def _evaluate_database(args) -> int:
+    """A fitted database (``fit --tables``): ``--n`` roots (default: as many as ``--real-train`` holds) with their
+    descendants, scored against the real tables of ``--real-train`` (a folder or URL, read with the database's
+    schema): keys, children-per-parent TVD, each table's 1- and 2-way TVD, cross-table 2-way TVD, and with ``--test``
+    (the real tables of roots the fit never saw) the downstream task (:mod:`mmdsynth.evaluation.database`)."""
+    from ..data.relational import read_database
+    from ..evaluation.database import database_scores
+    from ..evaluation.report import EVALUATION_FILE
+    from ..methods.database import DatabaseModel
+
+    if args.real_train is None:
+        raise InvalidParameterError("a fitted database is scored against its real tables: pass --real-train FOLDER|URL "
+                                    "(the tables the fit read), and --test FOLDER|URL (other roots' tables) for the "
+                                    "downstream task.")
+    if args.cnn or args.real:
+        raise InvalidParameterError("--cnn and --real do not apply to a database; drop them.")
+    model = DatabaseModel.load(args.model)
+    real = read_database(args.real_train, model.schema)
+    test = read_database(args.test, model.schema) if args.test else None
+    n = args.n or len(real[model.schema.privacy_unit])
+    synth = model.sample(n, seed=args.seed)
+    eps, delta = model.total()
+    result = {"database": True, "layout": model.layout, "epsilon": eps, "delta": delta, "n_roots": n,
+              **database_scores(real, synth, model.schema, test=test, seed=args.seed)}
+    path = Path(args.model) / EVALUATION_FILE
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=1))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    db = model.schema
+    print(f"a synthetic database of {n} roots ({model.layout}; epsilon={eps:g}, delta={delta:g}): keys "
+          f"{'hold' if result['keys_hold'] else 'BROKEN'}")
+    for name in db.order():
+        line = (f"  {name}: {result[f'{name}.rows']} rows, 1-way TVD {result[f'{name}.tvd_1way']:.3f}, 2-way "
+                f"{result[f'{name}.tvd_2way']:.3f}")
+        if db.parent(name) is not None:
+            line += (f"; children per {db.parent(name)[1]} row TVD {result[f'{name}.children_tvd']:.3f}, cross-table "
+                     f"2-way (with {db.parent(name)[1]}) {result[f'{name}.cross_tvd_2way']:.3f}")
+        print(line)
+    if test is not None and result.get("downstream_auc") is not None:
+        print(f"  downstream: the root's label from its columns and its children's aggregates, ROC AUC on the test "
+              f"roots {result['downstream_auc']:.3f} trained on synthetic, {result['downstream_auc_real']:.3f} on real")
+    print(f"saved to {path}")
+    return 0
 
 
 def _real_test_data(args, name: str, origin: str, instead: str):
@@ -171,8 +221,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "instead of the summary; MODEL/evaluation.json holds it either way")
     s.add_argument("--n", type=positive_int, default=None, help="synthetic training samples (default 6000 images with "
                    "balanced labels; tables: as many as the private training rows)")
-    s.add_argument("--test", help="tables fitted with --csv: real test split (same schema)")
-    s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row")
+    s.add_argument("--test", help="tables fitted with --csv: real test split (same schema); a database: the real "
+                   "tables (folder or URL) of roots the fit never saw, for the downstream task")
+    s.add_argument("--real-train", help="tables fitted with --csv: real training split, for the 'real' row; a "
+                   "database: the real tables (folder or URL) the fit read")
     s.add_argument("--real", action="store_true", help="tables: also score classifiers trained on the real "
                    "training split (the 'real' row)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows drawn and of the classifiers "

@@ -11,7 +11,7 @@ from ..errors import InvalidParameterError, one_of
 from ..choice import (HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts,
                       table_default)
 from . import _catalog
-from ._types import existing_file
+from ._types import existing_file, positive_int
 
 
 RUN_DEFAULTS = {"seed": 0, "noise_seed": None, "checkpoint_every": 200}
@@ -31,7 +31,7 @@ NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "t
               "label_categories", "nullable", "missing_values", "privacy_unit", "drop_unlisted", "shards",
               "encoding", "sep", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
-              "checkpoint_every", "release_only"}
+              "checkpoint_every", "release_only", "max_children", "layout"}
 
 
 #: parameters the CLI never sets: a fixed sample voids the guarantee (tests only)
@@ -334,8 +334,8 @@ def _resume_inputs(args):
 
 
 def _fit_database(args) -> int:
-    """``fit --tables SOURCE --schema DATABASE.json``: a database of a root and one child table (issue 84), fitted as
-    :func:`mmdsynth.fit_tables` fits it; the folder holds the model and the database schema."""
+    """``fit --tables SOURCE --schema DATABASE.json``: a database (issue 84), fitted as :func:`mmdsynth.fit_tables` fits
+    it; the folder holds each table's model and the database's layout."""
     other = [flag for flag, v in (("--csv", args.csv), ("--db", args.db), ("--dataset", args.dataset),
                                   ("--shards", args.shards), ("--resume", args.resume)) if v]
     if other:
@@ -363,11 +363,16 @@ def _fit_database(args) -> int:
         given = {}
     given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}         # given apart, as fit_tables
     from ..methods.database import fit_tables
+    layout = {k: v for k, v in (("layout", args.layout), ("max_children", args.max_children)) if v is not None}
     model = fit_tables(args.tables, args.schema, epsilon=args.epsilon, delta=args.delta, method=args.method,
-                       dataset=f"database:{Path(str(args.tables)).name}", out=out, **given)
+                       dataset=f"database:{Path(str(args.tables)).name}", out=out, **layout, **given)
     if not args.quiet:
-        for line in model.model_.fit_summary(f"the database {args.tables}", out):
-            print(line)
+        for name, m in model.models_.items():
+            for line in m.fit_summary(f"{name} of the database {args.tables} ({model.shares[name]:.0%} of the "
+                                      f"privacy)", out / name):
+                print(line)
+        eps, delta = model.total()
+        print(f"the database's guarantee: epsilon={eps:g}, delta={delta:g}, one root with all its descendants the unit")
         print(f"sample it: mmdsynth sample {out} --n ROOTS --out FOLDER (one CSV a table)")
     return 0
 
@@ -712,9 +717,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--db", metavar="URL", help="your table in a SQL database: an SQLAlchemy URL (postgresql+psycopg://"
                    "user@host/db, sqlite:///file.db), with --query, --schema, --label (needs mmdsynth[sql])")
     s.add_argument("--query", metavar="SQL", help="--db: the SELECT that returns the private table")
-    s.add_argument("--tables", metavar="FOLDER|URL", help="a database of a root table and one child table: a folder "
+    s.add_argument("--tables", metavar="FOLDER|URL", help="a database of tables joined by keys under one root table: a folder "
                    "of NAME.csv / NAME.csv.gz / NAME.parquet, or a database URL, with --schema DATABASE.json (its tables, "
-                   "keys and root: docs/tutorials/database.md); one root with all its children is one unit")
+                   "keys and root: docs/tutorials/database.md); one root with all its descendants is one unit")
+    s.add_argument("--max-children", type=positive_int, default=None, help="--tables: a parent's number of children "
+                   "in a table is learned up to this many (public; more read as this many; default 100)")
+    s.add_argument("--layout", choices=["cascade", "independent", "flat"], default=None, help="--tables: the cascade "
+                   "(default), or a baseline: the tables fitted apart, or a root and one child table joined")
     s.add_argument("--schema", type=existing_file("the schema: a JSON file (docs/tutorials/tables.md, 'The schema')"), help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
     s.add_argument("--label", help="the label column, when the schema declares none (SDV metadata); else the schema's")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import DataValidationError, InvalidParameterError, SchemaError
@@ -353,3 +354,130 @@ def flatten(tables: dict[str, pd.DataFrame], db: DatabaseSchema) -> tuple[pd.Dat
     joined = root.merge(child, on=key, how="left", sort=False)
     joined[flat.present] = joined[flat.present].fillna("0")
     return joined[[c.name for c in flat.schema.columns] + [flat.schema.label]], flat
+
+
+#: a parent's count of children in one child table is learned up to this many (public; more read as this many):
+#: the default of ``fit_tables(max_children=...)``
+MAX_CHILDREN = 100
+#: the column of a parent's training table that holds its number of children in table ``child``
+COUNT = "{child}__count"
+#: a child table's training column that holds its parent's column ``column`` (the parent's table ``parent``)
+CONTEXT = "{parent}__{column}"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One table of a database as the cascade fits it (:func:`levels`): a table model of its training table
+    (:func:`level_frames`). The root's: one row a root (the unit: one record each), its learned columns, the label and
+    each child table's count of children (``counts``: child -> column, clipped at ``max_children``). A child table's:
+    one row a child row, with its parent row's columns (``context``: training column -> the parent level's column;
+    empty without conditioning; under the root, the root's learned columns and its counts), its own learned columns
+    (``own``), its child tables' counts, the root's label and the root key, the privacy unit (every release per root,
+    the count of persons the roots'); each root without a row in the table adds one row with ``present`` "0", its
+    other values missing but, under the root, its root's columns. Every root thus weighs one in each child table's
+    release, so a row drawn from the root's first child table's model (``carrier``) is a root drawn as the roots are
+    spread: the cascade draws its roots there and fits no root model of its own."""
+
+    table: str
+    parent: str | None
+    schema: Schema
+    own: tuple
+    context: dict
+    counts: dict
+    present: str | None = None
+    carrier: bool = False
+
+
+def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = MAX_CHILDREN) -> dict[str, Level]:
+    """Each table's :class:`Level`, root first, from the database's schema (public) and ``max_children`` (public).
+    ``conditional=False``: the child tables without their parent's columns (the baseline of tables fitted apart).
+    Refused where the root declares no label, a child table declares one, or two training columns share a name."""
+    if int(max_children) != max_children or max_children < 1:
+        raise InvalidParameterError(f"max_children must be a positive integer; got {max_children!r}.")
+    root = db.privacy_unit
+    rs = db.tables[root].schema
+    if rs.label is None:
+        raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
+                          f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
+    out = {}
+    for name in db.order():
+        spec = db.tables[name]
+        if name != root and spec.schema.label is not None:
+            raise SchemaError(f"the table {name!r} declares a label; the database's label is the root's "
+                              f"({rs.label!r}): make {spec.schema.label!r} a column.")
+        children = [t for t in db.order() if (db.parent(t) or (None, None))[1] == name]
+        counts = {t: COUNT.format(child=t) for t in children}
+        learned = [c for c in spec.schema.columns if c.kind != "id"]
+        count_cols = [Column(counts[t], "numeric", (0, int(max_children)), integer=True, nullable=name != root)
+                      for t in children]
+        if name == root:
+            schema = Schema([*learned, *count_cols], rs.label, list(rs.label_categories), constraints=rs.constraints)
+            out[name] = Level(name, None, _unique(schema, name), tuple(c.name for c in learned), {}, counts)
+            continue
+        parent = db.parent(name)[1]
+        up = out[parent]
+        context = {}
+        if conditional:
+            pcols = [up.schema.column(c) for c in (*up.own, *(up.counts.values() if parent == root else ()))]
+            context = {CONTEXT.format(parent=parent, column=c.name): c for c in pcols}
+        present = PRESENT.format(child=name)
+        key = db.tables[root].primary_key
+        schema = Schema([rs.column(key), *[replace(c, name=n, nullable=True) for n, c in context.items()],
+                         *[replace(c, nullable=True) for c in learned], *count_cols,
+                         Column(present, "categorical", categories=["0", "1"])],
+                        rs.label, list(rs.label_categories), constraints=spec.schema.constraints, privacy_unit=key)
+        carrier = conditional and parent == root and name == next(iter(up.counts))
+        out[name] = Level(name, parent, _unique(schema, name), tuple(c.name for c in learned),
+                          {n: c.name for n, c in context.items()}, counts, present, carrier)
+    return out
+
+
+def _unique(schema: Schema, table: str) -> Schema:
+    names = [c.name for c in schema.columns] + [schema.label]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise SchemaError(f"the training table of {table!r} would hold column(s) {clash} twice (a column, the "
+                          f"root's label or key, a parent's column or a count); rename them in the data and the schema.")
+    return schema
+
+
+def level_frames(tables: dict[str, pd.DataFrame], db: DatabaseSchema, lv: dict[str, Level]) -> dict[str, pd.DataFrame]:
+    """Each table's training table (:class:`Level`) from tables :func:`read_database` returned (keys checked): counts
+    of children per parent row (more than the level's bound read as the bound), parent columns joined by key, the
+    root's label and key carried down, and one marked row for each root without a row in the table (with its root's
+    columns, under the root)."""
+    root = db.privacy_unit
+    rs, key = db.tables[root].schema, db.tables[root].primary_key
+    rid = root_ids(tables, db)
+    label = pd.Series(tables[root][rs.label].to_numpy(), index=tables[root][key].to_numpy())
+    own = {}                                   # each table's own learned columns and counts, indexed by its key
+    out = {}
+    for name in db.order():
+        level, t = lv[name], tables[name]
+        frame = t[list(level.own)].copy()
+        pk = db.tables[name].primary_key
+        for child, col in level.counts.items():
+            fk = db.parent(child)[0]
+            n = tables[child][fk].value_counts()
+            bound = int(level.schema.column(col).bounds[1])
+            frame[col] = np.minimum(n.reindex(t[pk].to_numpy(), fill_value=0).to_numpy(), bound)
+        if pk is not None:
+            own[name] = frame.set_axis(t[pk].to_numpy())
+        if name == root:
+            out[name] = frame.assign(**{rs.label: t[rs.label].to_numpy()})[
+                [c.name for c in level.schema.columns] + [rs.label]]
+            continue
+        fk, parent = db.parent(name)
+        for c, p in level.context.items():
+            frame[c] = own[parent][p].reindex(t[fk].to_numpy()).to_numpy()
+        roots = rid[name].to_numpy()
+        frame[key] = roots
+        frame[rs.label] = label.reindex(roots).to_numpy()
+        frame[level.present] = "1"
+        alone = tables[root][key][~tables[root][key].isin(set(roots))].to_numpy()
+        marks = pd.DataFrame({key: alone, rs.label: label.reindex(alone).to_numpy(), level.present: "0"})
+        if parent == root:
+            for c, p in level.context.items():
+                marks[c] = own[root][p].reindex(alone).to_numpy()
+        out[name] = pd.concat([frame, marks], ignore_index=True)[[c.name for c in level.schema.columns] + [rs.label]]
+    return out

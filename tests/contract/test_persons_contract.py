@@ -270,24 +270,31 @@ def replace_patient(tables, p: int, n_visits: int):
     return {"patients": patients, "visits": pd.concat([visits, new], ignore_index=True)}
 
 
-@pytest.mark.parametrize("name", ["dp-merf", "mst", "hybrid"])
-def test_replacing_one_root_with_all_its_descendants_moves_every_release_within_its_sensitivity(name):
+@pytest.mark.parametrize("name, layout", [("dp-merf", "cascade"), ("mst", "cascade"), ("hybrid", "cascade"),
+                                          ("dp-merf", "independent")])
+def test_replacing_one_root_with_all_its_descendants_moves_every_release_within_its_sensitivity(name, layout):
     """300 patients, patient 0 with HEAVY visits, some with none. Neighbours replace one patient with all their visits:
     the heavy one by an extreme patient with one visit, the last by an extreme patient with HEAVY visits, and one with
-    visits by one with none. m is the 300 patients in every entry (a patient without visits is one person too)."""
+    visits by one with none. Every table's releases move within their sensitivities (the cascade: the visits' table,
+    its roots' columns and counts joined; the tables apart: the patients' table, one record a root, with its count of
+    visits, and the visits alone); m is the 300 patients in every entry (a patient without visits is one person
+    too)."""
     from mmdsynth.methods.database import fit_tables
 
     g = np.random.default_rng(1)
     counts = np.concatenate([[HEAVY], g.integers(0, 6, 299)])
     params = PERSON_METHODS[name]
     fit = lambda tables: fit_tables(tables, DB_SCHEMA, epsilon=1.0, method=name, noise_seed=0,  # noqa: E731
-                                    **params).release_
+                                    layout=layout, **params).releases_
     tables = patients_and_visits(counts)
     base = fit(tables)
-    got = pieces(base)
+    assert sorted(base) == (["visits"] if layout == "cascade" else ["patients", "visits"])
+    got = pieces(base["visits"])
     assert any(d.startswith("rows per person") for d in got) and len(got) >= 2, sorted(got)
-    assert all(e.n_records == 300 for e in base.ledger.entries)
+    assert all(e.n_records == 300 for r in base.values() for e in r.ledger.entries)
     with_visits = int(np.flatnonzero(counts[1:] > 0)[0]) + 1
     for what, p, n in [("heavy patient -> one extreme visit", 0, 1), ("last patient -> HEAVY extreme visits", 299, HEAVY),
                        ("a patient with visits -> one without", with_visits, 0)]:
-        within_sensitivity(what, base, fit(replace_patient(tables, p, n)))
+        other = fit(replace_patient(tables, p, n))
+        for table in base:
+            within_sensitivity(f"{what} ({table})", base[table], other[table])

@@ -220,7 +220,8 @@ def test_fit_tables_samples_new_tables_whose_keys_hold():
                              "SES": g.uniform(-3, 2, k.sum()), "MathAch": g.uniform(0, 25, k.sum())})
     model = mmdsynth.fit_tables({"schools": schools, "students": students}, LABELLED, epsilon=1.0, method="dp-merf",
                                 iterations=5, n_features=50, noise_seed=0)
-    assert all(e.n_records == n for e in model.release_.ledger.entries)
+    assert list(model.releases_) == ["students"] and model.total() == pytest.approx((1.0, 1e-5))
+    assert all(e.n_records == n for e in model.releases_["students"].ledger.entries)
     out = model.sample(40, seed=0)
     s, c = out["schools"], out["students"]
     assert len(s) == 40 and s.school_id.is_unique and (s.school_id > 99999).all()
@@ -260,7 +261,129 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
     schools, students = (pd.read_csv(tmp_path / "synth" / f"{t}.csv") for t in ("schools", "students"))
     assert len(schools) == 30 and students.school_id.isin(set(schools.school_id)).all()
     assert run_cli(capsys, "sample", tmp_path / "run", "--n", 5, "--out", tmp_path / "synth")[0] != 0  # exists
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", "--real-train", folder, "--json")
+    assert code == 0, err
+    scores = json.loads(out.strip().splitlines()[-1])
+    assert scores["keys_hold"] and scores["n_roots"] == n and scores["layout"] == "cascade"
+    assert 0 < scores["students.cross_tvd_2way"] < 1 and (tmp_path / "run" / "evaluation.json").is_file()
     code, _, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon", 1,
                            "--iterations", 5, "--out", tmp_path / "run2")
     assert code != 0 and "--iterations: method options; the table default takes none here" in err
     assert not (tmp_path / "run2").exists()
+
+
+#: a hospital: patients (the root) -> visits -> labs, and patients -> prescriptions
+HOSPITAL = {"privacy_unit": "patients", "tables": {
+    "patients": {"primary_key": "pid", "label": "y", "label_categories": ["a", "b"], "columns": [
+        {"name": "pid", **ID}, {"name": "age", "type": "numeric", "bounds": [0, 100]}]},
+    "visits": {"primary_key": "vid", "foreign_keys": {"pid": "patients"}, "columns": [
+        {"name": "vid", **ID}, {"name": "pid", **ID},
+        {"name": "ward", "type": "categorical", "categories": ["icu", "gen"]}]},
+    "labs": {"foreign_keys": {"vid": "visits"}, "columns": [
+        {"name": "vid", **ID}, {"name": "value", "type": "numeric", "bounds": [0, 1]}]},
+    "prescriptions": {"primary_key": "rx", "foreign_keys": {"pid": "patients"}, "columns": [
+        {"name": "rx", "type": "id"}, {"name": "pid", **ID}, {"name": "dose", "type": "numeric", "bounds": [0, 10]}]}}}
+
+
+def _hospital(n=60, seed=0):
+    """Patients 1..n: ``y`` b has 3 visits, a has 1 (patient 1 none); each visit 2 labs, their value the ward's;
+    every second patient 1 prescription."""
+    g = np.random.default_rng(seed)
+    y = np.where(np.arange(n) % 2 == 0, "a", "b")
+    patients = pd.DataFrame({"pid": np.arange(1, n + 1), "age": g.uniform(20, 80, n).round(1), "y": y})
+    k = np.where(y == "b", 3, 1)
+    k[0] = 0
+    visits = pd.DataFrame({"vid": np.arange(1, k.sum() + 1), "pid": np.repeat(patients.pid, k),
+                           "ward": g.choice(["icu", "gen"], k.sum())})
+    labs = pd.DataFrame({"vid": np.repeat(visits.vid, 2), "value": np.repeat(np.where(visits.ward == "icu", 0.9, 0.1), 2)})
+    rx = pd.DataFrame({"rx": [f"r{i}" for i in range(n // 2)], "pid": patients.pid[::2].to_numpy(),
+                       "dose": g.uniform(1, 9, n // 2).round(2)})
+    return {"patients": patients, "visits": visits, "labs": labs, "prescriptions": rx}
+
+
+def test_the_cascade_holds_each_table_with_its_parents_columns_and_counts_and_every_root_once():
+    """Each child table's training table: its rows with the parent row's columns (under the root: the root's columns
+    and its counts of children in every child table), its own child tables' counts, the root's label and key; each
+    root without a row in it one marked row (its root's columns kept under the root): every root is one person of
+    every child table, the count of persons the public count of roots. Counts beyond max_children read as the bound."""
+    from mmdsynth.data.relational import level_frames, levels
+
+    db = DatabaseSchema.from_dict(HOSPITAL)
+    lv = levels(db, max_children=2)
+    assert [v.table for v in lv.values()] == ["patients", "visits", "prescriptions", "labs"]
+    assert lv["visits"].carrier and not lv["prescriptions"].carrier
+    assert lv["visits"].context == {"patients__age": "age", "patients__visits__count": "visits__count",
+                                    "patients__prescriptions__count": "prescriptions__count"}
+    assert lv["labs"].context == {"visits__ward": "ward"} and lv["visits"].counts == {"labs": "labs__count"}
+    tables = _hospital()
+    frames = level_frames(read_database(tables, db), db, lv)
+    v = frames["visits"]
+    for name, frame in frames.items():
+        if name != "patients":
+            assert frame.pid.nunique() == 60, name                  # every root one person
+            assert lv[name].schema.validate(frame).shape == frame.shape
+    assert v[v.pid == 2].patients__visits__count.tolist() == [2, 2, 2]       # 3 visits read as max_children 2
+    assert (v.labs__count.dropna() == 2).all() and (v[v.visits__present == "1"].y == np.where(
+        v[v.visits__present == "1"].pid % 2 == 1, "a", "b")).all()
+    alone = v[v.visits__present == "0"]
+    assert alone.pid.tolist() == [1] and alone.patients__age.iloc[0] == tables["patients"].age.iloc[0]
+    assert alone.ward.isna().all() and alone.patients__visits__count.iloc[0] == 0
+    labs = frames["labs"]
+    assert ((labs.visits__ward == "icu") == (labs.value == 0.9)).all() and set(labs.pid) == set(range(1, 61))
+    apart = levels(db, conditional=False)
+    assert all(not v.context and not v.carrier for v in apart.values())
+
+
+def test_matching_places_each_parent_with_drawn_rows_like_its_own_columns():
+    """The sampling's placement: each parent gets as many drawn rows as its count, the closest unused ones by its
+    columns and the root's label, so that children follow their parent where the model holds the relation."""
+    from mmdsynth.data.relational import levels
+    from mmdsynth.methods.database import _match
+
+    db = DatabaseSchema.from_dict(HOSPITAL)
+    lv = levels(db)
+    g = np.random.default_rng(0)
+    parents = pd.DataFrame({"age": [10.0, 90.0, 50.0], "visits__count": [2, 3, 0], "prescriptions__count": [0, 0, 0],
+                            "y": ["a", "b", "a"]})
+    pool = pd.DataFrame({"patients__age": g.uniform(0, 100, 400), "patients__visits__count": 2,
+                         "patients__prescriptions__count": 0, "y": g.choice(["a", "b"], 400)})
+    pick, owner = _match(pool, parents, lv["visits"], parents.visits__count.to_numpy(), lv["patients"].schema,
+                         ("y", ["a", "b"]), g)
+    assert owner.tolist() == [0, 0, 1, 1, 1] and len(set(pick)) == 5
+    got = pool.iloc[pick]
+    assert (got.y.to_numpy() == np.array(["a", "a", "b", "b", "b"])).all()
+    assert (np.abs(got.patients__age.to_numpy() - np.repeat([10, 90], [2, 3])) < 10).all()
+
+
+def test_a_database_of_four_tables_fits_and_samples_every_table_with_its_keys(tmp_path):
+    """A chain and two child tables of the root, fitted in each layout the library offers (the flattened one refuses
+    more than two tables before reading a row), sampled with valid keys and the schema's columns; the model folder
+    reloads and samples the same."""
+    import mmdsynth
+    from mmdsynth.data.relational import check_keys
+    from mmdsynth.errors import SchemaError as SE
+    from mmdsynth.evaluation.database import database_scores
+    from mmdsynth.methods.database import DatabaseModel
+
+    tables, db = _hospital(), DatabaseSchema.from_dict(HOSPITAL)
+    for layout in ("cascade", "independent"):
+        out = None if layout == "independent" else tmp_path / "run"
+        model = mmdsynth.fit_tables(tables, HOSPITAL, epsilon=2.0, method="dp-merf", iterations=5, n_features=40,
+                                    noise_seed=0, layout=layout, out=out)
+        fitted = ["visits", "prescriptions", "labs"] if layout == "cascade" else db.order()
+        assert list(model.models_) == fitted and sum(model.shares.values()) == pytest.approx(1.0)
+        assert model.total()[0] == pytest.approx(2.0)
+        synth = model.sample(30, seed=1)
+        check_keys(synth, db)
+        for name, spec in db.tables.items():
+            assert list(synth[name].columns) == [c.name for c in spec.schema.columns] + (
+                [spec.schema.label] if spec.schema.label else []), name
+        assert len(synth["patients"]) == 30 and synth["labs"].vid.isin(set(synth["visits"].vid)).all()
+        scores = database_scores(tables, synth, db)
+        assert scores["keys_hold"] and 0 <= scores["cross_tvd_2way"] <= 1 and 0 <= scores["children_tvd"] <= 1
+        if out is not None:
+            again = DatabaseModel.load(out).sample(30, seed=1)
+            for name in synth:
+                pd.testing.assert_frame_equal(again[name], synth[name], check_dtype=False)
+    with pytest.raises(SE, match="the database has 4 tables; flattening takes a root and one child table"):
+        mmdsynth.fit_tables({}, HOSPITAL, epsilon=1.0, layout="flat")
