@@ -13,6 +13,11 @@ def cmd_report(args) -> int:
     from ..evaluation.report import build_report
     from ..methods import load
 
+    from pathlib import Path
+
+    from ..methods.database import DATABASE_FILE
+    if (Path(args.model) / DATABASE_FILE).is_file():
+        return _report_database(args)
     test = None
     if args.test:
         schema = load(args.model).encoder_
@@ -25,12 +30,29 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _report_database(args) -> int:
+    from ..data.relational import DatabaseSchema, read_database
+    from ..evaluation.report import build_database_report
+    from ..methods.database import DATABASE_FILE
+
+    if not args.test:
+        raise InvalidParameterError("a fitted database's report compares it with real tables: pass --test FOLDER|URL "
+                                    "(the tables the fit read, or others of the same schema).")
+    import json
+    from pathlib import Path
+    db = DatabaseSchema.from_dict(json.loads((Path(args.model) / DATABASE_FILE).read_text())["schema"])
+    out = build_database_report(args.model, read_database(args.test, db), out=args.out, seed=args.seed)
+    print(f"wrote {out}")
+    return 0
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="one self-contained HTML file: marginals, dependence heatmaps, utility, "
                        "the privacy ledger in words (tables), or the sample grid (images)")
     s.add_argument("model", type=existing_path, help="model folder written by `mmdsynth fit` (run `mmdsynth evaluate` first for the "
                    "utility table)")
-    s.add_argument("--test", help="tables fitted with --csv: real rows to compare against (same schema)")
+    s.add_argument("--test", help="tables fitted with --csv: real rows to compare against (same schema); a database "
+                   "(fit --tables): the real tables to compare against (folder or URL)")
     s.add_argument("--out", default=None, help="HTML file (default MODEL/report.html)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows drawn for the plots")
     s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "

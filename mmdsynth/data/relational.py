@@ -422,7 +422,9 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
             context = {CONTEXT.format(parent=parent, column=c.name): c for c in pcols}
         present = PRESENT.format(child=name)
         key = db.tables[root].primary_key
-        schema = Schema([rs.column(key), *[replace(c, name=n, nullable=True) for n, c in context.items()],
+        # under the root every row (a marked one too) has its root's columns: their own nullability holds
+        schema = Schema([rs.column(key), *[replace(c, name=n, nullable=c.nullable or parent != root)
+                                           for n, c in context.items()],
                          *[replace(c, nullable=True) for c in learned], *count_cols,
                          Column(present, "categorical", categories=["0", "1"])],
                         rs.label, list(rs.label_categories), constraints=spec.schema.constraints, privacy_unit=key)

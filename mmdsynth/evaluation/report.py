@@ -36,14 +36,14 @@ def _pyplot():
     return plt
 
 
-def _png(fig) -> str:
+def _png(fig, alt: str = "plot") -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     _pyplot().close(fig)
-    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
-def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
+def _marginal_plot(name: str, kind: str, real, synth, categories=None, ordered: bool = False) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(3.6, 2.7))           # three to a row of the page
     if kind == "numeric":
@@ -59,7 +59,7 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
     else:
         cats = category_labels(categories, missing=bool(real.isna().any() or synth.isna().any()))
         p, q = category_counts(real, cats) / len(real), category_counts(synth, cats) / len(synth)
-        top = (p + q).sort_values(ascending=False).index[:12]
+        top = (p + q).sort_values(ascending=False).index[:12] if not ordered else [c for c in cats if p[c] + q[c] > 0]
         x = np.arange(len(top))
         ax.bar(x - 0.2, p[top], 0.4, label="real")
         ax.bar(x + 0.2, q[top], 0.4, label="synthetic")
@@ -68,7 +68,7 @@ def _marginal_plot(name: str, kind: str, real, synth, categories=None) -> str:
     ax.set_title(name, fontsize=10)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return _png(fig, f"{name}: real vs synthetic")
 
 
 #: the widest a picture may be (inches at the PNG's 100 dpi) to fit the page's column without scaling
@@ -262,6 +262,17 @@ STYLE = ("*{box-sizing:border-box}body{font-family:system-ui,sans-serif;line-hei
          "@media (max-width:700px){body{padding:12px 14px}}")
 
 
+def _write_page(parts: list, out, model_dir: Path) -> Path:
+    """The report's sections as one self-contained HTML page, written whole to ``out`` (default
+    ``model_dir/report.html``)."""
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mmdsynth report</title><style>{STYLE}"
+            f"</style></head><body>{''.join(parts)}</body></html>")
+    out = Path(out) if out is not None else model_dir / REPORT_FILE
+    with atomic_write(out) as tmp:
+        tmp.write_text(page)
+    return out
+
+
 def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_dir=None) -> Path:
     """Write the HTML report of ``model`` (a fitted model object, e.g. ``mmdsynth.load(model_dir)``),
     saved in ``model_dir`` (default output ``model_dir/report.html``). ``test``: the real rows to
@@ -290,9 +301,70 @@ def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_d
     parts.append(f"<h2>Utility (real data: the test split{', and the real training rows' if trained_on_real else ''})"
                  f"</h2>{_utility_html(evaluation)}")
     parts.append(f"<h2>Privacy</h2>{ledger_in_words(model.release_)}")
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mmdsynth report</title><style>{STYLE}"
-            f"</style></head><body>{''.join(parts)}</body></html>")
-    out = Path(out) if out is not None else model_dir / REPORT_FILE
-    with atomic_write(out) as tmp:
-        tmp.write_text(page)
-    return out
+    return _write_page(parts, out, model_dir)
+
+
+def build_database_report(model_dir, real: dict, *, out=None, seed: int = 0) -> Path:
+    """Write the HTML report of a fitted database (``fit --tables``; default ``model_dir/report.html``) against the
+    real tables ``real`` ({table: DataFrame}, read with its schema): the scores of
+    :func:`~mmdsynth.evaluation.database.database_scores` (with the downstream task when ``mmdsynth evaluate`` ran
+    it with ``--test``), each table's marginals real vs synthetic, each child table's children per parent row, and
+    each fitted table's privacy ledger in words with its share."""
+    from ..methods.database import DatabaseModel
+    from .database import COUNT_EDGES, children_counts, database_scores
+
+    model_dir = Path(model_dir)
+    model = DatabaseModel.load(model_dir)
+    db, root = model.schema, model.schema.privacy_unit
+    eval_path = model_dir / EVALUATION_FILE
+    evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else {}
+    n = int(evaluation.get("n_roots") or len(real[root]))
+    synth = model.sample(n, seed=seed)
+    scores = database_scores(real, synth, db, seed=seed)
+    eps, delta = model.total()
+    fmt = lambda v: "-" if v is None or v != v else f"{v:.3f}"  # noqa: E731
+    rows = []
+    for name in db.order():
+        up = db.parent(name)
+        rows.append(f"<tr><td>{html.escape(name)}</td><td>{len(real[name])} / {len(synth[name])}</td>"
+                    f"<td>{fmt(scores[f'{name}.tvd_1way'])}</td><td>{fmt(scores[f'{name}.tvd_2way'])}</td>"
+                    f"<td>{fmt(scores.get(f'{name}.children_tvd')) if up else '-'}</td>"
+                    f"<td>{fmt(scores.get(f'{name}.cross_tvd_2way')) if up else '-'}</td></tr>")
+    parts = [f"<h1>mmdsynth report: a database of {len(db.tables)} tables ({html.escape(model.layout)})</h1>"
+             f"<p>epsilon = {eps:g}, delta = {delta:g} for the whole database, one row of {html.escape(root)} with all "
+             f"its descendants the unit; model folder {html.escape(str(model_dir))}. {n} synthetic roots against "
+             f"{len(real[root])} real ones; keys {'hold' if scores['keys_hold'] else '<b>do not hold</b>'}.</p>"
+             f"<h2>Fidelity</h2><table><tr><th>table</th><th>rows, real / synthetic</th><th>1-way TVD</th>"
+             f"<th>2-way TVD</th><th>children per parent row, TVD</th><th>cross-table 2-way TVD (with the parent)"
+             f"</th></tr>{''.join(rows)}</table>"
+             "<p>Numeric columns cut at the real deciles; children counts on the cells 0, 1, 2, 3, 4, 5-6, 7-9, "
+             "10-14, 15-24, 25-49, 50-99, 100-199, 200-499, 500+; the cross-table TVD pairs each parent column (and "
+             "the label) with each child column over the join.</p>"]
+    if evaluation.get("downstream_auc") is not None:
+        parts.append(f"<p>Downstream task (from <code>mmdsynth evaluate --test</code>): the root's label from its "
+                     f"columns and its children's aggregates, ROC AUC on held-out real roots "
+                     f"{fmt(evaluation['downstream_auc'])} trained on the synthetic database, "
+                     f"{fmt(evaluation['downstream_auc_real'])} on the real one.</p>")
+    labels = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in zip(COUNT_EDGES[:-1], COUNT_EDGES[1:])] + \
+        [f"{COUNT_EDGES[-1]}+"]
+    import pandas as pd
+    for name in db.order():
+        spec = db.tables[name].schema
+        plots = []
+        if db.parent(name) is not None:
+            cell = lambda t: pd.Series(np.asarray(labels, dtype=object)[children_counts(t, db, name)])  # noqa: E731
+            plots.append(_marginal_plot(f"{name} per {db.parent(name)[1]} row", "categorical", cell(real), cell(synth),
+                                        labels, ordered=True))
+        r, s = dates_as_seconds(real[name], spec), dates_as_seconds(synth[name], spec)
+        for col in [c for c in spec.columns if c.kind != "id"][:MAX_MARGINALS]:
+            plots.append(_marginal_plot(col.name, "numeric" if col.kind in ("numeric", "date") else "categorical",
+                                        r[col.name], s[col.name], col.categories))
+        if spec.label:
+            plots.append(_marginal_plot(spec.label, "categorical", r[spec.label], s[spec.label], spec.label_categories))
+        parts.append(f"<h2>{html.escape(name)}: marginals, real vs synthetic</h2><div class='grid'>{''.join(plots)}"
+                     f"</div>")
+    parts.append("<h2>Privacy</h2>")
+    for name, m in model.models_.items():
+        parts.append(f"<h3>{html.escape(name)} ({model.shares[name]:.0%} of the database's epsilon and delta)</h3>"
+                     f"{ledger_in_words(m.release_)}")
+    return _write_page(parts, out, model_dir)

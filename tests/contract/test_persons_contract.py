@@ -298,3 +298,37 @@ def test_replacing_one_root_with_all_its_descendants_moves_every_release_within_
         other = fit(replace_patient(tables, p, n))
         for table in base:
             within_sensitivity(f"{what} ({table})", base[table], other[table])
+
+
+DB_CHAIN = {**DB_SCHEMA, "tables": {**DB_SCHEMA["tables"], "labs": {
+    "foreign_keys": {"visit_id": "visits"}, "columns": [
+        {"name": "visit_id", "type": "id"}, {"name": "value", "type": "numeric", "bounds": [0.0, 1.0]}]}}}
+
+
+def test_a_root_replaced_with_thousands_of_rows_down_a_chain_moves_every_table_within_its_sensitivity():
+    """patients -> visits -> labs: patient 0 with HEAVY visits of two labs each (6,000 rows under one root) replaced by
+    an extreme patient with one visit of one extreme lab, and a patient with visits by one with none: the visits' and
+    the labs' releases each move within their sensitivities, m the 300 patients in every entry."""
+    from mmdsynth.methods.database import fit_tables
+
+    g = np.random.default_rng(2)
+    counts = np.concatenate([[HEAVY], g.integers(0, 4, 299)])
+    base_tables = patients_and_visits(counts)
+
+    def with_labs(tables):
+        v = tables["visits"]
+        labs = pd.DataFrame({"visit_id": np.repeat(v.visit_id.to_numpy(), 2), "value": np.tile([0.2, 0.6], len(v))})
+        labs.loc[labs.visit_id.str.startswith("w"), "value"] = 1.0            # the replacement's labs: extreme
+        return {**tables, "labs": labs}
+
+    fit = lambda tables: fit_tables(with_labs(tables), DB_CHAIN, epsilon=1.0, method="dp-merf",  # noqa: E731
+                                    noise_seed=0, **PERSON_METHODS["dp-merf"]).releases_
+    base = fit(base_tables)
+    assert sorted(base) == ["labs", "visits"]
+    assert all(e.n_records == 300 for r in base.values() for e in r.ledger.entries)
+    with_visits = int(np.flatnonzero(counts[1:] > 0)[0]) + 1
+    for what, p, n in [("heavy patient -> one extreme visit", 0, 1), ("a patient with visits -> one without",
+                                                                       with_visits, 0)]:
+        other = fit(replace_patient(base_tables, p, n))
+        for table in base:
+            within_sensitivity(f"{what} ({table})", base[table], other[table])

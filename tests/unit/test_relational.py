@@ -266,6 +266,12 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
     scores = json.loads(out.strip().splitlines()[-1])
     assert scores["keys_hold"] and scores["n_roots"] == n and scores["layout"] == "cascade"
     assert 0 < scores["students.cross_tvd_2way"] < 1 and (tmp_path / "run" / "evaluation.json").is_file()
+    code, out, err = run_cli(capsys, "report", tmp_path / "run", "--test", folder)
+    assert code == 0, err
+    page = (tmp_path / "run" / "report.html").read_text()
+    for text in ("a database of 2 tables (cascade)", "students per schools row", "cross-table 2-way TVD",
+                 "students (100% of the database's epsilon and delta)", "data:image/png;base64"):
+        assert text in page, text
     code, _, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon", 1,
                            "--iterations", 5, "--out", tmp_path / "run2")
     assert code != 0 and "--iterations: method options; the table default takes none here" in err
