@@ -159,8 +159,9 @@ def root_features(tables: dict, db: DatabaseSchema) -> tuple[pd.DataFrame, pd.Se
 
 def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> float | None:
     """ROC AUC (macro one-vs-rest with more than two classes) on the real ``test`` roots of classifiers trained on
-    ``train``'s roots (:func:`root_features`): the mean of a logistic regression and gradient-boosted trees. None
-    when the training roots hold one class only."""
+    ``train``'s roots (:func:`root_features`): the mean of a logistic regression and gradient-boosted trees, missing
+    aggregates (a root without children) imputed by the training mean. None when the training roots hold one class
+    only, or the test roots do."""
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LogisticRegression
@@ -174,11 +175,12 @@ def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> fl
     if ya.nunique() < 2:
         return None
     scores = []
-    for clf in (make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(max_iter=2000)),
-                HistGradientBoostingClassifier(random_state=seed)):
+    impute = lambda: SimpleImputer(keep_empty_features=True)      # noqa: E731  (a synthetic column may be all missing)
+    for clf in (make_pipeline(impute(), StandardScaler(), LogisticRegression(max_iter=2000)),
+                make_pipeline(impute(), HistGradientBoostingClassifier(random_state=seed))):
         clf.fit(xa.to_numpy(), ya.to_numpy())
         p = np.zeros((len(xb), len(classes)))
-        p[:, [classes.index(c) for c in clf.classes_]] = clf.predict_proba(xb.to_numpy())
+        p[:, [classes.index(c) for c in clf[-1].classes_]] = clf.predict_proba(xb.to_numpy())
         present = [i for i, c in enumerate(classes) if (yb == c).any()]
         if len(present) < 2:
             return None
