@@ -86,8 +86,9 @@ def _evaluate_database(args) -> int:
     print(f"a synthetic database of {n} roots ({model.layout}; epsilon={eps:g}, delta={delta:g}): keys "
           f"{'hold' if result['keys_hold'] else 'BROKEN'}")
     for name in db.order():
+        two = result[f"{name}.tvd_2way"]
         line = (f"  {name}: {result[f'{name}.rows']} rows, 1-way TVD {result[f'{name}.tvd_1way']:.3f}, 2-way "
-                f"{result[f'{name}.tvd_2way']:.3f}")
+                f"{'- (one column)' if two != two else f'{two:.3f}'}")
         if db.parent(name) is not None:
             line += (f"; children per {db.parent(name)[1]} row TVD {result[f'{name}.children_tvd']:.3f}, cross-table "
                      f"2-way (with {db.parent(name)[1]}) {result[f'{name}.cross_tvd_2way']:.3f}")

@@ -168,6 +168,7 @@ def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> fl
     from sklearn.metrics import roc_auc_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
 
     classes = [str(c) for c in db.tables[db.privacy_unit].schema.label_categories]
     xa, ya = root_features(train, db)
@@ -178,7 +179,8 @@ def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> fl
     impute = lambda: SimpleImputer(keep_empty_features=True)      # noqa: E731  (a synthetic column may be all missing)
     for clf in (make_pipeline(impute(), StandardScaler(), LogisticRegression(max_iter=2000)),
                 make_pipeline(impute(), HistGradientBoostingClassifier(random_state=seed))):
-        clf.fit(xa.to_numpy(), ya.to_numpy())
+        with threadpool_limits(1):          # a few hundred roots: OpenMP's threads only wait on each other (300x)
+            clf.fit(xa.to_numpy(), ya.to_numpy())
         p = np.zeros((len(xb), len(classes)))
         p[:, [classes.index(c) for c in clf[-1].classes_]] = clf.predict_proba(xb.to_numpy())
         present = [i for i, c in enumerate(classes) if (yb == c).any()]

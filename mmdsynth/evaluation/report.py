@@ -311,7 +311,7 @@ def build_database_report(model_dir, real: dict, *, out=None, seed: int = 0) -> 
     it with ``--test``), each table's marginals real vs synthetic, each child table's children per parent row, and
     each fitted table's privacy ledger in words with its share."""
     from ..methods.database import DatabaseModel
-    from .database import COUNT_EDGES, children_counts, database_scores
+    from .database import database_scores
 
     model_dir = Path(model_dir)
     model = DatabaseModel.load(model_dir)
@@ -345,26 +345,33 @@ def build_database_report(model_dir, real: dict, *, out=None, seed: int = 0) -> 
                      f"columns and its children's aggregates, ROC AUC on held-out real roots "
                      f"{fmt(evaluation['downstream_auc'])} trained on the synthetic database, "
                      f"{fmt(evaluation['downstream_auc_real'])} on the real one.</p>")
-    labels = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in zip(COUNT_EDGES[:-1], COUNT_EDGES[1:])] + \
-        [f"{COUNT_EDGES[-1]}+"]
-    import pandas as pd
-    for name in db.order():
-        spec = db.tables[name].schema
-        plots = []
-        if db.parent(name) is not None:
-            cell = lambda t: pd.Series(np.asarray(labels, dtype=object)[children_counts(t, db, name)])  # noqa: E731
-            plots.append(_marginal_plot(f"{name} per {db.parent(name)[1]} row", "categorical", cell(real), cell(synth),
-                                        labels, ordered=True))
-        r, s = dates_as_seconds(real[name], spec), dates_as_seconds(synth[name], spec)
-        for col in [c for c in spec.columns if c.kind != "id"][:MAX_MARGINALS]:
-            plots.append(_marginal_plot(col.name, "numeric" if col.kind in ("numeric", "date") else "categorical",
-                                        r[col.name], s[col.name], col.categories))
-        if spec.label:
-            plots.append(_marginal_plot(spec.label, "categorical", r[spec.label], s[spec.label], spec.label_categories))
-        parts.append(f"<h2>{html.escape(name)}: marginals, real vs synthetic</h2><div class='grid'>{''.join(plots)}"
-                     f"</div>")
+    parts += [_database_table_plots(name, real, synth, db) for name in db.order()]
     parts.append("<h2>Privacy</h2>")
     for name, m in model.models_.items():
         parts.append(f"<h3>{html.escape(name)} ({model.shares[name]:.0%} of the database's epsilon and delta)</h3>"
                      f"{ledger_in_words(m.release_)}")
     return _write_page(parts, out, model_dir)
+
+
+def _database_table_plots(name: str, real: dict, synth: dict, db) -> str:
+    """One table of a database report: its children per parent row (a child table) and its columns' marginals, real
+    vs synthetic."""
+    import pandas as pd
+
+    from .database import COUNT_EDGES, children_counts
+
+    labels = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in zip(COUNT_EDGES[:-1], COUNT_EDGES[1:])] + \
+        [f"{COUNT_EDGES[-1]}+"]
+    spec = db.tables[name].schema
+    plots = []
+    if db.parent(name) is not None:
+        cell = lambda t: pd.Series(np.asarray(labels, dtype=object)[children_counts(t, db, name)])  # noqa: E731
+        plots.append(_marginal_plot(f"{name} per {db.parent(name)[1]} row", "categorical", cell(real), cell(synth),
+                                    labels, ordered=True))
+    r, s = dates_as_seconds(real[name], spec), dates_as_seconds(synth[name], spec)
+    for col in [c for c in spec.columns if c.kind != "id"][:MAX_MARGINALS]:
+        plots.append(_marginal_plot(col.name, "numeric" if col.kind in ("numeric", "date") else "categorical",
+                                    r[col.name], s[col.name], col.categories))
+    if spec.label:
+        plots.append(_marginal_plot(spec.label, "categorical", r[spec.label], s[spec.label], spec.label_categories))
+    return f"<h2>{html.escape(name)}: marginals, real vs synthetic</h2><div class='grid'>{''.join(plots)}</div>"
