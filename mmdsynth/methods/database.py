@@ -110,6 +110,11 @@ class DatabaseModel:
             level, up = self.levels[name], drawn[parent]
             counts = np.clip(np.rint(np.nan_to_num(np.asarray(up[self.levels[parent].counts[name]], dtype=float))),
                              0, self.max_children).astype(np.int64)
+            at_bound = int((counts >= self.max_children).sum())
+            if at_bound:
+                logger.info("%s: %d of %d synthetic %s rows drew the bound of %d children (max_children: no child row "
+                            "is dropped from a fit, a larger count is read as the bound)", name, at_bound, len(counts),
+                            parent, self.max_children)
             if self.layout == "independent":
                 counts = rng.permutation(counts)           # the released count distribution, attached at random
             pool = self._pool(name, int(counts.sum()), rng)
