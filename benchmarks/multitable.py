@@ -79,10 +79,16 @@ def run(name: str, epsilon: float, seed: int, layout: str, data_dir: Path) -> di
     fit_s = time.perf_counter() - start
     synth = model.sample(len(train[db.privacy_unit]), seed=seed)
     scores = database_scores(train, synth, db, test=test, seed=seed)
-    return {"dataset": name, "epsilon": epsilon, "seed": seed, "layout": layout,
-            "methods": {t: type(m).__name__ for t, m in model.models_.items()},
-            "roots": len(train[db.privacy_unit]), **{k: (round(v, 4) if isinstance(v, float) else v)
-                                                     for k, v in scores.items()}, "fit_s": round(fit_s, 1)}
+    rounded = lambda d: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}  # noqa: E731
+    row = {"dataset": name, "epsilon": epsilon, "seed": seed, "layout": layout,
+           "methods": {t: type(m).__name__ for t, m in model.models_.items()}, "placement": model.placement_,
+           "roots": len(train[db.privacy_unit]), **rounded(scores), "fit_s": round(fit_s, 1)}
+    if layout == "cascade":             # the other placement, on the same release (sampling is post-processing)
+        other = "random" if set(model.placement_.values()) == {"match"} else "match"
+        synth = model.sample(len(train[db.privacy_unit]), seed=seed, placement=other)
+        row["other_placement"] = {"placement": other, **rounded(database_scores(train, synth, db, test=test,
+                                                                                seed=seed))}
+    return row
 
 
 def main() -> None:

