@@ -45,7 +45,15 @@ def main(path: str) -> None:
             vals[k] = cell([r[k] for r in rows])
         vals["downstream_auc"] = (cell([r["downstream_auc"] for r in rows]) +
                                   f" ({cell([rows[0]['downstream_auc_real']])})")
-        print(f"| {name}, {eps:g} | {LAYOUTS[layout]} | {len(rows)} | " + " | ".join(vals[k] for k, _ in COLUMNS) + " |")
+        what = LAYOUTS[layout]
+        if layout == "cascade":
+            placed = sorted({p for r in rows for p in (r.get("placement") or {"?": "match"}).values()})
+            what += f", children {'/'.join(placed)}"
+            others = [r["other_placement"] for r in rows if "other_placement" in r]
+            if others:
+                vals["cross_tvd_2way"] += (f" ({others[0]['placement']}: "
+                                           f"{cell([o['cross_tvd_2way'] for o in others])})")
+        print(f"| {name}, {eps:g} | {what} | {len(rows)} | " + " | ".join(vals[k] for k, _ in COLUMNS) + " |")
 
 
 if __name__ == "__main__":
