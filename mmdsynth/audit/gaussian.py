@@ -260,10 +260,7 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
 
     def _candidates(self):
         """The person target's grid of points, as rows of root 0's children."""
-        from ..data.relational import count_texts
-
-        count = {c: count_texts(np.array([CANARY_ROWS]), self._level.max_children)[0]    # the canary's count of children
-                 for c in self._level.context}
+        count = {c: min(CANARY_ROWS, 100) for c in self._level.context}       # the canary root's count of children
         return super()._candidates().drop(columns="person").assign(unit=0, **{self._present: "1"}, **count)
 
     def _replaced(self, canary):

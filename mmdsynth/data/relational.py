@@ -359,36 +359,8 @@ def flatten(tables: dict[str, pd.DataFrame], db: DatabaseSchema) -> tuple[pd.Dat
 #: a parent's count of children in one child table is learned up to this many (public; more read as this many):
 #: the default of ``fit_tables(max_children=...)``
 MAX_CHILDREN = 100
-#: the column of a parent's training table that holds its number of children in table ``child``: a categorical column
-#: over public cells of counts (:func:`count_cells`), as the rows-per-person histogram is released
+#: the column of a parent's training table that holds its number of children in table ``child``
 COUNT = "{child}__count"
-#: the counts' cells start at these (exact up to 4, then about geometric), the last one ending at ``max_children``
-COUNT_STARTS = (0, 1, 2, 3, 4, 5, 7, 10, 15, 25, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000)
-
-
-def count_cells(max_children: int) -> list[tuple[int, int]]:
-    """The public cells (first, last) of a parent's count of children up to ``max_children``."""
-    starts = [a for a in COUNT_STARTS if a <= max_children]
-    return [(a, b - 1) for a, b in zip(starts, starts[1:])] + [(starts[-1], int(max_children))]
-
-
-def cell_text(cell: tuple[int, int]) -> str:
-    return str(cell[0]) if cell[0] == cell[1] else f"{cell[0]}-{cell[1]}"
-
-
-def count_texts(counts: np.ndarray, max_children: int) -> np.ndarray:
-    """Each count's cell (more than ``max_children`` read as ``max_children``) as its category text."""
-    cells = count_cells(max_children)
-    idx = np.searchsorted([a for a, _ in cells], np.minimum(counts, max_children), side="right") - 1
-    return np.asarray([cell_text(c) for c in cells], dtype=object)[idx]
-
-
-def counts_from_texts(texts, max_children: int, rng) -> np.ndarray:
-    """Counts drawn uniformly inside each cell named by its text (post-processing of a synthetic count column; a
-    missing or unknown cell counts 0)."""
-    cells = {cell_text(c): c for c in count_cells(max_children)}
-    lo_hi = np.asarray([cells.get(str(t), (0, 0)) for t in texts], dtype=np.int64).reshape(-1, 2)
-    return rng.integers(lo_hi[:, 0], lo_hi[:, 1] + 1) if len(lo_hi) else np.zeros(0, np.int64)
 #: a child table's training column that holds its parent's column ``column`` (the parent's table ``parent``)
 CONTEXT = "{parent}__{column}"
 
@@ -397,8 +369,7 @@ CONTEXT = "{parent}__{column}"
 class Level:
     """One table of a database as the cascade fits it (:func:`levels`): a table model of its training table
     (:func:`level_frames`). The root's: one row a root (the unit: one record each), its learned columns, the label and
-    each child table's count of children (``counts``: child -> column, the count's public cell up to
-    ``max_children``, :func:`count_cells`). A child table's:
+    each child table's count of children (``counts``: child -> column, clipped at ``max_children``). A child table's:
     one row a child row, with its parent row's columns (``context``: training column -> the parent level's column;
     empty without conditioning; under the root, the root's learned columns and its counts), its own learned columns
     (``own``), its child tables' counts, the root's label and the root key, the privacy unit (every release per root,
@@ -415,7 +386,6 @@ class Level:
     counts: dict
     present: str | None = None
     carrier: bool = False
-    max_children: int = MAX_CHILDREN
 
 
 def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = MAX_CHILDREN) -> dict[str, Level]:
@@ -438,12 +408,11 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
         children = [t for t in db.order() if (db.parent(t) or (None, None))[1] == name]
         counts = {t: COUNT.format(child=t) for t in children}
         learned = [c for c in spec.schema.columns if c.kind != "id"]
-        cells = [cell_text(c) for c in count_cells(int(max_children))]
-        count_cols = [Column(counts[t], "categorical", categories=cells, nullable=name != root) for t in children]
+        count_cols = [Column(counts[t], "numeric", (0, int(max_children)), integer=True, nullable=name != root)
+                      for t in children]
         if name == root:
             schema = Schema([*learned, *count_cols], rs.label, list(rs.label_categories), constraints=rs.constraints)
-            out[name] = Level(name, None, _unique(schema, name), tuple(c.name for c in learned), {}, counts,
-                              max_children=int(max_children))
+            out[name] = Level(name, None, _unique(schema, name), tuple(c.name for c in learned), {}, counts)
             continue
         parent = db.parent(name)[1]
         up = out[parent]
@@ -461,7 +430,7 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
                         rs.label, list(rs.label_categories), constraints=spec.schema.constraints, privacy_unit=key)
         carrier = conditional and parent == root and name == next(iter(up.counts))
         out[name] = Level(name, parent, _unique(schema, name), tuple(c.name for c in learned),
-                          {n: c.name for n, c in context.items()}, counts, present, carrier, int(max_children))
+                          {n: c.name for n, c in context.items()}, counts, present, carrier)
     return out
 
 
@@ -476,8 +445,7 @@ def _unique(schema: Schema, table: str) -> Schema:
 
 def level_frames(tables: dict[str, pd.DataFrame], db: DatabaseSchema, lv: dict[str, Level]) -> dict[str, pd.DataFrame]:
     """Each table's training table (:class:`Level`) from tables :func:`read_database` returned (keys checked): counts
-    of children per parent row as their public cells (more than the levels' ``max_children`` read as that many),
-    parent columns joined by key, the
+    of children per parent row (more than the level's bound read as the bound), parent columns joined by key, the
     root's label and key carried down, and one marked row for each root without a row in the table (with its root's
     columns, under the root)."""
     root = db.privacy_unit
@@ -493,7 +461,8 @@ def level_frames(tables: dict[str, pd.DataFrame], db: DatabaseSchema, lv: dict[s
         for child, col in level.counts.items():
             fk = db.parent(child)[0]
             n = tables[child][fk].value_counts()
-            frame[col] = count_texts(n.reindex(t[pk].to_numpy(), fill_value=0).to_numpy(), level.max_children)
+            bound = int(level.schema.column(col).bounds[1])
+            frame[col] = np.minimum(n.reindex(t[pk].to_numpy(), fill_value=0).to_numpy(), bound)
         if pk is not None:
             own[name] = frame.set_axis(t[pk].to_numpy())
         if name == root:

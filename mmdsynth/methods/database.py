@@ -35,8 +35,8 @@ import pandas as pd
 from .._io import atomic_write, read_json
 from ..choice import HYBRID_MIN_RECORDS_EPSILON, default_delta
 from ..data.encoding import fresh_ids
-from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, count_cells, counts_from_texts, flat_schema,
-                               flatten, level_frames, levels, read_database)
+from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
+                               levels, read_database)
 from ..errors import ArtifactError, InvalidParameterError
 from .base import load
 from .default import fit
@@ -124,13 +124,13 @@ class DatabaseModel:
         for name in db.order()[1:]:
             fk, parent = db.parent(name)
             level, up = self.levels[name], drawn[parent]
-            counts = counts_from_texts(up[self.levels[parent].counts[name]].to_numpy(), self.max_children, rng)
-            last = count_cells(self.max_children)[-1]
-            at_bound = int((counts >= last[0]).sum())
+            counts = np.clip(np.rint(np.nan_to_num(np.asarray(up[self.levels[parent].counts[name]], dtype=float))),
+                             0, self.max_children).astype(np.int64)
+            at_bound = int((counts >= self.max_children).sum())
             if at_bound:
-                logger.info("%s: %d of %d synthetic %s rows drew the last cell of children, %d-%d (max_children: no "
-                            "child row is dropped from a fit, a larger count is read as the bound)", name, at_bound,
-                            len(counts), parent, *last)
+                logger.info("%s: %d of %d synthetic %s rows drew the bound of %d children (max_children: no child row "
+                            "is dropped from a fit, a larger count is read as the bound)", name, at_bound, len(counts),
+                            parent, self.max_children)
             if self.layout == "independent":
                 counts = rng.permutation(counts)           # the released count distribution, attached at random
             matched = (placement or self.placement_.get(name, "random")) == "match" and bool(level.context)

@@ -328,31 +328,16 @@ def test_the_cascade_holds_each_table_with_its_parents_columns_and_counts_and_ev
         if name != "patients":
             assert frame.pid.nunique() == 60, name                  # every root one person
             assert lv[name].schema.validate(frame).shape == frame.shape
-    assert v[v.pid == 2].patients__visits__count.tolist() == ["2"] * 3     # 3 visits read as max_children 2
-    assert lv["patients"].schema.column("visits__count").categories == ["0", "1", "2"]
-    assert (v.labs__count.dropna() == "2").all() and (v[v.visits__present == "1"].y == np.where(
+    assert v[v.pid == 2].patients__visits__count.tolist() == [2, 2, 2]       # 3 visits read as max_children 2
+    assert (v.labs__count.dropna() == 2).all() and (v[v.visits__present == "1"].y == np.where(
         v[v.visits__present == "1"].pid % 2 == 1, "a", "b")).all()
     alone = v[v.visits__present == "0"]
     assert alone.pid.tolist() == [1] and alone.patients__age.iloc[0] == tables["patients"].age.iloc[0]
-    assert alone.ward.isna().all() and alone.patients__visits__count.iloc[0] == "0"
+    assert alone.ward.isna().all() and alone.patients__visits__count.iloc[0] == 0
     labs = frames["labs"]
     assert ((labs.visits__ward == "icu") == (labs.value == 0.9)).all() and set(labs.pid) == set(range(1, 61))
     apart = levels(db, conditional=False)
     assert all(not v.context and not v.carrier for v in apart.values())
-
-
-def test_counts_are_read_into_public_cells_and_drawn_back_inside_them():
-    """A parent's count of children is learned as its public cell (exact up to 4, then wider, the last ending at
-    max_children; more read as max_children) and drawn back uniformly inside the cell a synthetic parent holds."""
-    from mmdsynth.data.relational import count_cells, count_texts, counts_from_texts
-
-    assert count_cells(100)[:7] == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 6), (7, 9)]
-    assert count_cells(100)[-1] == (100, 100) and count_cells(600)[-2:] == [(200, 499), (500, 600)]
-    texts = count_texts(np.array([0, 4, 6, 12, 99, 100, 5000]), 100)
-    assert texts.tolist() == ["0", "4", "5-6", "10-14", "50-99", "100", "100"]
-    drawn = counts_from_texts(np.repeat(["5-6", "50-99", None], 400), 100, np.random.default_rng(0))
-    assert set(drawn[:400]) == {5, 6} and drawn[400:800].min() >= 50 and drawn[400:800].max() <= 99
-    assert (drawn[800:] == 0).all()
 
 
 def test_matching_places_each_parent_with_drawn_rows_like_its_own_columns():
