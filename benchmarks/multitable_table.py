@@ -1,7 +1,9 @@
 """The "Databases" table of RESULTS.md from `benchmarks/out/multitable.jsonl` (`multitable.py`'s lines): per dataset,
 epsilon and layout, the mean +- sd over seeds of each score and the fit time.
 
-    .venv/bin/python benchmarks/multitable_table.py benchmarks/out/multitable.jsonl
+    .venv/bin/python benchmarks/multitable_table.py benchmarks/out/multitable.jsonl [--write benchmarks/RESULTS.md]
+
+``--write`` replaces the table between RESULTS.md's ``multitable-table`` markers instead of printing it.
 """
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ def cell(values, digits=3):
     return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if len(v) > 1 else "")
 
 
-def main(path: str) -> None:
+def table(path: str) -> list[str]:
     groups = defaultdict(list)
     for line in open(path):
         r = json.loads(line)
         groups[(r["dataset"], r["epsilon"], r["layout"])].append(r)
-    print("| database, eps | layout | seeds | " + " | ".join(name for _, name in COLUMNS) + " |")
-    print("|---" * (len(COLUMNS) + 3) + "|")
+    out = ["| database, eps | layout | seeds | " + " | ".join(name for _, name in COLUMNS) + " |",
+           "|---" * (len(COLUMNS) + 3) + "|"]
     for (name, eps, layout), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1],
                                                                              list(LAYOUTS).index(kv[0][2]))):
         root = ROOTS[name]
@@ -53,8 +55,21 @@ def main(path: str) -> None:
             if others:
                 vals["cross_tvd_2way"] += (f" ({others[0]['placement']}: "
                                            f"{cell([o['cross_tvd_2way'] for o in others])})")
-        print(f"| {name}, {eps:g} | {what} | {len(rows)} | " + " | ".join(vals[k] for k, _ in COLUMNS) + " |")
+        out.append(f"| {name}, {eps:g} | {what} | {len(rows)} | " + " | ".join(vals[k] for k, _ in COLUMNS) + " |")
+    return out
+
+
+def main() -> None:
+    lines = table(sys.argv[1])
+    if len(sys.argv) < 4 or sys.argv[2] != "--write":
+        print("\n".join(lines))
+        return
+    path = sys.argv[3]
+    s = open(path).read()
+    a = s.index("\n", s.index("<!-- multitable-table: generated")) + 1
+    b = s.index("<!-- /multitable-table -->")
+    open(path, "w").write(s[:a] + "\n".join(lines) + "\n" + s[b:])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()
