@@ -94,6 +94,10 @@ def _table_input(args) -> bool:
 def cmd_fit(args) -> int:
     if args.tables is not None:
         return _fit_database(args)
+    stray = [f for f, v in (("--max-children", args.max_children), ("--layout", args.layout)) if v is not None]
+    if stray:
+        raise InvalidParameterError(f"{', '.join(stray)}: only for a database (--tables FOLDER|URL); this fit reads "
+                                    f"one table.")
     catalog = _catalog.methods()
     if args.epsilon is not None:             # refused before a file is read (a CSV may take seconds)
         from ..privacy.calibration import check_calibrated_epsilon

@@ -112,6 +112,9 @@ class DatabaseModel:
             raise InvalidParameterError(f"placement must be one of {tuple(PLACEMENTS)}; got {placement!r}.")
         rng = np.random.default_rng(seed)
         if self.layout == "flat":
+            if placement is not None:
+                raise InvalidParameterError("placement applies to the cascade's tables; this database was fitted "
+                                            "flattened (layout \"flat\"): its children are the synthetic persons' rows.")
             return _FlatSampler(self).sample(int(n_roots), rng)
         return self._cascade(int(n_roots), rng, placement)
 

@@ -276,6 +276,9 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
                            "--iterations", 5, "--out", tmp_path / "run2")
     assert code != 0 and "--iterations: method options; the table default takes none here" in err
     assert not (tmp_path / "run2").exists()
+    code, _, err = run_cli(capsys, "fit", "--csv", folder / "schools.csv", "--schema", tmp_path / "database.json",
+                           "--max-children", 5, "--epsilon", 1, "--out", tmp_path / "run3")
+    assert code != 0 and "--max-children: only for a database (--tables FOLDER|URL)" in err
 
 
 #: a hospital: patients (the root) -> visits -> labs, and patients -> prescriptions
