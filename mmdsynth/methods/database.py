@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .._io import atomic_write, read_json
+from .._io import read_json
 from ..choice import HYBRID_MIN_RECORDS_EPSILON, default_delta
 from ..data.encoding import fresh_ids
 from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
@@ -342,6 +344,11 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
         lv = None
     else:
         lv = levels(db, conditional=layout == "cascade", max_children=max_children)
+    if out is not None:
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / DATABASE_FILE).is_file())):
+            raise InvalidParameterError(f"out {out} exists and is not a fitted database; give a new folder (a fitted "
+                                        f"database there is replaced).")
     tables = read_database(source, db)
     n_roots = len(tables[db.privacy_unit])
     delta = default_delta(n_roots) if delta is None else delta
@@ -353,6 +360,29 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
             del frames[db.privacy_unit]
         schemas, split = {t: v.schema for t, v in lv.items()}, table_shares(list(frames), shares)
     del tables
+    # the folder is written whole or not at all: each table's model into a folder beside it, renamed at the end
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = None if out is None else Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        models = _fit_each(frames, schemas, split, epsilon, delta, method, dataset, tmp, params)
+        placement = _placement(lv, layout, n_roots, epsilon, split)
+        if tmp is not None:
+            (tmp / DATABASE_FILE).write_text(json.dumps(
+                {"schema": db.to_dict(), "layout": layout, "max_children": max_children, "shares": split,
+                 "placement": placement, "epsilon": epsilon, "delta": delta}, indent=2))
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+    finally:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return DatabaseModel(models, db, layout, max_children, split, placement)
+
+
+def _fit_each(frames: dict, schemas: dict, split: dict, epsilon: float, delta: float, method, dataset: str, out,
+              params: dict) -> dict:
+    """Each training table fitted at its share of (epsilon, delta), its model folder under ``out`` (if given)."""
     models = {}
     for i, (name, frame) in enumerate(frames.items()):
         own = dict(params)
@@ -360,15 +390,15 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
             own["noise_seed"] = int(own["noise_seed"]) + i
         models[name] = fit(frame, schema=schemas[name], epsilon=epsilon * split[name], delta=delta * split[name],
                            method=method, dataset=f"{dataset}/{name}" if dataset else name,
-                           out=None if out is None else Path(out) / name, **own)
+                           out=None if out is None else out / name, **own)
+    return models
+
+
+def _placement(lv, layout: str, n_roots: int, epsilon: float, split: dict) -> dict:
+    """Each cascade table's placement of children, from public facts: the roots' count and the table's epsilon."""
     placement = {}
-    if layout == "cascade":                 # public facts: the roots' count and each table's epsilon
+    if layout == "cascade":
         for name in list(lv)[1:]:
             placement[name] = "match" if n_roots * epsilon * split[name] >= MATCH_RECORDS_EPSILON else "random"
         logger.info("children placed with their parents: %s", placement)
-    if out is not None:
-        with atomic_write(Path(out) / DATABASE_FILE) as tmp:
-            Path(tmp).write_text(json.dumps({"schema": db.to_dict(), "layout": layout, "max_children": max_children,
-                                             "shares": split, "placement": placement, "epsilon": epsilon,
-                                             "delta": delta}, indent=2))
-    return DatabaseModel(models, db, layout, max_children, split, placement)
+    return placement

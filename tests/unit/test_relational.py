@@ -399,3 +399,34 @@ def test_a_database_of_four_tables_fits_and_samples_every_table_with_its_keys(tm
                 pd.testing.assert_frame_equal(again[name], synth[name], check_dtype=False)
     with pytest.raises(SE, match="the database has 4 tables; flattening takes a root and one child table"):
         mmdsynth.fit_tables({}, HOSPITAL, epsilon=1.0, layout="flat")
+
+
+def test_a_database_folder_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A fit that fails at its second table leaves no folder (nor a hidden one beside it); a folder holding something
+    else is refused before a row is read; a fitted database there is replaced."""
+    import mmdsynth
+    import mmdsynth.methods.database as database
+    from mmdsynth.errors import InvalidParameterError
+
+    real_fit, calls = database.fit, []
+
+    def failing(*args, **kwargs):
+        calls.append(kwargs["out"])
+        if len(calls) == 2:
+            raise RuntimeError("the second table's fit failed")
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(database, "fit", failing)
+    kw = dict(epsilon=1.0, method="dp-merf", iterations=3, n_features=20, noise_seed=0)
+    with pytest.raises(RuntimeError, match="second table"):
+        mmdsynth.fit_tables(_hospital(), HOSPITAL, out=tmp_path / "run", **kw)
+    assert list(tmp_path.iterdir()) == [] and calls[0].parent != tmp_path / "run"
+    monkeypatch.setattr(database, "fit", real_fit)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(InvalidParameterError, match="exists and is not a fitted database"):
+        mmdsynth.fit_tables({}, HOSPITAL, out=tmp_path / "other", **kw)
+    mmdsynth.fit_tables(_hospital(), HOSPITAL, out=tmp_path / "run", **kw)
+    mmdsynth.fit_tables(_hospital(), HOSPITAL, out=tmp_path / "run", **kw)       # replaced
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["database.json", "labs", "prescriptions", "visits"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "run"]
