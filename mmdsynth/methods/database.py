@@ -272,8 +272,10 @@ class _FlatSampler:
         root_spec, child_spec = self.schema.tables[flat.root], self.schema.tables[flat.child]
         fk = self.schema.parent(flat.child)[0]
         root_out = roots[[c.name for c in root_spec.schema.columns] + [root_spec.schema.label]]
-        child_out = children.rename(columns={key: fk}).assign(
-            **{child_spec.primary_key: fresh_ids(child_spec.schema.column(child_spec.primary_key), len(children), rng)})
+        child_out = children.rename(columns={key: fk})
+        if child_spec.primary_key is not None:
+            child_out = child_out.assign(**{child_spec.primary_key: fresh_ids(
+                child_spec.schema.column(child_spec.primary_key), len(children), rng)})
         return {flat.root: root_out.reset_index(drop=True),
                 flat.child: child_out[[c.name for c in child_spec.schema.columns]].reset_index(drop=True)}
 

