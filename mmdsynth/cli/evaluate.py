@@ -66,8 +66,11 @@ def _evaluate_database(args) -> int:
         raise InvalidParameterError("a fitted database is scored against its real tables: pass --real-train FOLDER|URL "
                                     "(the tables the fit read), and --test FOLDER|URL (other roots' tables) for the "
                                     "downstream task.")
-    if args.cnn or args.real:
-        raise InvalidParameterError("--cnn and --real do not apply to a database; drop them.")
+    stray = [f for f, v in (("--cnn", args.cnn), ("--real", args.real), ("--frechet", args.frechet),
+                            ("--inception-weights", args.inception_weights)) if v]
+    if stray:
+        raise InvalidParameterError(f"{', '.join(stray)}: not for a database (its scores are its tables' and their "
+                                    f"relations'); drop them.")
     model = DatabaseModel.load(args.model)
     real = read_database(args.real_train, model.schema)
     test = read_database(args.test, model.schema) if args.test else None

@@ -341,9 +341,20 @@ def _fit_database(args) -> int:
     """``fit --tables SOURCE --schema DATABASE.json``: a database (issue 84), fitted as :func:`mmdsynth.fit_tables` fits
     it; the folder holds each table's model and the database's layout."""
     other = [flag for flag, v in (("--csv", args.csv), ("--db", args.db), ("--dataset", args.dataset),
-                                  ("--shards", args.shards), ("--resume", args.resume)) if v]
+                                  ("--shards", args.shards), ("--resume", args.resume), ("--query", args.query),
+                                  ("--n-records", args.n_records), ("--drop-unlisted", args.drop_unlisted),
+                                  ("--public-init", args.public_init), ("--release-only", args.release_only)) if v]
     if other:
         raise InvalidParameterError(f"--tables reads the whole database; it takes no {', '.join(other)}.")
+    declared = [flag for flag, v in (("--label", args.label), ("--label-categories", args.label_categories),
+                                     ("--nullable", args.nullable), ("--missing-values", args.missing_values),
+                                     ("--privacy-unit", args.privacy_unit)) if v]
+    if declared:
+        raise InvalidParameterError(f"{', '.join(declared)}: a database declares these in its schema (the root's "
+                                    f"label, each column's nullable, privacy_unit: the root table); drop the flags.")
+    if args.budget or args.budget_epsilon is not None:
+        raise InvalidParameterError("--budget does not take a database's fit yet (it is several releases, one a "
+                                    "table); charge its epsilon and delta to your budget by hand.")
     if args.schema is None:
         raise InvalidParameterError("--tables needs --schema DATABASE.json: its tables, their keys and the root "
                                     "(privacy_unit); see docs/tutorials/database.md.")
@@ -368,6 +379,8 @@ def _fit_database(args) -> int:
     given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}         # given apart, as fit_tables
     from ..methods.database import fit_tables
     layout = {k: v for k, v in (("layout", args.layout), ("max_children", args.max_children)) if v is not None}
+    if args.noise_seed is not None:                           # tests only: fixed noise
+        given["noise_seed"] = args.noise_seed
     model = fit_tables(args.tables, args.schema, epsilon=args.epsilon, delta=args.delta, method=args.method,
                        dataset=f"database:{Path(str(args.tables)).name}", out=out, **layout, **given)
     if not args.quiet:

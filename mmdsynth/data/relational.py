@@ -399,6 +399,10 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
     if rs.label is None:
         raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
                           f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
+    constrained = sorted(t for t, spec in db.tables.items() if spec.schema.constraints)
+    if constrained:
+        raise SchemaError(f"table(s) {constrained} declare constraints (fixed_combinations); a database's fit does not "
+                          f"hold them yet: remove them from the schema (synthetic rows may then break them).")
     out = {}
     for name in db.order():
         spec = db.tables[name]

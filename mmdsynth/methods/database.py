@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import tempfile
 import warnings
@@ -89,6 +90,9 @@ class DatabaseModel:
             raise ArtifactError(f"{directory} holds no fitted database ({DATABASE_FILE} is missing): a table's model is "
                                 f"read with mmdsynth.load.")
         d = read_json(directory / DATABASE_FILE, "database layout file", ArtifactError)
+        if not {"schema", "layout", "shares", "max_children"} <= set(d):
+            raise ArtifactError(f"{directory / DATABASE_FILE} is not a fitted database's layout file (a folder written "
+                                f"before mmdsynth's cascade holds the database schema alone): fit the database again.")
         db = DatabaseSchema.from_dict(d["schema"])
         return cls({t: load(directory / t) for t in d["shares"]}, db, d["layout"], d["max_children"], d["shares"],
                    d.get("placement"))
@@ -112,6 +116,10 @@ class DatabaseModel:
             raise InvalidParameterError(f"n_roots must be a positive integer; got {n_roots!r}.")
         if placement is not None and placement not in PLACEMENTS:
             raise InvalidParameterError(f"placement must be one of {tuple(PLACEMENTS)}; got {placement!r}.")
+        if placement == "match" and self.layout == "independent":
+            raise InvalidParameterError("placement \"match\" needs the cascade's parent columns; this database was "
+                                        "fitted with its tables apart (layout \"independent\"): children are placed "
+                                        "at random.")
         rng = np.random.default_rng(seed)
         if self.layout == "flat":
             if placement is not None:
@@ -151,9 +159,13 @@ class DatabaseModel:
             drawn[name] = rows
         out = {}
         for name in db.order():
-            s = db.tables[name].schema
+            spec, s = db.tables[name], db.tables[name].schema
             cols = [c.name for c in s.columns] + ([s.label] if s.label else [])
-            out[name] = drawn[name].reindex(columns=cols).reset_index(drop=True)
+            frame = drawn[name].reindex(columns=cols).reset_index(drop=True)
+            for c in s.columns:                  # other id columns than the keys: new IDs, as a table's fit gives them
+                if c.kind == "id" and c.name != spec.primary_key and c.name not in spec.foreign_keys:
+                    frame[c.name] = fresh_ids(c, len(frame), rng)
+            out[name] = frame
         return out
 
     def _roots(self, n_roots: int, rng) -> pd.DataFrame:
@@ -200,12 +212,12 @@ def _features(frame: pd.DataFrame, columns: list, label: tuple) -> np.ndarray:
     parts = []
     for name, col in [*columns, (label[0], None)]:
         v = frame[name]
-        if col is not None and col.kind == "numeric":
+        if col is not None and col.kind == "numeric" and not col.datetime:
             lo, hi = map(float, col.bounds) if col.bounds is not None else (0.0, 1.0)
             x = (np.asarray(v, dtype=float) - lo) / max(hi - lo, 1e-12)
             parts.append(np.where(np.isnan(x), -1.0, x)[:, None])
         elif col is not None and col.kind != "categorical":
-            continue                                     # dates and the like: not matched on
+            continue                                     # dates: not matched on
         else:
             cats = list(label[1]) if col is None else list(col.categories or [])
             s = v.astype(object).where(v.notna(), None).map(lambda x: None if x is None else str(x))
@@ -315,7 +327,8 @@ def table_shares(names: list, shares: dict | None) -> dict[str, float]:
     without."""
     if shares is None:
         return {t: 1.0 / len(names) for t in names}
-    if set(shares) != set(names) or any(not isinstance(v, (int, float)) or v <= 0 for v in shares.values()):
+    if set(shares) != set(names) or any(not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+                                        for v in shares.values()):
         raise InvalidParameterError(f"shares must give every table {names} a positive weight; got {shares!r}.")
     total = float(sum(shares.values()))
     return {t: float(shares[t]) / total for t in names}
@@ -343,9 +356,14 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     db = as_database_schema(schema)
     if layout == "flat":                                 # refused before any read
         flat_schema(db)
+        if shares is not None or max_children != MAX_CHILDREN:
+            raise InvalidParameterError("shares and max_children apply to the cascade's tables; the flattened layout "
+                                        "fits one table (its rows per root are the rows-per-person release).")
         lv = None
     else:
         lv = levels(db, conditional=layout == "cascade", max_children=max_children)
+        fitted = [t for t in lv if not (t == db.privacy_unit and any(v.carrier for v in lv.values()))]
+        table_shares(fitted, shares)
     if out is not None:
         out = Path(out)
         if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / DATABASE_FILE).is_file())):

@@ -279,6 +279,12 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
     code, _, err = run_cli(capsys, "fit", "--csv", folder / "schools.csv", "--schema", tmp_path / "database.json",
                            "--max-children", 5, "--epsilon", 1, "--out", tmp_path / "run3")
     assert code != 0 and "--max-children: only for a database (--tables FOLDER|URL)" in err
+    for flags, message in [(["--budget", tmp_path / "b.json"], "--budget does not take a database's fit yet"),
+                           (["--label", "Sector"], "--label: a database declares these in its schema")]:
+        code, _, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon",
+                               1, "--out", tmp_path / "run4", *flags)
+        assert code != 0 and message in err, err
+    assert not (tmp_path / "run4").exists()
 
 
 #: a hospital: patients (the root) -> visits -> labs, and patients -> prescriptions
@@ -448,3 +454,56 @@ def test_the_flattened_baseline_samples_a_child_table_without_a_primary_key():
                                 layout="flat")
     out = model.sample(20, seed=0)
     assert list(out["notes"].columns) == ["pid", "score"] and out["notes"].pid.isin(set(out["patients"].pid)).all()
+
+
+def test_replacing_one_root_changes_no_other_roots_training_rows():
+    """Record isolation down the key tree: one patient replaced with all their visits, labs and prescriptions (other
+    values, other counts), every other patient's rows of every training table are as they were, value for value."""
+    from mmdsynth.data.relational import level_frames, levels
+
+    db = DatabaseSchema.from_dict(HOSPITAL)
+    lv = levels(db)
+    tables = _hospital()
+    other = {k: v.copy() for k, v in tables.items()}
+    other["patients"].loc[other["patients"].pid == 3, ["age", "y"]] = [99.0, "a"]
+    gone = set(other["visits"].vid[other["visits"].pid == 3])
+    other["visits"] = pd.concat([other["visits"][other["visits"].pid != 3],
+                                 pd.DataFrame({"vid": [9000 + i for i in range(7)], "pid": 3, "ward": "icu"})],
+                                ignore_index=True)
+    other["labs"] = pd.concat([other["labs"][~other["labs"].vid.isin(gone)],
+                               pd.DataFrame({"vid": [9000] * 40, "value": 1.0})], ignore_index=True)
+    other["prescriptions"] = other["prescriptions"][other["prescriptions"].pid != 3]
+    a = level_frames(read_database(tables, db), db, lv)
+    b = level_frames(read_database(other, db), db, lv)
+    for name in a:
+        unit = "pid"
+        ka = a[name][a[name][unit] != 3].reset_index(drop=True) if unit in a[name] else a[name].drop(index=2)
+        kb = b[name][b[name][unit] != 3].reset_index(drop=True) if unit in b[name] else b[name].drop(index=2)
+        pd.testing.assert_frame_equal(ka.reset_index(drop=True), kb.reset_index(drop=True), check_dtype=False)
+        if unit in b[name]:
+            assert b[name][unit].nunique() == 60, name
+
+
+def test_what_a_database_fit_cannot_hold_is_refused_before_a_row_is_read():
+    import mmdsynth
+    from mmdsynth.errors import InvalidParameterError
+    from mmdsynth.methods.database import DatabaseModel
+
+    constrained = copy.deepcopy(HOSPITAL)
+    constrained["tables"]["visits"]["columns"].append({"name": "kind", "type": "categorical", "categories": ["a", "b"]})
+    constrained["tables"]["visits"]["constraints"] = [{"type": "fixed_combinations", "columns": ["ward", "kind"],
+                                                       "values": [["icu", "a"], ["gen", "b"]]}]
+    with pytest.raises(SchemaError, match=r"table\(s\) \['visits'\] declare constraints"):
+        mmdsynth.fit_tables({}, constrained, epsilon=1.0)
+    with pytest.raises(InvalidParameterError, match="shares must give every table"):
+        mmdsynth.fit_tables({}, HOSPITAL, epsilon=1.0, shares={"visits": float("nan"), "labs": 1,
+                                                               "prescriptions": 1})
+    two = {"privacy_unit": "patients", "tables": {k: HOSPITAL["tables"][k] for k in ("patients", "visits")}}
+    with pytest.raises(InvalidParameterError, match="shares and max_children apply to the cascade"):
+        mmdsynth.fit_tables({}, two, epsilon=1.0, layout="flat", max_children=5)
+    tables = {k: _hospital()[k] for k in ("patients", "visits")}
+    model = mmdsynth.fit_tables(tables, two, epsilon=1.0, method="dp-merf", iterations=3, n_features=20,
+                                noise_seed=0, layout="independent")
+    with pytest.raises(InvalidParameterError, match="placement \"match\" needs the cascade's parent columns"):
+        model.sample(10, placement="match")
+    assert isinstance(model, DatabaseModel)
