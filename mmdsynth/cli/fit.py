@@ -337,9 +337,8 @@ def _resume_inputs(args):
     return (None,), {"dataset": facts.get("name", "")}, params, {}, "table" if facts.get("table") else "image"
 
 
-def _fit_database(args) -> int:
-    """``fit --tables SOURCE --schema DATABASE.json``: a database (issue 84), fitted as :func:`mmdsynth.fit_tables` fits
-    it; the folder holds each table's model and the database's layout."""
+def _refuse_database_flags(args) -> None:
+    """The flags of one table's fit that a database's cannot honour, refused by name."""
     other = [flag for flag, v in (("--csv", args.csv), ("--db", args.db), ("--dataset", args.dataset),
                                   ("--shards", args.shards), ("--resume", args.resume), ("--query", args.query),
                                   ("--n-records", args.n_records), ("--drop-unlisted", args.drop_unlisted),
@@ -355,6 +354,12 @@ def _fit_database(args) -> int:
     if args.budget or args.budget_epsilon is not None:
         raise InvalidParameterError("--budget does not take a database's fit yet (it is several releases, one a "
                                     "table); charge its epsilon and delta to your budget by hand.")
+
+
+def _fit_database(args) -> int:
+    """``fit --tables SOURCE --schema DATABASE.json``: a database (issue 84), fitted as :func:`mmdsynth.fit_tables` fits
+    it; the folder holds each table's model and the database's layout."""
+    _refuse_database_flags(args)
     if args.schema is None:
         raise InvalidParameterError("--tables needs --schema DATABASE.json: its tables, their keys and the root "
                                     "(privacy_unit); see docs/tutorials/database.md.")

@@ -351,24 +351,9 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
         model = mmdsynth.fit_tables("hospital/", "database.json", epsilon=1.0)
         tables = model.sample(1000)          # {"patients": ..., "visits": ..., "labs": ...}
     """
-    if layout not in LAYOUTS:
-        raise InvalidParameterError(f"layout must be one of {LAYOUTS}; got {layout!r}.")
     db = as_database_schema(schema)
-    if layout == "flat":                                 # refused before any read
-        flat_schema(db)
-        if shares is not None or max_children != MAX_CHILDREN:
-            raise InvalidParameterError("shares and max_children apply to the cascade's tables; the flattened layout "
-                                        "fits one table (its rows per root are the rows-per-person release).")
-        lv = None
-    else:
-        lv = levels(db, conditional=layout == "cascade", max_children=max_children)
-        fitted = [t for t in lv if not (t == db.privacy_unit and any(v.carrier for v in lv.values()))]
-        table_shares(fitted, shares)
-    if out is not None:
-        out = Path(out)
-        if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / DATABASE_FILE).is_file())):
-            raise InvalidParameterError(f"out {out} exists and is not a fitted database; give a new folder (a fitted "
-                                        f"database there is replaced).")
+    lv = _checked(db, layout, shares, max_children, out)
+    out = None if out is None else Path(out)
     tables = read_database(source, db)
     n_roots = len(tables[db.privacy_unit])
     delta = default_delta(n_roots) if delta is None else delta
@@ -398,6 +383,27 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
         if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return DatabaseModel(models, db, layout, max_children, split, placement)
+
+
+def _checked(db: DatabaseSchema, layout: str, shares, max_children: int, out):
+    """The fit's options checked against the schema before any row is read; the cascade's levels (None: flat)."""
+    if layout not in LAYOUTS:
+        raise InvalidParameterError(f"layout must be one of {LAYOUTS}; got {layout!r}.")
+    lv = None
+    if layout == "flat":
+        flat_schema(db)
+        if shares is not None or max_children != MAX_CHILDREN:
+            raise InvalidParameterError("shares and max_children apply to the cascade's tables; the flattened layout "
+                                        "fits one table (its rows per root are the rows-per-person release).")
+    else:
+        lv = levels(db, conditional=layout == "cascade", max_children=max_children)
+        table_shares([t for t in lv if not (t == db.privacy_unit and any(v.carrier for v in lv.values()))], shares)
+    if out is not None:
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / DATABASE_FILE).is_file())):
+            raise InvalidParameterError(f"out {out} exists and is not a fitted database; give a new folder (a fitted "
+                                        f"database there is replaced).")
+    return lv
 
 
 def _fit_each(frames: dict, schemas: dict, split: dict, epsilon: float, delta: float, method, dataset: str, out,
