@@ -252,20 +252,23 @@ class _DatabaseReleaseTarget(_PersonReleaseTarget):
     def _frame(self, tables):
         """The child table's training table as the cascade fits it (its root's columns and count joined, a root
         without children one marked row)."""
-        from ..data.relational import level_frames, levels, read_database
+        from ..data.relational import COUNT, level_frames, levels, read_database
 
         lv = levels(self.db)
-        self._level = lv["items"]
+        self._level, self._bound = lv["items"], int(lv["units"].schema.column(COUNT.format(child="items")).bounds[1])
         return level_frames(read_database(tables, self.db), self.db, lv)["items"]
 
     def _candidates(self):
         """The person target's grid of points, as rows of root 0's children."""
-        count = {c: min(CANARY_ROWS, 100) for c in self._level.context}       # the canary root's count of children
+        from ..data.relational import CONTEXT, COUNT
+
+        # the root's only learned column is its count of items: the canary root's (read up to max_children)
+        count = {CONTEXT.format(parent="units", column=COUNT.format(child="items")): min(CANARY_ROWS, self._bound)}
         return super()._candidates().drop(columns="person").assign(unit=0, **{self._present: "1"}, **count)
 
     def _replaced(self, canary):
-        """D': root 0 and its children replaced, in the tables, by the canary root and its children; then flattened
-        as a fit flattens them."""
+        """D': root 0 and its children replaced, in the tables, by the canary root and its children; then the child
+        table's training table built as a fit builds it."""
         import pandas as pd
 
         units = self.tables["units"].copy()

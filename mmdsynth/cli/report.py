@@ -31,17 +31,16 @@ def cmd_report(args) -> int:
 
 
 def _report_database(args) -> int:
-    from ..data.relational import DatabaseSchema, read_database
+    from ..data.relational import read_database
     from ..evaluation.report import build_database_report
-    from ..methods.database import DATABASE_FILE
+    from ..methods.database import DatabaseModel
 
     if not args.test:
         raise InvalidParameterError("a fitted database's report compares it with real tables: pass --test FOLDER|URL "
                                     "(the tables the fit read, or others of the same schema).")
-    import json
-    from pathlib import Path
-    db = DatabaseSchema.from_dict(json.loads((Path(args.model) / DATABASE_FILE).read_text())["schema"])
-    out = build_database_report(args.model, read_database(args.test, db), out=args.out, seed=args.seed)
+    model = DatabaseModel.load(args.model)
+    out = build_database_report(model, args.model, read_database(args.test, model.schema), out=args.out,
+                                seed=args.seed)
     print(f"wrote {out}")
     return 0
 

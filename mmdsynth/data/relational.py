@@ -98,11 +98,15 @@ class DatabaseSchema:
         fks = self.tables[table].foreign_keys
         return next(iter(fks.items())) if fks else None
 
+    def children(self, table: str) -> list[str]:
+        """The tables whose foreign key names ``table``, in declaration order."""
+        return [t for t in self.tables if (self.parent(t) or (None, None))[1] == table]
+
     def order(self) -> list[str]:
         """The tables from the root down: every parent before its children (children in declaration order)."""
         out = [self.privacy_unit]
         for name in out:
-            out += [t for t in self.tables if t not in out and (self.parent(t) or (None, None))[1] == name]
+            out += [t for t in self.children(name) if t not in out]
         return out
 
     @classmethod
@@ -318,12 +322,7 @@ def flat_schema(db: DatabaseSchema) -> Flat:
                           f"(deeper chains and several child tables are not built yet).")
     root, child = db.order()
     rs, cs = db.tables[root].schema, db.tables[child].schema
-    if rs.label is None:
-        raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
-                          f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
-    if cs.label is not None:
-        raise SchemaError(f"the child table {child!r} declares a label; the database's label is the root's "
-                          f"({rs.label!r}): make {cs.label!r} a column.")
+    _check_labels(db)
     key = db.tables[root].primary_key
     present = PRESENT.format(child=child)
     root_cols = [c for c in rs.columns if c.kind != "id"]
@@ -396,9 +395,7 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
         raise InvalidParameterError(f"max_children must be a positive integer; got {max_children!r}.")
     root = db.privacy_unit
     rs = db.tables[root].schema
-    if rs.label is None:
-        raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
-                          f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
+    _check_labels(db)
     constrained = sorted(t for t, spec in db.tables.items() if spec.schema.constraints)
     if constrained:
         raise SchemaError(f"table(s) {constrained} declare constraints (fixed_combinations); a database's fit does not "
@@ -406,10 +403,7 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
     out = {}
     for name in db.order():
         spec = db.tables[name]
-        if name != root and spec.schema.label is not None:
-            raise SchemaError(f"the table {name!r} declares a label; the database's label is the root's "
-                              f"({rs.label!r}): make {spec.schema.label!r} a column.")
-        children = [t for t in db.order() if (db.parent(t) or (None, None))[1] == name]
+        children = db.children(name)
         counts = {t: COUNT.format(child=t) for t in children}
         learned = [c for c in spec.schema.columns if c.kind != "id"]
         count_cols = [Column(counts[t], "numeric", (0, int(max_children)), integer=True, nullable=name != root)
@@ -436,6 +430,20 @@ def levels(db: DatabaseSchema, *, conditional: bool = True, max_children: int = 
         out[name] = Level(name, parent, _unique(schema, name), tuple(c.name for c in learned),
                           {n: c.name for n, c in context.items()}, counts, present, carrier)
     return out
+
+
+def _check_labels(db: DatabaseSchema) -> None:
+    """The database's label is the root's: refused where the root declares none or another table declares one."""
+    root = db.privacy_unit
+    rs = db.tables[root].schema
+    if rs.label is None:
+        raise SchemaError(f"the root table {root!r} declares no label; the table models are class-conditional: "
+                          f"declare one of its categorical columns as \"label\" with its \"label_categories\".")
+    for name in db.order()[1:]:
+        label = db.tables[name].schema.label
+        if label is not None:
+            raise SchemaError(f"the child table {name!r} declares a label; the database's label is the root's "
+                              f"({rs.label!r}): make {label!r} a column.")
 
 
 def _unique(schema: Schema, table: str) -> Schema:

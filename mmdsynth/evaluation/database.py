@@ -17,6 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ..data.relational import DatabaseSchema
+from ..data.schema import datetime_seconds
+from ..statistics.values import category_text, category_texts
+from .fidelity import _tv
 
 #: a table's 2-way TVD is the mean over at most this many column pairs (drawn with a fixed seed when there are more)
 MAX_PAIRS = 300
@@ -25,10 +28,15 @@ COUNT_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 25, 50, 100, 200, 500)
 
 
 def _numeric(values: pd.Series, col) -> np.ndarray:
-    if getattr(col, "datetime", False):
-        t = pd.to_datetime(values, format="ISO8601") if values.dtype == object else pd.to_datetime(values)
-        return np.where(t.isna(), np.nan, t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9)
+    """A numeric column's values as floats, a datetime column's as seconds (:func:`datetime_seconds`)."""
+    if col.datetime:
+        return np.asarray(datetime_seconds(col, values), dtype=float)
     return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+
+
+def _texts(values: pd.Series) -> pd.Series:
+    """Each value as its category text (:func:`category_texts`: a declared "0", a read 0 and a sampled 0.0 are one)."""
+    return category_texts(values).where(values.notna(), None)
 
 
 def codes(real: pd.Series, synth: pd.Series, col=None, categories=None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -41,17 +49,15 @@ def codes(real: pd.Series, synth: pd.Series, col=None, categories=None) -> tuple
         cells = len(inner) + 1
         code = lambda v: np.where(np.isnan(v), cells, np.searchsorted(inner, v, side="left"))  # noqa: E731
         return code(r), code(s), cells + 1
-    cats = [str(c) for c in (categories if categories is not None else col.categories)]
+    cats = [category_text(c) for c in (categories if categories is not None else col.categories)]
     index = {c: i for i, c in enumerate(cats)}
-    code = lambda v: v.astype(object).map(lambda x: index.get(str(x), len(cats)) if pd.notna(x) else len(cats))  # noqa: E731
-    return code(real).to_numpy(np.int64), code(synth).to_numpy(np.int64), len(cats) + 1
+    code = lambda v: _texts(v).map(index).fillna(len(cats)).to_numpy(np.int64)  # noqa: E731
+    return code(real), code(synth), len(cats) + 1
 
 
 def tv(a: np.ndarray, b: np.ndarray, cells: int) -> float:
     """Total variation distance between the histograms of two code arrays."""
-    p = np.bincount(a, minlength=cells) / max(len(a), 1)
-    q = np.bincount(b, minlength=cells) / max(len(b), 1)
-    return float(0.5 * np.abs(p - q).sum())
+    return _tv(np.bincount(a, minlength=cells).astype(float), np.bincount(b, minlength=cells).astype(float))
 
 
 def _table_codes(real: pd.DataFrame, synth: pd.DataFrame, schema) -> dict:
@@ -61,8 +67,9 @@ def _table_codes(real: pd.DataFrame, synth: pd.DataFrame, schema) -> dict:
     return out
 
 
-def _pairs(names: list, limit: int = MAX_PAIRS) -> list:
-    every = list(itertools.combinations(names, 2))
+def _at_most(pairs, limit: int = MAX_PAIRS) -> list:
+    """The pairs, or ``limit`` of them drawn with a fixed seed where there are more."""
+    every = list(pairs)
     if len(every) <= limit:
         return every
     return [every[i] for i in sorted(np.random.default_rng(0).choice(len(every), limit, replace=False))]
@@ -76,7 +83,7 @@ def _two_way(c: dict, pairs) -> float:
 def table_tvd(real: pd.DataFrame, synth: pd.DataFrame, schema) -> dict:
     """One table's mean 1-way and 2-way TVD over its learned columns and label."""
     c = _table_codes(real, synth, schema)
-    return {"tvd_1way": float(np.mean([tv(*v) for v in c.values()])), "tvd_2way": _two_way(c, _pairs(list(c)))}
+    return {"tvd_1way": float(np.mean([tv(*v) for v in c.values()])), "tvd_2way": _two_way(c, _at_most(itertools.combinations(c, 2)))}
 
 
 def keys_hold(tables: dict, db: DatabaseSchema) -> bool:
@@ -117,14 +124,7 @@ def cross_tvd(real: dict, synth: dict, db: DatabaseSchema, child: str) -> float:
         left[ps.label] = codes(r[f"{parent}.{ps.label}"], s[f"{parent}.{ps.label}"], categories=ps.label_categories)
     right = {c.name: codes(r[c.name], s[c.name], c) for c in cs.columns if c.kind != "id"}
     both = {**left, **right}
-    return _two_way(both, _pairs_between(list(left), list(right)))
-
-
-def _pairs_between(left: list, right: list, limit: int = MAX_PAIRS) -> list:
-    every = list(itertools.product(left, right))
-    if len(every) <= limit:
-        return every
-    return [every[i] for i in sorted(np.random.default_rng(0).choice(len(every), limit, replace=False))]
+    return _two_way(both, _at_most(itertools.product(left, right)))
 
 
 def root_features(tables: dict, db: DatabaseSchema) -> tuple[pd.DataFrame, pd.Series]:
@@ -140,8 +140,8 @@ def root_features(tables: dict, db: DatabaseSchema) -> tuple[pd.DataFrame, pd.Se
             x[c.name] = _numeric(t[c.name], c)
         elif c.kind == "categorical":
             for v in c.categories:
-                x[f"{c.name}={v}"] = (t[c.name].astype(str) == str(v)).astype(float)
-    for child in [n for n in db.order() if (db.parent(n) or (None, None))[1] == root]:
+                x[f"{c.name}={v}"] = (_texts(t[c.name]) == category_text(v)).astype(float)
+    for child in db.children(root):
         fk = db.parent(child)[0]
         rows = tables[child]
         g = rows.groupby(fk)
@@ -152,9 +152,9 @@ def root_features(tables: dict, db: DatabaseSchema) -> tuple[pd.DataFrame, pd.Se
                     rows[fk]).mean().reindex(x.index)
             elif c.kind == "categorical":
                 for v in c.categories:
-                    x[f"{child}.{c.name}={v}"] = (rows[c.name].astype(str) == str(v)).groupby(
+                    x[f"{child}.{c.name}={v}"] = (_texts(rows[c.name]) == category_text(v)).groupby(
                         rows[fk]).mean().reindex(x.index)
-    return x.astype(float), t[spec.schema.label].astype(str)
+    return x.astype(float), _texts(t[spec.schema.label])
 
 
 def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> float | None:
@@ -170,7 +170,7 @@ def downstream(train: dict, test: dict, db: DatabaseSchema, seed: int = 0) -> fl
     from sklearn.preprocessing import StandardScaler
     from threadpoolctl import threadpool_limits
 
-    classes = [str(c) for c in db.tables[db.privacy_unit].schema.label_categories]
+    classes = [category_text(c) for c in db.tables[db.privacy_unit].schema.label_categories]
     xa, ya = root_features(train, db)
     xb, yb = root_features(test, db)
     if ya.nunique() < 2:

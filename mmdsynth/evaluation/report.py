@@ -304,17 +304,16 @@ def build_report(model, model_dir, *, test=None, out=None, seed: int = 0, data_d
     return _write_page(parts, out, model_dir)
 
 
-def build_database_report(model_dir, real: dict, *, out=None, seed: int = 0) -> Path:
-    """Write the HTML report of a fitted database (``fit --tables``; default ``model_dir/report.html``) against the
+def build_database_report(model, model_dir, real: dict, *, out=None, seed: int = 0) -> Path:
+    """Write the HTML report of a fitted database ``model`` (:class:`~mmdsynth.methods.database.DatabaseModel`, e.g.
+    ``DatabaseModel.load(model_dir)``; default output ``model_dir/report.html``) against the
     real tables ``real`` ({table: DataFrame}, read with its schema): the scores of
     :func:`~mmdsynth.evaluation.database.database_scores` (with the downstream task when ``mmdsynth evaluate`` ran
     it with ``--test``), each table's marginals real vs synthetic, each child table's children per parent row, and
     each fitted table's privacy ledger in words with its share."""
-    from ..methods.database import DatabaseModel
     from .database import database_scores
 
     model_dir = Path(model_dir)
-    model = DatabaseModel.load(model_dir)
     db, root = model.schema, model.schema.privacy_unit
     eval_path = model_dir / EVALUATION_FILE
     evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else {}

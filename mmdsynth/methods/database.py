@@ -41,6 +41,7 @@ from ..data.encoding import fresh_ids
 from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
                                levels, read_database)
 from ..errors import ArtifactError, InvalidParameterError
+from ..statistics.values import category_text, category_texts
 from .base import load
 from .default import fit
 
@@ -184,7 +185,7 @@ class DatabaseModel:
         """Drawn rows of ``name``'s model that are child rows with every value the table requires: ``factor`` times
         ``need`` (matching needs a choice), drawn in rounds; fewer only where the model keeps giving too few."""
         level, model = self.levels[name], self.models_[name]
-        required = [c.name for c in self.schema.tables[name].schema.columns if c.kind != "id" and not c.nullable]
+        required = _required(self.schema.tables[name].schema)
         pool, target = [], min(factor * need, max(POOL_MAX, need))
         n = max(target, 256)
         for _ in range(6):
@@ -205,6 +206,11 @@ class DatabaseModel:
         return pool
 
 
+def _required(schema) -> list[str]:
+    """A table's columns that must hold a value in every synthetic row (learned, not nullable)."""
+    return [c.name for c in schema.columns if c.kind != "id" and not c.nullable]
+
+
 def _features(frame: pd.DataFrame, columns: list, label: tuple) -> np.ndarray:
     """Rows as points for matching: ``columns`` (the frame's column, its schema Column) each numeric one scaled by
     its declared bounds (a missing value at -1), each categorical one one-hot over its declared categories (and
@@ -220,9 +226,9 @@ def _features(frame: pd.DataFrame, columns: list, label: tuple) -> np.ndarray:
             continue                                     # dates: not matched on
         else:
             cats = list(label[1]) if col is None else list(col.categories or [])
-            s = v.astype(object).where(v.notna(), None).map(lambda x: None if x is None else str(x))
-            parts.append(np.stack([(s == str(c)).to_numpy(float) for c in cats] + [s.isna().to_numpy(float)], 1)
-                         / np.sqrt(2.0))
+            s = category_texts(v).where(v.notna(), None)
+            parts.append(np.stack([(s == category_text(c)).to_numpy(float) for c in cats] +
+                                  [s.isna().to_numpy(float)], 1) / np.sqrt(2.0))
     return np.concatenate(parts, 1)
 
 
@@ -304,8 +310,7 @@ class _FlatSampler:
     def _valid(self, children: pd.DataFrame, rows: pd.DataFrame, rng) -> pd.DataFrame:
         """The children with a value wherever the child table's schema requires one: a drawn child row missing one
         is replaced by another drawn child row that has them all, its root kept; the count is logged."""
-        required = [c.name for c in self.schema.tables[self.flat.child].schema.columns
-                    if c.kind != "id" and not c.nullable]
+        required = _required(self.schema.tables[self.flat.child].schema)
         bad = children[required].isna().any(axis=1).to_numpy() if required else np.zeros(len(children), bool)
         if not bad.any():
             return children
@@ -361,8 +366,7 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
         frames, schemas, split = {"flat": flatten(tables, db)[0]}, {"flat": flat_schema(db).schema}, {"flat": 1.0}
     else:
         frames = level_frames(tables, db, lv)
-        if any(v.carrier for v in lv.values()):           # the roots are drawn from their first child table's model
-            del frames[db.privacy_unit]
+        frames = {t: frames[t] for t in _fitted(db, lv)}
         schemas, split = {t: v.schema for t, v in lv.items()}, table_shares(list(frames), shares)
     del tables
     # the folder is written whole or not at all: each table's model into a folder beside it, renamed at the end
@@ -397,13 +401,19 @@ def _checked(db: DatabaseSchema, layout: str, shares, max_children: int, out):
                                         "fits one table (its rows per root are the rows-per-person release).")
     else:
         lv = levels(db, conditional=layout == "cascade", max_children=max_children)
-        table_shares([t for t in lv if not (t == db.privacy_unit and any(v.carrier for v in lv.values()))], shares)
+        table_shares(_fitted(db, lv), shares)
     if out is not None:
         out = Path(out)
         if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / DATABASE_FILE).is_file())):
             raise InvalidParameterError(f"out {out} exists and is not a fitted database; give a new folder (a fitted "
                                         f"database there is replaced).")
     return lv
+
+
+def _fitted(db: DatabaseSchema, lv: dict) -> list[str]:
+    """The tables a fit fits: every level but the root where its first child table carries the roots."""
+    carried = any(v.carrier for v in lv.values())
+    return [t for t in lv if not (carried and t == db.privacy_unit)]
 
 
 def _fit_each(frames: dict, schemas: dict, split: dict, epsilon: float, delta: float, method, dataset: str, out,

@@ -116,8 +116,7 @@ COLUMN_PARSES = {
     ("mmdsynth.data.tabular", "to_numeric"), ("mmdsynth.data.tabular", "astype(str)"),
     ("mmdsynth.data.presets", "astype(str)"), ("mmdsynth.data.schema", "to_numeric"),
     ("mmdsynth.data.encoding", "to_datetime"), ("mmdsynth.evaluation.fidelity", "astype(str)"),
-    ("mmdsynth.evaluation.database", "to_numeric"), ("mmdsynth.evaluation.database", "to_datetime"),
-    ("mmdsynth.evaluation.database", "astype(str)"),
+    ("mmdsynth.evaluation.database", "to_numeric"),
 }
 
 
