@@ -363,7 +363,8 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     n_roots = len(tables[db.privacy_unit])
     delta = default_delta(n_roots) if delta is None else delta
     if layout == "flat":
-        frames, schemas, split = {"flat": flatten(tables, db)[0]}, {"flat": flat_schema(db).schema}, {"flat": 1.0}
+        joined, flat = flatten(tables, db)
+        frames, schemas, split = {"flat": joined}, {"flat": flat.schema}, {"flat": 1.0}
     else:
         frames = level_frames(tables, db, lv)
         frames = {t: frames[t] for t in _fitted(db, lv)}
