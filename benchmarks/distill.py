@@ -38,8 +38,7 @@ def release(method: str, eps: float, data, args):
     kwargs = {"n_classes": data.n_classes}
     if method == "dp-randconv":
         kwargs.update(n_networks=args.n_networks, conv_width=args.conv_width, conv_augment=args.augment,
-                      conv_pool=args.pool, conv_scales=args.scales, conv_views=args.views,
-                      sample_rate=args.sample_rate, neighbouring=args.neighbouring)
+                      conv_pool=args.pool, sample_rate=args.sample_rate, neighbouring=args.neighbouring)
     model = METHODS[method](epsilon=eps if math.isfinite(eps) else 1.0, delta=1e-5, noise_seed=args.noise_seed,
                             **kwargs)   # the papers' delta
     if math.isfinite(eps):
@@ -65,8 +64,6 @@ def main():
     p.add_argument("--conv-width", type=int, default=64, help="dp-randconv: filters per layer")
     p.add_argument("--augment", action="store_true", help="dp-randconv: a fixed public view per network")
     p.add_argument("--pool", type=int, default=None, help="dp-randconv: last map averaged to pool x pool cells")
-    p.add_argument("--scales", type=int, default=1, help="dp-randconv: the last S blocks' outputs (several scales)")
-    p.add_argument("--views", type=int, default=1, help="dp-randconv: features averaged over V shifted views")
     p.add_argument("--sample-rate", type=float, default=None,
                    help="dp-randconv: each network reads its own Poisson sample at this rate (NDPDC's sampling)")
     p.add_argument("--neighbouring", default="replace_one", choices=["replace_one", "add_remove"],
@@ -89,7 +86,6 @@ def main():
                     t = time.perf_counter()
                     tag = (f"{name}_{method}_eps{eps:g}_seed{seed}_n{args.n_networks}_w{args.conv_width}"
                            f"{'_aug' if args.augment else ''}{f'_pool{args.pool}' if args.pool else ''}"
-                           f"{f'_s{args.scales}' if args.scales > 1 else ''}{f'_v{args.views}' if args.views > 1 else ''}"
                            f"{f'_q{args.sample_rate:g}' if args.sample_rate else ''}"
                            f"{'_addrm' if args.neighbouring == 'add_remove' else ''}_sub{args.train_subset or 0}")
                     cached = Path(args.release_cache) / tag if args.release_cache else None

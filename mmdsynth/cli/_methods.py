@@ -274,8 +274,6 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                           'conv_seed': 0,
                                           'conv_augment': False,
                                           'conv_pool': None,
-                                          'conv_scales': 1,
-                                          'conv_views': 1,
                                           'sample_rate': None,
                                           'neighbouring': 'replace_one',
                                           'blocks_per_step': 2,
@@ -305,12 +303,6 @@ CATALOG = {'methods': {'dp-ntk': {'method': 'dp-ntk',
                                                       'image',
                                       'conv_pool': "average each network's last map to this many cells a side (none: "
                                                    'the whole map)',
-                                      'conv_scales': "each network's features are its last this many blocks' "
-                                                     "outputs, each averaged to the last map's size (1: the last "
-                                                     'block alone)',
-                                      'conv_views': "each network's features of a record averaged over this many "
-                                                    'public views of it (the image and shifts of up to 2 pixels; 1: '
-                                                    'the image alone)',
                                       'sample_rate': 'each network reads its own secret Poisson sample of this share '
                                                      'of the records',
                                       'neighbouring': '"replace_one" or "add_remove" (with sample_rate; zero-out '

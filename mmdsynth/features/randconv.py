@@ -15,18 +15,6 @@ outside the image. It plays the part of DM's differentiable augmentation (DSA) i
 set must match the data under every view. A view is a fixed function of one record, so each record's features
 still have norm 1 and the sensitivity is unchanged.
 
-``average_views`` (V > 1): each network's features of a record are the mean of its unit-norm features of V public
-views of the record: the image itself and V - 1 copies shifted by up to 2 pixels each way (colour images also
-flipped in every other one), drawn from ``seed`` per network. An average of unit vectors has norm at most 1, so the
-sensitivity holds; the statistic is the crops' and flips' invariant part, as averaging over DSA's augmentations
-would give, at V times the release's and distillation's compute.
-
-``scales`` (several scales in one pass): the features of a network are the outputs of its last ``scales`` blocks,
-each averaged down to the last map's size (or ``pool``), each part at unit norm and the concatenation times
-1/sqrt(scales): the earlier blocks' finer, more local statistics at no extra cost of the release's pass (the
-forward pass computes them anyway); a record's features still have norm 1 (``scales=1``: the last block alone,
-bit for bit the map before the option).
-
 ``pool``: average the last map down to ``pool x pool`` cells (None: keep it, 4 x 4 on 32 x 32 images). Fewer
 features per network put less noise in the release (its squared norm is D sigma^2) at the price of the layout:
 on CIFAR-10 at eps 1 the layout mattered more (2 x 2: 29.9 against 33.2 unpooled, ``benchmarks/RESULTS.md``).
@@ -81,7 +69,7 @@ class RandomConvFeatures(FeatureMap):
     default_blocks_per_step = 2
 
     def __init__(self, image_shape, n_networks: int = 8, width: int = 64, depth: int | None = None, seed: int = 0,
-                 augment: bool = False, pool: int | None = None, scales: int = 1, average_views: int = 1):
+                 augment: bool = False, pool: int | None = None):
         shape = tuple(int(s) for s in image_shape)
         if len(shape) != 3:
             raise InvalidParameterError(f"random-conv features take images (channels, height, width); got shape "
@@ -102,12 +90,7 @@ class RandomConvFeatures(FeatureMap):
                                         f"depth {self.depth}); use pool <= {min(side_h, side_w)}, or None.")
         if self.pool is not None:
             side_h = side_w = self.pool
-        self.scales = int(check_positive(scales, "scales", integer=True))
-        if self.scales > self.depth:
-            raise InvalidParameterError(f"scales={self.scales} takes the outputs of that many blocks; the networks "
-                                        f"have depth {self.depth}: use scales <= {self.depth}.")
-        self.side = (side_h, side_w)
-        self.block = self.scales * self.width * side_h * side_w
+        self.block = self.width * side_h * side_w
         self.networks = []
         for k in range(self.n_networks):
             with torch.random.fork_rng(devices=[]):
@@ -117,11 +100,6 @@ class RandomConvFeatures(FeatureMap):
                 p.requires_grad_(False)
             self.networks.append(net)
         self.views = [self._draw_view(k) if self.augment and k > 0 else None for k in range(self.n_networks)]
-        self.average_views = int(check_positive(average_views, "average_views", integer=True))
-        if self.average_views > 1 and self.augment:
-            raise InvalidParameterError("augment gives each network one view and average_views averages several: "
-                                        "use one of them.")
-        self.shifts = [self._draw_shifts(k) for k in range(self.n_networks)] if self.average_views > 1 else None
 
     @property
     def out_dim(self) -> int:
@@ -142,31 +120,6 @@ class RandomConvFeatures(FeatureMap):
         c, s = math.cos(angle) * scale, math.sin(angle) * scale
         return torch.tensor([[c * flip, -s, shift[0]], [s * flip, c, shift[1]]], dtype=torch.float32)
 
-    def _draw_shifts(self, k: int) -> torch.Tensor:
-        """Network k's ``average_views`` affine maps (V x 2 x 3): the identity, then shifts of up to 2 pixels each
-        way (colour images: every other one flipped), from the seed."""
-        g = torch.Generator().manual_seed(self.seed * 1009 + k + 15_485_863)
-        maps = torch.zeros(self.average_views, 2, 3)
-        maps[:, 0, 0] = maps[:, 1, 1] = 1.0
-        for v in range(1, self.average_views):
-            dx, dy = (torch.randint(-2, 3, (2,), generator=g)).tolist()
-            maps[v, 0, 2], maps[v, 1, 2] = 2.0 * dx / self.image_shape[2], 2.0 * dy / self.image_shape[1]
-            if self.image_shape[0] == 3 and v % 2 == 1:
-                maps[v, 0, 0] = -1.0
-        return maps
-
-    def _averaged(self, x: torch.Tensor, k: int) -> torch.Tensor:
-        """The mean over network k's views of its unit-norm features (norm <= 1 / sqrt(n_networks))."""
-        total = 0.0
-        for view in self.shifts[k].to(x.device):
-            if torch.equal(view, torch.eye(2, 3, device=x.device)):
-                seen = x
-            else:
-                grid = F.affine_grid(view.expand(x.shape[0], 2, 3), list(x.shape), align_corners=False)
-                seen = F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
-            total = total + self._features(seen, k)
-        return total / self.average_views
-
     def _block(self, x: torch.Tensor, k: int) -> torch.Tensor:
         """Network k's features of images ``x`` (already shaped, in [0, 1]): its view, the fixed input map, the
         network, unit norm, times 1/sqrt(n_networks)."""
@@ -174,24 +127,8 @@ class RandomConvFeatures(FeatureMap):
         if view is not None:
             grid = F.affine_grid(view.to(x.device).expand(x.shape[0], 2, 3), list(x.shape), align_corners=False)
             x = F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
-        if self.shifts is not None:
-            return self._averaged(x, k)
-        return self._features(x, k)
-
-    def _features(self, x: torch.Tensor, k: int) -> torch.Tensor:
-        """Network k's unit-norm features of images ``x`` times 1/sqrt(n_networks) (one view)."""
-        if self.scales == 1:
-            f = self.networks[k]((x - 0.5) / 0.5)
-            return f * ((1.0 / math.sqrt(self.n_networks)) / f.norm(dim=1, keepdim=True).clamp_min(1e-12))
-        parts, h, layers = [], (x - 0.5) / 0.5, list(self.networks[k])
-        for i in range(self.depth):                     # conv, norm, relu, pool: the output of block i
-            for layer in layers[4 * i:4 * i + 4]:
-                h = layer(h)
-            if i >= self.depth - self.scales:
-                part = F.adaptive_avg_pool2d(h, self.side).flatten(1)
-                parts.append(part / part.norm(dim=1, keepdim=True).clamp_min(1e-12))
-        scale = 1.0 / math.sqrt(self.n_networks * self.scales)
-        return torch.cat(parts, 1) * scale
+        f = self.networks[k]((x - 0.5) / 0.5)
+        return f * ((1.0 / math.sqrt(self.n_networks)) / f.norm(dim=1, keepdim=True).clamp_min(1e-12))
 
     def _images(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0], *self.image_shape).float()
@@ -224,5 +161,4 @@ class RandomConvFeatures(FeatureMap):
 
     def spec(self) -> dict:
         return {"name": self.name, "image_shape": list(self.image_shape), "n_networks": self.n_networks,
-                "width": self.width, "depth": self.depth, "seed": self.seed, "augment": self.augment, "pool": self.pool, "scales": self.scales,
-                "average_views": self.average_views}
+                "width": self.width, "depth": self.depth, "seed": self.seed, "augment": self.augment, "pool": self.pool}

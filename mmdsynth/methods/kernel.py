@@ -231,10 +231,6 @@ class DPRandConv(KernelGeneratorMethod):
         "conv_seed": "the ConvNets' initialisation (public)",
         "conv_augment": "each network sees a fixed public view (crop, flip) of every image",
         "conv_pool": "average each network's last map to this many cells a side (none: the whole map)",
-        "conv_views": "each network's features of a record averaged over this many public views of it (the image "
-                      "and shifts of up to 2 pixels; 1: the image alone)",
-        "conv_scales": "each network's features are its last this many blocks' outputs, each averaged to the last "
-                       "map's size (1: the last block alone)",
         "sample_rate": "each network reads its own secret Poisson sample of this share of the records",
         "neighbouring": '"replace_one" or "add_remove" (with sample_rate; zero-out neighbours)',
         "blocks_per_step": "the generator matches this many random networks a step (DM's stochastic steps, "
@@ -249,14 +245,13 @@ class DPRandConv(KernelGeneratorMethod):
 
     def __init__(self, epsilon: float | None = None, delta: float | None = None, *, n_networks: int = 32, conv_width: int = 64,
                  conv_depth: int | None = None, conv_seed: int = 0, conv_augment: bool = False,
-                 conv_pool: int | None = None, conv_scales: int = 1, conv_views: int = 1, sample_rate: float | None = None, neighbouring: str = "replace_one",
+                 conv_pool: int | None = None, sample_rate: float | None = None, neighbouring: str = "replace_one",
                  blocks_per_step: int | None = RandomConvFeatures.default_blocks_per_step, iterations: int = 1500,
                  **kwargs):
         super().__init__(epsilon, delta, iterations=iterations, **kwargs)
         self.blocks_per_step = blocks_per_step
         self.n_networks, self.conv_width, self.conv_depth, self.conv_seed = n_networks, conv_width, conv_depth, conv_seed
         self.conv_augment, self.conv_pool, self.sample_rate = conv_augment, conv_pool, sample_rate
-        self.conv_scales, self.conv_views = conv_scales, conv_views
         self.neighbouring = neighbouring
 
     def _validate(self) -> None:
@@ -293,5 +288,4 @@ class DPRandConv(KernelGeneratorMethod):
         if len(shape) != 3:
             return self.feature_map(int(shape[0]), n_classes)
         return RandomConvFeatures(shape, self._s.n_networks, self._s.conv_width, self._s.conv_depth, seed=self._s.conv_seed,
-                                  augment=self._s.conv_augment, pool=self._s.conv_pool, scales=self._s.conv_scales,
-                                  average_views=self._s.conv_views)
+                                  augment=self._s.conv_augment, pool=self._s.conv_pool)

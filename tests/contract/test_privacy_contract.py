@@ -73,11 +73,8 @@ MAP_VARIANTS = {
     "random-conv": [("random-conv", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8), IMAGE),
                     ("random-conv views", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, augment=True),
                      IMAGE),
-                    ("random-conv views averaged", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8,
-                                                                                average_views=3), IMAGE),
-                    ("random-conv pooled, two scales", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8,
-                                                                                    depth=2, pool=1, scales=2),
-                     IMAGE)],
+                    ("random-conv pooled", lambda e: RandomConvFeatures(IMAGE, n_networks=3, width=8, depth=2,
+                                                                        pool=1), IMAGE)],
 }
 VARIANTS = [(name, *v) for name, vs in MAP_VARIANTS.items() for v in vs]
 

@@ -191,41 +191,6 @@ def test_pool_averages_the_last_map_and_round_trips_through_the_spec():
         RandomConvFeatures(SHAPE, n_networks=1, width=4, depth=2, pool=8)
 
 
-def test_scales_and_averaged_views_are_what_they_say_and_round_trip_through_the_spec():
-    """scales=2: the last two blocks' outputs, each averaged to the last map's size and at unit norm, times
-    1/sqrt(2 n_networks); average_views=V: the mean of V views' unit-norm features, the first the image itself
-    (norm <= 1: an average of unit vectors); both rebuilt by the spec, an old spec keeps neither; the refusals."""
-    x = torch.cat([_images(4), torch.zeros(1, *SHAPE)])
-    plain = RandomConvFeatures(SHAPE, n_networks=2, width=8, depth=2)             # 16 -> 8 -> 4
-    two = RandomConvFeatures(SHAPE, n_networks=2, width=8, depth=2, scales=2)
-    assert two.block == 2 * 8 * 16 and two.out_dim == 2 * two.block
-    net = plain.networks[0]
-    first = net[:4]((x - 0.5) / 0.5)                                              # block 1's output, 8 x 8
-    last = net[4:8](first)
-    parts = [torch.nn.functional.avg_pool2d(first, 2).flatten(1), last.flatten(1)]
-    expected = torch.cat([p[:4] / p[:4].norm(dim=1, keepdim=True) for p in parts], 1) / 2
-    phi = two(x)
-    assert torch.allclose(phi[:4, :two.block], expected, atol=1e-5)
-    assert torch.allclose(phi[:4].norm(dim=1), torch.ones(4), atol=1e-5) and phi[4].norm() <= 1 + 1e-6
-    assert torch.equal(build_feature_map(two.spec())(x), phi)
-    averaged = RandomConvFeatures(SHAPE, n_networks=2, width=8, depth=2, average_views=3)
-    assert torch.equal(averaged.shifts[0][0], torch.eye(2, 3))                     # the image itself first
-    views = []
-    for view in averaged.shifts[1]:
-        grid = torch.nn.functional.affine_grid(view.expand(len(x), 2, 3), list(x.shape), align_corners=False)
-        views.append(plain.block_features(torch.nn.functional.grid_sample(x, grid, align_corners=False), 1))
-    phi = averaged(x)
-    assert torch.allclose(phi[:, plain.block:], sum(views) / 3, atol=1e-5)
-    assert (phi.norm(dim=1) <= 1 + 1e-6).all() and (phi[:4].norm(dim=1) < 0.999).any()
-    assert torch.equal(build_feature_map(averaged.spec())(x), phi)
-    old = build_feature_map({k: v for k, v in two.spec().items() if k not in ("scales", "average_views")})
-    assert old.scales == 1 and old.average_views == 1 and torch.equal(old(x), plain(x))
-    with pytest.raises(InvalidParameterError, match="scales=3 takes the outputs of that many blocks"):
-        RandomConvFeatures(SHAPE, n_networks=1, width=4, depth=2, scales=3)
-    with pytest.raises(InvalidParameterError, match="use one of them"):
-        RandomConvFeatures(SHAPE, n_networks=2, width=4, augment=True, average_views=2)
-
-
 # -- NDPDC's sampling: one Poisson sample per network ---------------------------------------------------------
 def _sampled(X, y, q, *, T=6, eps=1.0, noise_seed=0, sampler_seed=0, **kw):
     from mmdsynth.embedding import release_sampled_embedding
