@@ -16,6 +16,17 @@ def emit(row: dict, path) -> None:
         fh.write(json.dumps(row) + "\n")
 
 
+def replace_block(path, begin: str, end: str, text: str) -> None:
+    """Replace what stands between the markers ``begin`` and ``end`` in the file ``path`` (a generated table of
+    RESULTS.md) with ``text``; a file without both markers is refused, naming them."""
+    path = Path(path)
+    doc = path.read_text()
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{path} has no {begin} ... {end} markers: add them where the table goes")
+    head, rest = doc.split(begin, 1)
+    path.write_text(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
+
+
 def add_set_option(parser) -> None:
     """``--set KEY=JSON ...``: any other constructor argument of the method."""
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",

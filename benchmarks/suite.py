@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from _rows import replace_block
 
 ROOT = Path(os.environ.get("MMDSYNTH_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "datasets")) / "tables"
 TABLES = ["cps1988", "arrests", "fertility2", "college", "males", "spam7", "wvs", "nmes", "resume", "benefits",
@@ -451,12 +452,6 @@ def _full_rho(d: dict) -> float:
     return rho_for_epsilon(d["epsilon"], d["delta"])
 
 
-def write_block(path: Path, text: str) -> None:
-    doc = path.read_text()
-    start, end = doc.index(BLOCK[0]), doc.index(BLOCK[1])
-    path.write_text(doc[:start] + BLOCK[0] + "\n" + text + "\n" + doc[end:])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", nargs="+", default=TABLES)
@@ -489,7 +484,7 @@ def main() -> None:
                          dict.fromkeys(f"{d['table']} at eps {d['epsilon']:g}, seed {d['seed']} (rho {d['rho']:.4g}"
                                        f"{', ' + ODP_AUTHORS_MST if d.get('cuts') else ''})" for d in shaved)))
         if args.write:
-            write_block(args.write, text)
+            replace_block(args.write, *BLOCK, text)
         print(text)
     elif args.summarize:
         summarize(args.summarize)

@@ -83,7 +83,8 @@ def _two_way(c: dict, pairs) -> float:
 def table_tvd(real: pd.DataFrame, synth: pd.DataFrame, schema) -> dict:
     """One table's mean 1-way and 2-way TVD over its learned columns and label."""
     c = _table_codes(real, synth, schema)
-    return {"tvd_1way": float(np.mean([tv(*v) for v in c.values()])), "tvd_2way": _two_way(c, _at_most(itertools.combinations(c, 2)))}
+    return {"tvd_1way": float(np.mean([tv(*v) for v in c.values()])),
+            "tvd_2way": _two_way(c, _at_most(itertools.combinations(c, 2)))}
 
 
 def keys_hold(tables: dict, db: DatabaseSchema) -> bool:
