@@ -31,7 +31,7 @@ NOT_PARAMS = {"command", "func", "verbose", "method", "dataset", "csv", "db", "t
               "label_categories", "nullable", "missing_values", "privacy_unit", "drop_unlisted", "shards",
               "encoding", "sep", "n_records", "engine", "ray_address", "ray_workers", "force", "split_seed", "out", "public_init",
               "resume", "budget", "budget_epsilon", "data_dir", "quiet", "seed", "noise_seed", "device",
-              "checkpoint_every", "release_only", "max_children", "layout"}
+              "checkpoint_every", "release_only", "max_children", "layout", "stream"}
 
 
 #: parameters the CLI never sets: a fixed sample voids the guarantee (tests only)
@@ -94,7 +94,8 @@ def _table_input(args) -> bool:
 def cmd_fit(args) -> int:
     if args.tables is not None:
         return _fit_database(args)
-    stray = [f for f, v in (("--max-children", args.max_children), ("--layout", args.layout)) if v is not None]
+    stray = [f for f, v in (("--max-children", args.max_children), ("--layout", args.layout),
+                            ("--stream", args.stream or None)) if v is not None]
     if stray:
         raise InvalidParameterError(f"{', '.join(stray)}: only for a database (--tables FOLDER|URL); this fit reads "
                                     f"one table.")
@@ -215,7 +216,7 @@ def _schema(args):
 
 def _fit_inputs(args):
     """(data for fit, fit kwargs, the dataset's settings, public facts, kind of data) for --dataset or --csv."""
-    from ..data import Schema, get_info, load_dataset, load_preset, read_table
+    from ..data import get_info, load_dataset, load_preset, read_table
 
     if args.privacy_unit and not (args.csv or args.db or args.shards):
         raise InvalidParameterError("--privacy-unit names a column of your table (--csv, --db or --shards); the "
@@ -284,7 +285,6 @@ def _method(args):
 
 def _shard_inputs(args):
     """(data, fit kwargs, settings, facts, kind) for --shards: a table or arrays in many files, summed on --engine."""
-    from ..data import Schema
     from ..data.shards import ShardedTable, open_shards
     from ..engines import get_engine
 
@@ -351,9 +351,22 @@ def _refuse_database_flags(args) -> None:
     if declared:
         raise InvalidParameterError(f"{', '.join(declared)}: a database declares these in its schema (the root's "
                                     f"label, each column's nullable, privacy_unit: the root table); drop the flags.")
-    if args.budget or args.budget_epsilon is not None:
-        raise InvalidParameterError("--budget does not take a database's fit yet (it is several releases, one a "
-                                    "table); charge its epsilon and delta to your budget by hand.")
+
+
+def _database_budget(args, dataset: str):
+    """The budget file a database's fit charges (``--budget``), or None: an existing one keeps its totals; a new one
+    holds ``--budget-epsilon`` (else this fit's epsilon) and ``--delta`` (the default delta rests on the count of
+    roots, which only the fit reads)."""
+    if args.budget is None:
+        if args.budget_epsilon is not None:
+            raise InvalidParameterError("--budget-epsilon sets the total of a new budget file: give --budget FILE too.")
+        return None
+    from ..privacy import BudgetFile
+    if not Path(args.budget).exists() and args.delta is None:
+        raise InvalidParameterError(f"--budget {args.budget} is a new budget file: give its total delta with --delta "
+                                    f"(a database's default delta rests on its count of roots, read only by the fit).")
+    return BudgetFile.open(args.budget, dataset, args.budget_epsilon or (
+        None if Path(args.budget).exists() else args.epsilon), args.delta)
 
 
 def _fit_database(args) -> int:
@@ -384,10 +397,13 @@ def _fit_database(args) -> int:
     given = {k: v for k, v in given.items() if k not in ("epsilon", "delta")}         # given apart, as fit_tables
     from ..methods.database import fit_tables
     layout = {k: v for k, v in (("layout", args.layout), ("max_children", args.max_children)) if v is not None}
+    if args.stream:
+        layout["stream"] = True
     if args.noise_seed is not None:                           # tests only: fixed noise
         given["noise_seed"] = args.noise_seed
+    dataset = f"database:{Path(str(args.tables)).name}"
     model = fit_tables(args.tables, args.schema, epsilon=args.epsilon, delta=args.delta, method=args.method,
-                       dataset=f"database:{Path(str(args.tables)).name}", out=out, **layout, **given)
+                       dataset=dataset, out=out, budget=_database_budget(args, dataset), **layout, **given)
     if not args.quiet:
         for name, m in model.models_.items():
             for line in m.fit_summary(f"{name} of the database {args.tables} ({model.shares[name]:.0%} of the "
@@ -746,6 +762,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "in a table is learned up to this many (public; more read as this many; default 100)")
     s.add_argument("--layout", choices=["cascade", "independent", "flat"], default=None, help="--tables: the cascade "
                    "(default), or a baseline: the tables fitted apart, or a root and one child table joined")
+    s.add_argument("--stream", action="store_true", help="--tables: read the tables without child tables in batches "
+                   "and fit from temporary shards, in memory that grows with the parent tables, not the leaves")
     s.add_argument("--schema", type=existing_file("the schema: a JSON file (docs/tutorials/tables.md, 'The schema')"), help="JSON schema of --csv or --db (format: 'The schema' in docs/tutorials/tables.md)")
     s.add_argument("--label", help="the label column, when the schema declares none (SDV metadata); else the schema's")
     s.add_argument("--label-categories", metavar="A,B,...", help="the label's classes (public), when the schema "

@@ -205,25 +205,42 @@ def read_database(source, schema: DatabaseSchema | dict | str | Path) -> dict[st
     ``NAME.parquet``), a database URL (SQLite, DuckDB, PostgreSQL: ``SELECT`` of the declared columns of table
     ``NAME``), or a dict of DataFrames by table name. Returns {table: the validated DataFrame}."""
     schema = as_database_schema(schema)
+    check_given(source, schema)
+    tables = {name: read_one(source, spec) for name, spec in schema.tables.items()}
+    check_keys(tables, schema)
+    return tables
+
+
+def check_given(source, schema: DatabaseSchema) -> None:
+    """A dict of DataFrames holds exactly the schema's tables (a folder's or a database's are looked up by name)."""
     if isinstance(source, dict):
         missing = sorted(set(schema.tables) - set(source))
         extra = sorted(set(source) - set(schema.tables))
         if missing or extra:
             raise SchemaError(f"the tables given {sorted(source)} differ from the schema's {sorted(schema.tables)}"
                               f"{f': missing {missing}' if missing else ''}{f', not declared {extra}' if extra else ''}.")
-        tables = {}
-        for name, spec in schema.tables.items():
-            if not isinstance(source[name], pd.DataFrame):
-                raise InvalidParameterError(f"table {name!r} must be a pandas DataFrame.")
-            check_listed(source[name], spec.schema, f"table {name!r}", drop_unlisted=False)
-            tables[name] = spec.schema.validate(source[name])           # as read_table validates a file
-    elif isinstance(source, str) and "://" in source:
-        tables = {name: read_sql(source, f"SELECT * FROM {name}", spec.schema)
-                  for name, spec in schema.tables.items()}
-    else:
-        tables = {name: read_table(table_file(source, name), spec.schema) for name, spec in schema.tables.items()}
-    check_keys(tables, schema)
-    return tables
+
+
+def read_one(source, spec: TableSpec) -> pd.DataFrame:
+    """Table ``spec`` of ``source`` (as :func:`read_database` takes it), read and validated whole."""
+    if isinstance(source, dict):
+        frame = given_frame(source, spec)
+        check_listed(frame, spec.schema, f"table {spec.name!r}", drop_unlisted=False)
+        return spec.schema.validate(frame)                            # as read_table validates a file
+    if is_url(source):
+        return read_sql(source, f"SELECT * FROM {spec.name}", spec.schema)
+    return read_table(table_file(source, spec.name), spec.schema)
+
+
+def is_url(source) -> bool:
+    """Whether a database's ``source`` is a database URL (else a folder, or a dict of DataFrames)."""
+    return isinstance(source, str) and "://" in source
+
+
+def given_frame(source: dict, spec: TableSpec) -> pd.DataFrame:
+    if not isinstance(source[spec.name], pd.DataFrame):
+        raise InvalidParameterError(f"table {spec.name!r} must be a pandas DataFrame.")
+    return source[spec.name]
 
 
 def as_database_schema(schema) -> DatabaseSchema:
@@ -266,20 +283,31 @@ def _table_of(path: Path) -> str | None:
 def check_keys(tables: dict[str, pd.DataFrame], schema: DatabaseSchema) -> None:
     """Refuse the database unless every primary key is unique and every foreign key names a row of its parent: each
     refusal names the table, the column and a count, never a key. ``tables`` are validated (IDs read by
-    themselves: integers as integers, text by its text)."""
+    themselves: integers as integers, text by its text); a table's parent among them (the tables from the root down
+    to those with child tables, for a database whose other tables are read in batches: :mod:`~mmdsynth.data.
+    relational_shards`)."""
     for name, spec in schema.tables.items():
-        if spec.primary_key is not None:
-            repeated = int(tables[name][spec.primary_key].duplicated().sum())
-            if repeated:
-                raise DataValidationError(f"table {name!r}: {repeated} row(s) repeat a primary key {spec.primary_key!r} "
-                                          f"of an earlier row; a primary key names one row. Fix or drop those rows.")
+        if spec.primary_key is not None and name in tables:
+            repeated_keys(name, spec.primary_key, int(tables[name][spec.primary_key].duplicated().sum()))
     for name in schema.order()[1:]:
-        column, parent = schema.parent(name)
-        known = tables[parent][schema.tables[parent].primary_key]
-        orphans = int((~tables[name][column].isin(known)).sum())
-        if orphans:
-            raise DataValidationError(f"table {name!r}: {orphans} row(s) have a {column!r} that no row of {parent!r} "
-                                      f"holds; every row belongs to a parent. Drop those rows (or add their parents).")
+        if name in tables:
+            column, parent = schema.parent(name)
+            known = tables[parent][schema.tables[parent].primary_key]
+            orphan_rows(name, column, parent, int((~tables[name][column].isin(known)).sum()))
+
+
+def repeated_keys(name: str, key: str, repeated: int) -> None:
+    """Refuse table ``name`` where ``repeated`` of its rows repeat a primary key ``key`` (a count, never a key)."""
+    if repeated:
+        raise DataValidationError(f"table {name!r}: {repeated} row(s) repeat a primary key {key!r} of an earlier row; "
+                                  f"a primary key names one row. Fix or drop those rows.")
+
+
+def orphan_rows(name: str, column: str, parent: str, orphans: int) -> None:
+    """Refuse table ``name`` where ``orphans`` of its rows have a foreign key ``column`` naming no row of ``parent``."""
+    if orphans:
+        raise DataValidationError(f"table {name!r}: {orphans} row(s) have a {column!r} that no row of {parent!r} "
+                                  f"holds; every row belongs to a parent. Drop those rows (or add their parents).")
 
 
 def root_ids(tables: dict[str, pd.DataFrame], schema: DatabaseSchema) -> dict[str, pd.Series]:
@@ -460,38 +488,79 @@ def level_frames(tables: dict[str, pd.DataFrame], db: DatabaseSchema, lv: dict[s
     of children per parent row (more than the level's bound read as the bound), parent columns joined by key, the
     root's label and key carried down, and one marked row for each root without a row in the table (with its root's
     columns, under the root)."""
-    root = db.privacy_unit
-    rs, key = db.tables[root].schema, db.tables[root].primary_key
-    rid = root_ids(tables, db)
-    label = pd.Series(tables[root][rs.label].to_numpy(), index=tables[root][key].to_numpy())
-    own = {}                                   # each table's own learned columns and counts, indexed by its key
+    build = LevelRows(tables, db, lv, child_counts(tables, db))
     out = {}
     for name in db.order():
-        level, t = lv[name], tables[name]
-        frame = t[list(level.own)].copy()
-        pk = db.tables[name].primary_key
-        for child, col in level.counts.items():
-            fk = db.parent(child)[0]
-            n = tables[child][fk].value_counts()
-            bound = int(level.schema.column(col).bounds[1])
-            frame[col] = np.minimum(n.reindex(t[pk].to_numpy(), fill_value=0).to_numpy(), bound)
-        if pk is not None:
-            own[name] = frame.set_axis(t[pk].to_numpy())
-        if name == root:
-            out[name] = frame.assign(**{rs.label: t[rs.label].to_numpy()})[
-                [c.name for c in level.schema.columns] + [rs.label]]
-            continue
-        fk, parent = db.parent(name)
-        for c, p in level.context.items():
-            frame[c] = own[parent][p].reindex(t[fk].to_numpy()).to_numpy()
-        roots = rid[name].to_numpy()
-        frame[key] = roots
-        frame[rs.label] = label.reindex(roots).to_numpy()
-        frame[level.present] = "1"
-        alone = tables[root][key][~tables[root][key].isin(set(roots))].to_numpy()
-        marks = pd.DataFrame({key: alone, rs.label: label.reindex(alone).to_numpy(), level.present: "0"})
-        if parent == root:
-            for c, p in level.context.items():
-                marks[c] = own[root][p].reindex(alone).to_numpy()
-        out[name] = pd.concat([frame, marks], ignore_index=True)[[c.name for c in level.schema.columns] + [rs.label]]
+        rows, roots = build.rows(name, tables[name])
+        out[name] = rows if name == db.privacy_unit else pd.concat([rows, build.marks(name, roots)], ignore_index=True)
     return out
+
+
+def child_counts(tables: dict[str, pd.DataFrame], db: DatabaseSchema) -> dict[str, pd.Series]:
+    """{child table: its rows per parent key} of the child tables among ``tables``."""
+    return {t: tables[t][db.parent(t)[0]].value_counts() for t in tables if t != db.privacy_unit}
+
+
+class LevelRows:
+    """The rows of the cascade's training tables (:func:`level_frames`), a table's rows (or a batch of them) at a
+    time: ``parents`` holds every table that has child tables, whole (their rows are the context of their children's
+    rows), ``counts`` every child table's rows per parent key (:func:`child_counts`, or summed over a stream of
+    batches). A table without child tables may come in batches: each row's training row is a function of that row,
+    its parent's row and its root's, so the batches' rows together are the table's."""
+
+    def __init__(self, parents: dict[str, pd.DataFrame], db: DatabaseSchema, lv: dict[str, Level], counts: dict):
+        self.db, self.lv, self.counts = db, lv, counts
+        root = db.privacy_unit
+        self.rs, self.key = db.tables[root].schema, db.tables[root].primary_key
+        keys = parents[root][self.key]
+        self.label = pd.Series(parents[root][self.rs.label].to_numpy(), index=keys.to_numpy())
+        self.up = {root: pd.Series(keys.to_numpy(), index=keys.to_numpy())}    # a parent's key -> its root's key
+        self.own = {}                                 # a parent's own learned columns and counts, by its key
+        for name in db.order():
+            if name not in parents or db.tables[name].primary_key is None:     # a table with no key has no children
+                continue
+            t = parents[name]
+            if name != root:
+                self.up[name] = pd.Series(self._roots(name, t), index=t[db.tables[name].primary_key].to_numpy())
+            self.own[name] = self._own(name, t).set_axis(t[db.tables[name].primary_key].to_numpy())
+
+    def _roots(self, name: str, t: pd.DataFrame) -> np.ndarray:
+        fk, parent = self.db.parent(name)
+        return self.up[parent].reindex(t[fk].to_numpy()).to_numpy()
+
+    def _own(self, name: str, t: pd.DataFrame) -> pd.DataFrame:
+        """The table's learned columns and its counts of children (more than the level's bound read as the bound)."""
+        level = self.lv[name]
+        frame = t[list(level.own)].copy()
+        pk = self.db.tables[name].primary_key
+        for child, col in level.counts.items():
+            bound = int(level.schema.column(col).bounds[1])
+            frame[col] = np.minimum(self.counts[child].reindex(t[pk].to_numpy(), fill_value=0).to_numpy(), bound)
+        return frame
+
+    def rows(self, name: str, t: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+        """(the training rows of rows ``t`` of table ``name``, their roots' keys), in the level's column order."""
+        level, root = self.lv[name], self.db.privacy_unit
+        columns = [c.name for c in level.schema.columns] + [self.rs.label]
+        frame = self._own(name, t)
+        if name == root:
+            return frame.assign(**{self.rs.label: t[self.rs.label].to_numpy()})[columns], t[self.key].to_numpy()
+        fk, parent = self.db.parent(name)
+        for c, p in level.context.items():
+            frame[c] = self.own[parent][p].reindex(t[fk].to_numpy()).to_numpy()
+        roots = self._roots(name, t)
+        frame[self.key] = roots
+        frame[self.rs.label] = self.label.reindex(roots).to_numpy()
+        frame[level.present] = "1"
+        return frame[columns], roots
+
+    def marks(self, name: str, roots) -> pd.DataFrame:
+        """One marked row (``present`` "0") for each root not among ``roots`` (the roots of table ``name``'s rows):
+        its key and label and, under the root, its root's columns."""
+        level = self.lv[name]
+        alone = self.label.index[~self.label.index.isin(set(np.asarray(roots).tolist()))].to_numpy()
+        marks = pd.DataFrame({self.key: alone, self.rs.label: self.label.reindex(alone).to_numpy(), level.present: "0"})
+        if self.db.parent(name)[1] == self.db.privacy_unit:
+            for c, p in level.context.items():
+                marks[c] = self.own[self.db.privacy_unit][p].reindex(alone).to_numpy()
+        return marks.reindex(columns=[c.name for c in level.schema.columns] + [self.rs.label])

@@ -137,32 +137,44 @@ class ShardedTable(_Sharded):
         """The public column order: the schema's (shards may order their columns differently)."""
         return [c.name for c in self.schema.columns] + ([self.schema.label] if self.schema.label else [])
 
-    def _raw_batches(self, path: Path):
-        if table_suffix(path) == ".csv":        # each shard's delimiter from its own header line (or --sep)
-            sep = self.sep or csv_delimiter(path, self.columns, self.encoding)
-            yield from read_csv_text(path, self.encoding, sep=sep, chunksize=self.batch_rows)
+    def batches(self, i: int):
+        for df in table_batches(self.files[i], self.schema, batch_rows=self.batch_rows,
+                                drop_unlisted=self.drop_unlisted, encoding=self.encoding, sep=self.sep):
+            yield df, len(df)
+
+
+def table_batches(path, schema: Schema, *, batch_rows: int = BATCH_ROWS, drop_unlisted: bool = False,
+                  encoding: str = "utf-8", sep: str | None = None):
+    """The rows of one CSV (compressed too) or Parquet file, ``batch_rows`` at a time, each batch validated against
+    ``schema`` (every value by itself, so the batches together read as the whole file does); an error names the file,
+    never a row."""
+    path = Path(path)
+    raw = _raw_batches(path, schema, batch_rows, encoding, sep)
+    while True:
+        with _reading(path):                          # a corrupt or unreadable file: name it
+            df = next(raw, None)
+        if df is None:
             return
         try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:  # pragma: no cover - pyarrow missing
-            raise InvalidParameterError("reading Parquet needs pyarrow: pip install 'mmdsynth[parquet]'") from exc
-        for rb in pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows):
-            yield rb.to_pandas()
+            check_listed(df, schema, path, drop_unlisted)
+            df = schema.validate(df.reset_index(drop=True))
+        except MmdsynthError as exc:
+            raise type(exc)(f"shard {path}: {exc}") from None     # the shard, never a row number
+        yield df
 
-    def batches(self, i: int):
-        path = self.files[i]
-        raw = self._raw_batches(path)
-        while True:
-            with _reading(path):                          # a corrupt or unreadable file: name it
-                df = next(raw, None)
-            if df is None:
-                return
-            try:
-                check_listed(df, self.schema, path, self.drop_unlisted)
-                df = self.schema.validate(df.reset_index(drop=True))
-            except MmdsynthError as exc:
-                raise type(exc)(f"shard {path}: {exc}") from None     # the shard, never a row number
-            yield df, len(df)
+
+def _raw_batches(path: Path, schema: Schema, batch_rows: int, encoding: str, sep: str | None):
+    if table_suffix(path) == ".csv":        # each shard's delimiter from its own header line (or --sep)
+        columns = [c.name for c in schema.columns] + ([schema.label] if schema.label else [])
+        sep = sep or csv_delimiter(path, columns, encoding)
+        yield from read_csv_text(path, encoding, sep=sep, chunksize=batch_rows)
+        return
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - pyarrow missing
+        raise InvalidParameterError("reading Parquet needs pyarrow: pip install 'mmdsynth[parquet]'") from exc
+    for rb in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        yield rb.to_pandas()
 
 
 class ShardedArrays(_Sharded):

@@ -61,25 +61,44 @@ def read_sql(url: str, query: str, schema: Schema | str | Path, *, label: str | 
              drop_unlisted: bool = False) -> pd.DataFrame:
     """The rows ``query`` returns from the database at ``url``, validated against the declared
     ``schema`` (as :func:`~mmdsynth.data.read_table` validates a file). Returns the DataFrame."""
-    sa = _sqlalchemy()
     if not isinstance(schema, Schema):
         schema = Schema.from_json(schema)
     if label is not None and label != schema.label:
         raise SchemaError(f"label {label!r} was given but the schema's label is {schema.label!r}; they must agree.")
     if not str(query).strip():
         raise InvalidParameterError("the query is empty; give the SELECT that returns the private table.")
+    df = next(_results(url, query))
+    check_listed(df, schema, f"the query result from {shown(url)}", drop_unlisted)
+    return schema.validate(df)
+
+
+def sql_batches(url: str, query: str, schema: Schema, *, batch_rows: int):
+    """The rows ``query`` returns, ``batch_rows`` at a time, each batch validated against ``schema`` as
+    :func:`read_sql` validates the whole (every value by itself, so the batches together read as the whole does)."""
+    if not str(query).strip():
+        raise InvalidParameterError("the query is empty; give the SELECT that returns the private table.")
+    for df in _results(url, query, batch_rows):
+        check_listed(df, schema, f"the query result from {shown(url)}", drop_unlisted=False)
+        yield schema.validate(df.reset_index(drop=True))
+
+
+def _results(url: str, query: str, batch_rows: int | None = None):
+    """The result of ``query`` at ``url`` as one DataFrame (``batch_rows`` None) or in DataFrames of ``batch_rows``
+    rows; a database error named by its kind, never its text."""
+    sa = _sqlalchemy()
     engine = _engine(url)
     try:
         with engine.connect() as conn:
-            df = pd.read_sql(sa.text(query), conn)
+            if batch_rows is None:
+                yield pd.read_sql(sa.text(query), conn)
+            else:
+                yield from pd.read_sql(sa.text(query), conn, chunksize=batch_rows)
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as exc:
         raise DataValidationError(f"the query failed on {shown(url)} ({database_error(exc)}); the database's own "
                                   f"message is not shown, as it may quote a private value: run the query in the "
                                   f"database's client to read it.") from None
     finally:
         engine.dispose()
-    check_listed(df, schema, f"the query result from {shown(url)}", drop_unlisted)
-    return schema.validate(df)
 
 
 def database_error(exc: BaseException) -> str:

@@ -40,7 +40,10 @@ from ..choice import HYBRID_MIN_RECORDS_EPSILON, default_delta
 from ..data.encoding import fresh_ids
 from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
                                levels, read_database)
+from ..data.relational_shards import level_shards
+from ..data.shards import BATCH_ROWS
 from ..errors import ArtifactError, InvalidParameterError
+from ..privacy.budget import BudgetFile
 from ..statistics.values import category_text, category_texts
 from .base import load
 from .default import fit
@@ -341,7 +344,8 @@ def table_shares(names: list, shares: dict | None) -> dict[str, float]:
 
 def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, method: str | None = None,
                dataset: str = "", out=None, layout: str = "cascade", shares: dict | None = None,
-               max_children: int = MAX_CHILDREN, **params) -> DatabaseModel:
+               max_children: int = MAX_CHILDREN, stream: bool = False, batch_rows: int = BATCH_ROWS,
+               budget: BudgetFile | None = None, **params) -> DatabaseModel:
     """Fit a database (the module's docstring). ``source``: a folder of ``NAME.csv`` / ``.csv.gz`` / ``.parquet``
     files, a database URL, or {table: DataFrame}; ``schema``: the database schema
     (:class:`~mmdsynth.data.relational.DatabaseSchema`, its dict or JSON path; the root declares the label). The
@@ -351,26 +355,53 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     ``delta`` None: the default for the root count). ``max_children``: a parent's number of children in a table is
     learned up to this many (public; more read as this many). ``layout``: ``"cascade"`` (the model),
     ``"independent"`` or ``"flat"`` (the baselines). ``out``: a folder with each table's model folder and the
-    layout file (:meth:`DatabaseModel.load` reads it). Returns a :class:`DatabaseModel`::
+    layout file (:meth:`DatabaseModel.load` reads it). ``stream``: the tables without child tables read
+    ``batch_rows`` rows at a time and each training table fitted from Parquet shards in a private temporary folder
+    (:mod:`~mmdsynth.data.relational_shards`: memory grows with the tables that have children, not with the leaves;
+    the cascade and the tables-apart layouts). ``budget``: a :class:`~mmdsynth.privacy.budget.BudgetFile` that must
+    hold the database's whole (epsilon, delta), checked before any table is fitted, then charged by each table's fit
+    with its share. Returns a :class:`DatabaseModel`::
 
         model = mmdsynth.fit_tables("hospital/", "database.json", epsilon=1.0)
         tables = model.sample(1000)          # {"patients": ..., "visits": ..., "labs": ...}
     """
     db = as_database_schema(schema)
-    lv = _checked(db, layout, shares, max_children, out)
+    lv = _checked(db, layout, shares, max_children, out, stream, batch_rows)
     out = None if out is None else Path(out)
+    shards = Path(tempfile.mkdtemp(prefix="mmdsynth-shards-")) if stream else None    # private rows: this user's
+    try:
+        frames, schemas, n_roots = _training_tables(source, db, lv, layout, shards, batch_rows)
+        split = {"flat": 1.0} if layout == "flat" else table_shares(list(frames), shares)
+        delta = default_delta(n_roots) if delta is None else delta
+        if budget is not None:                       # the whole database's charge fits, before any table's is made
+            budget.check(epsilon, delta)
+            params = {**params, "budget": budget}
+        return _fit_all(frames, schemas, split, db, lv, layout, epsilon, delta, method, dataset, out, max_children,
+                        n_roots, params)
+    finally:
+        if shards is not None:
+            shutil.rmtree(shards, ignore_errors=True)
+
+
+def _training_tables(source, db: DatabaseSchema, lv, layout: str, shards, batch_rows: int):
+    """({table: its training table}, {table: its schema}, the count of roots) of a fit: the levels' frames (the
+    flattened join for ``layout="flat"``) read whole, or as Parquet shards under ``shards`` (not None)."""
+    if shards is not None:
+        frames, n_roots = level_shards(source, db, lv, _fitted(db, lv), shards, batch_rows=batch_rows)
+        return frames, {t: v.schema for t, v in lv.items()}, n_roots
     tables = read_database(source, db)
     n_roots = len(tables[db.privacy_unit])
-    delta = default_delta(n_roots) if delta is None else delta
     if layout == "flat":
         joined, flat = flatten(tables, db)
-        frames, schemas, split = {"flat": joined}, {"flat": flat.schema}, {"flat": 1.0}
-    else:
-        frames = level_frames(tables, db, lv)
-        frames = {t: frames[t] for t in _fitted(db, lv)}
-        schemas, split = {t: v.schema for t, v in lv.items()}, table_shares(list(frames), shares)
-    del tables
-    # the folder is written whole or not at all: each table's model into a folder beside it, renamed at the end
+        return {"flat": joined}, {"flat": flat.schema}, n_roots
+    frames = level_frames(tables, db, lv)
+    return {t: frames[t] for t in _fitted(db, lv)}, {t: v.schema for t, v in lv.items()}, n_roots
+
+
+def _fit_all(frames: dict, schemas: dict, split: dict, db, lv, layout: str, epsilon: float, delta: float, method,
+             dataset: str, out, max_children: int, n_roots: int, params: dict) -> DatabaseModel:
+    """Each training table fitted at its share, the database's folder ``out`` (if given) written whole or not at all:
+    each table's model into a folder beside it, renamed at the end."""
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
     tmp = None if out is None else Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -390,10 +421,16 @@ def fit_tables(source, schema, *, epsilon: float, delta: float | None = None, me
     return DatabaseModel(models, db, layout, max_children, split, placement)
 
 
-def _checked(db: DatabaseSchema, layout: str, shares, max_children: int, out):
+def _checked(db: DatabaseSchema, layout: str, shares, max_children: int, out, stream: bool, batch_rows: int):
     """The fit's options checked against the schema before any row is read; the cascade's levels (None: flat)."""
     if layout not in LAYOUTS:
         raise InvalidParameterError(f"layout must be one of {LAYOUTS}; got {layout!r}.")
+    if stream and layout == "flat":
+        raise InvalidParameterError("stream reads the tables without child tables in batches for the cascade and the "
+                                    "tables-apart layouts; the flattened join is one table in memory: stream=False, "
+                                    "or layout=\"cascade\".")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}.")
     lv = None
     if layout == "flat":
         flat_schema(db)

@@ -2,6 +2,7 @@
 checked (refusals with counts, never a value), each row's root key through the chain of foreign keys."""
 import copy
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -253,7 +254,8 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
         folder / "students.csv.gz", index=False)
     (tmp_path / "database.json").write_text(json.dumps(LABELLED))
     code, out, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon", 1,
-                             "--method", "dp-merf", "--iterations", 5, "--n-features", 50, "--out", tmp_path / "run")
+                             "--method", "dp-merf", "--iterations", 5, "--n-features", 50, "--out", tmp_path / "run",
+                             "--stream")
     assert code == 0, err
     assert "sample it: mmdsynth sample" in out and (tmp_path / "run" / "database.json").is_file()
     code, out, err = run_cli(capsys, "sample", tmp_path / "run", "--n", 30, "--seed", 0, "--out", tmp_path / "synth")
@@ -507,3 +509,107 @@ def test_what_a_database_fit_cannot_hold_is_refused_before_a_row_is_read():
     with pytest.raises(InvalidParameterError, match="placement \"match\" needs the cascade's parent columns"):
         model.sample(10, placement="match")
     assert isinstance(model, DatabaseModel)
+
+
+@pytest.mark.parametrize("kind", ["dataframes", "folder", "sqlite"])
+def test_streamed_training_tables_hold_the_rows_the_whole_tables_give(tmp_path, kind):
+    """stream=True (issue 84, item 5): the tables with child tables read whole, the others (labs, prescriptions) in
+    batches of 7 rows, so one root's rows span several shards; every training table's shards, read back as its fit
+    reads them (each batch validated), hold exactly the rows of the in-memory training table, marks included."""
+    from mmdsynth.data.relational import level_frames, levels
+    from mmdsynth.data.relational_shards import level_shards
+
+    db, tables = DatabaseSchema.from_dict(HOSPITAL), _hospital()
+    lv = levels(db, max_children=2)
+    source = tables
+    if kind == "folder":
+        for name, t in tables.items():
+            t.to_csv(tmp_path / f"{name}.csv.gz" if name == "labs" else tmp_path / f"{name}.csv", index=False)
+        source = tmp_path
+    elif kind == "sqlite":
+        source = f"sqlite:///{tmp_path / 'h.db'}"
+        for name, t in tables.items():
+            store_sql(source, name, t)
+    whole = level_frames(read_database(tables, db), db, lv)
+    shards, n_roots = level_shards(source, db, lv, list(lv), tmp_path / "shards", batch_rows=7)
+    assert n_roots == 60 and shards["labs"].n_shards > 2 and shards["labs"].n_records == 60
+    for name, sharded in shards.items():
+        got = pd.concat([b for i in range(sharded.n_shards) for b, _ in sharded.batches(i)], ignore_index=True)
+        pd.testing.assert_frame_equal(got, lv[name].schema.validate(whole[name]), obj=name)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["prescriptions"].assign(rx=["r0"] + list(t["prescriptions"].rx[1:-1]) + ["r0"]),
+     "table 'prescriptions': 1 row(s) repeat a primary key 'rx'"),
+    (lambda t: pd.concat([t["prescriptions"], pd.DataFrame({"rx": ["x1", "x2"], "pid": [777, 778], "dose": 1.0})]),
+     "table 'prescriptions': 2 row(s) have a 'pid' that no row of 'patients' holds")])
+def test_streamed_keys_are_checked_across_batches_before_a_shard_is_written(tmp_path, change, message):
+    """A primary key repeated in two batches far apart, rows without a parent: refused with a count (never a key)
+    before any training row is written."""
+    from mmdsynth.data.relational import levels
+    from mmdsynth.data.relational_shards import level_shards
+
+    db, tables = DatabaseSchema.from_dict(HOSPITAL), _hospital()
+    tables["prescriptions"] = change(tables)
+    with pytest.raises(DataValidationError, match=re.escape(message)) as err:
+        level_shards(tables, db, levels(db), ["visits"], tmp_path / "shards", batch_rows=4)
+    assert "777" not in str(err.value) and "r0'" not in str(err.value).replace("'rx'", "")
+    assert not (tmp_path / "shards").exists()
+
+
+def test_a_streamed_fit_makes_the_release_of_the_whole_tables(tmp_path):
+    """fit_tables(stream=True) from a folder of files, with the noise fixed (a test-only seed): every table's
+    release equals the in-memory fit's (the same sums, added in another order), and its temporary shards are gone."""
+    import glob
+    import tempfile
+
+    import mmdsynth
+
+    tables = _hospital()
+    for name, t in tables.items():
+        t.to_csv(tmp_path / f"{name}.csv", index=False)
+    kw = dict(epsilon=2.0, method="dp-merf", iterations=3, n_features=40, noise_seed=0)
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "mmdsynth-shards-*")))
+    streamed = mmdsynth.fit_tables(tmp_path, HOSPITAL, stream=True, batch_rows=5, **kw)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "mmdsynth-shards-*"))) == before
+    whole = mmdsynth.fit_tables(tables, HOSPITAL, **kw)
+    for name, model in whole.models_.items():
+        a, b = model.release_, streamed.models_[name].release_
+        assert a.tensors.keys() == b.tensors.keys()
+        for k in a.tensors:
+            np.testing.assert_allclose(b.tensors[k].numpy(), a.tensors[k].numpy(), rtol=1e-9, atol=1e-12, err_msg=k)
+    from mmdsynth.data.relational import check_keys
+    check_keys(streamed.sample(20, seed=0), DatabaseSchema.from_dict(HOSPITAL))
+    from mmdsynth.errors import InvalidParameterError
+    with pytest.raises(InvalidParameterError, match="the flattened join is one table in memory"):
+        mmdsynth.fit_tables(tables, {"privacy_unit": "patients", "tables": {
+            k: HOSPITAL["tables"][k] for k in ("patients", "visits")}}, epsilon=1.0, layout="flat", stream=True)
+
+
+def test_a_database_fit_charges_its_budget_file_whole_or_not_at_all(tmp_path, capsys):
+    """--budget with --tables: the database's whole (epsilon, delta) checked before any table is fitted, then each
+    fitted table's share charged; a fit the rest of the budget cannot hold is refused before a table is fitted and
+    leaves the file and the folder as they were; a new file needs its delta."""
+    import json
+
+    from mmdsynth.privacy import BudgetFile
+    from support import run_cli
+
+    tables = {k: _hospital()[k] for k in ("patients", "visits", "labs")}
+    three = {"privacy_unit": "patients", "tables": {k: HOSPITAL["tables"][k] for k in tables}}
+    for name, t in tables.items():
+        t.to_csv(tmp_path / f"{name}.csv", index=False)
+    (tmp_path / "db.json").write_text(json.dumps(three))
+    base = ["fit", "--tables", tmp_path, "--schema", tmp_path / "db.json", "--method", "dp-merf", "--iterations", 3,
+            "--n-features", 20]
+    code, _, err = run_cli(capsys, *base, "--epsilon", 1, "--out", tmp_path / "r0", "--budget", tmp_path / "b.json")
+    assert code != 0 and "is a new budget file: give its total delta with --delta" in err
+    code, _, err = run_cli(capsys, *base, "--epsilon", 1, "--delta", 1e-5, "--out", tmp_path / "r1",
+                           "--budget", tmp_path / "b.json", "--budget-epsilon", 1.5)
+    assert code == 0, err
+    budget = BudgetFile.open(tmp_path / "b.json")
+    assert len(budget.charges) == 2 and budget.spent == pytest.approx((1.0, 1e-5))
+    code, _, err = run_cli(capsys, *base, "--epsilon", 1, "--delta", 1e-5, "--out", tmp_path / "r2",
+                           "--budget", tmp_path / "b.json")
+    assert code != 0 and "would exceed the budget" in err and not (tmp_path / "r2").exists()
+    assert BudgetFile.open(tmp_path / "b.json").charges == budget.charges
