@@ -44,11 +44,18 @@ from ..data.relational_shards import level_shards
 from ..data.shards import BATCH_ROWS
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
+from ..statistics.persons import ROWS_CAP, ROWS_EDGES
 from ..statistics.values import category_text, category_texts
 from .base import load
 from .default import fit
 
 logger = logging.getLogger(__name__)
+
+CALIBRATE_COUNTS = True
+#: the drawn counts of a root's children are fitted to the released histogram of rows per root where that histogram's
+#: noise alone moves it by at most this total variation in expectation (:func:`histogram_noise_tvd`; public: the
+#: noise std, the cells and the count of roots)
+COUNTS_NOISE_TVD = 0.15
 
 
 #: the database's layout beside a fitted database's model folders (what tells `mmdsynth sample` it is one)
@@ -143,6 +150,8 @@ class DatabaseModel:
             level, up = self.levels[name], drawn[parent]
             counts = np.clip(np.rint(np.nan_to_num(np.asarray(up[self.levels[parent].counts[name]], dtype=float))),
                              0, self.max_children).astype(np.int64)
+            if parent == root and CALIBRATE_COUNTS:
+                counts = self._calibrated(name, counts, rng)
             at_bound = int((counts >= self.max_children).sum())
             if at_bound:
                 logger.info("%s: %d of %d synthetic %s rows drew the bound of %d children (max_children: no child row "
@@ -171,6 +180,32 @@ class DatabaseModel:
                     frame[c.name] = fresh_ids(c, len(frame), rng)
             out[name] = frame
         return out
+
+    def _calibrated(self, name: str, counts: np.ndarray, rng) -> np.ndarray:
+        """The drawn roots' ``counts`` of rows in ``name`` (a child table of the root) fitted to that table's released
+        histogram of rows per root (over the public cells of ``ROWS_EDGES``; a root without a row there holds one
+        marked row, so counts 0 and 1 share the first cell): the roots ranked by their drawn count (ties at random),
+        the ranks cut where the histogram puts its mass, a count kept where it falls in its root's cell, else drawn
+        uniformly inside it (at most ``max_children``). Post-processing of the releases."""
+        release = self.models_[name].release_
+        p = getattr(self.models_[name].encoder_, "rows_per_person", None)
+        std = (release.dataset.get("rows_per_person") or {}).get("noise_std")
+        if p is None or std is None or len(counts) == 0 or \
+                histogram_noise_tvd(std, len(p), release.dataset["n_records"]) > COUNTS_NOISE_TVD:
+            return counts
+        order = np.lexsort((rng.random(len(counts)), counts))
+        sizes = np.floor(np.asarray(p) * len(counts)).astype(np.int64)
+        rest = len(counts) - sizes.sum()
+        sizes[np.argsort(-(np.asarray(p) * len(counts) - sizes))[:rest]] += 1
+        cell = np.repeat(np.arange(len(sizes)), sizes)
+        lo = np.asarray(ROWS_EDGES[:-1])[cell]
+        hi = np.where(cell == len(sizes) - 1, max(ROWS_CAP, self.max_children), np.asarray(ROWS_EDGES[1:])[cell] - 1)
+        lo = np.where(cell == 0, 0, lo)
+        mine = counts[order]
+        inside = (mine >= lo) & (mine <= hi)
+        out = counts.copy()
+        out[order] = np.where(inside, mine, rng.integers(np.maximum(lo, 1), np.maximum(hi, 1) + 1))
+        return np.minimum(out, self.max_children)
 
     def _roots(self, n_roots: int, rng) -> pd.DataFrame:
         """``n_roots`` synthetic roots with their counts: drawn from the root model, or, where the root's first child
@@ -328,6 +363,12 @@ class _FlatSampler:
         out = children.copy()
         out.iloc[np.flatnonzero(bad)] = repl.to_numpy()
         return out
+
+
+def histogram_noise_tvd(std: float, cells: int, n: int) -> float:
+    """The expected total variation that Gaussian noise of ``std`` on each of ``cells`` counts of ``n`` records adds
+    to their histogram: half of cells x std x sqrt(2 / pi), over n."""
+    return 0.5 * cells * std * math.sqrt(2.0 / math.pi) / max(int(n), 1)
 
 
 def table_shares(names: list, shares: dict | None) -> dict[str, float]:

@@ -305,10 +305,12 @@ DB_CHAIN = {**DB_SCHEMA, "tables": {**DB_SCHEMA["tables"], "labs": {
         {"name": "visit_id", "type": "id"}, {"name": "value", "type": "numeric", "bounds": [0.0, 1.0]}]}}}
 
 
-def test_a_root_replaced_with_thousands_of_rows_down_a_chain_moves_every_table_within_its_sensitivity():
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_root_replaced_with_thousands_of_rows_down_a_chain_moves_every_table_within_its_sensitivity(stream):
     """patients -> visits -> labs: patient 0 with HEAVY visits of two labs each (6,000 rows under one root) replaced by
     an extreme patient with one visit of one extreme lab, and a patient with visits by one with none: the visits' and
-    the labs' releases each move within their sensitivities, m the 300 patients in every entry."""
+    the labs' releases each move within their sensitivities, m the 300 patients in every entry. Streamed (the labs
+    read in batches of 997 rows and fitted from shards), the heavy patient's rows lie in several shards."""
     from mmdsynth.methods.database import fit_tables
 
     g = np.random.default_rng(2)
@@ -322,7 +324,7 @@ def test_a_root_replaced_with_thousands_of_rows_down_a_chain_moves_every_table_w
         return {**tables, "labs": labs}
 
     fit = lambda tables: fit_tables(with_labs(tables), DB_CHAIN, epsilon=1.0, method="dp-merf",  # noqa: E731
-                                    noise_seed=0, **PERSON_METHODS["dp-merf"]).releases_
+                                    noise_seed=0, stream=stream, batch_rows=997, **PERSON_METHODS["dp-merf"]).releases_
     base = fit(base_tables)
     assert sorted(base) == ["labs", "visits"]
     assert all(e.n_records == 300 for r in base.values() for e in r.ledger.entries)

@@ -281,7 +281,7 @@ def test_the_command_line_fits_a_database_folder_and_samples_one_csv_a_table(tmp
     code, _, err = run_cli(capsys, "fit", "--csv", folder / "schools.csv", "--schema", tmp_path / "database.json",
                            "--max-children", 5, "--epsilon", 1, "--out", tmp_path / "run3")
     assert code != 0 and "--max-children: only for a database (--tables FOLDER|URL)" in err
-    for flags, message in [(["--budget", tmp_path / "b.json"], "--budget does not take a database's fit yet"),
+    for flags, message in [(["--budget-epsilon", 2], "--budget-epsilon sets the total of a new budget file"),
                            (["--label", "Sector"], "--label: a database declares these in its schema")]:
         code, _, err = run_cli(capsys, "fit", "--tables", folder, "--schema", tmp_path / "database.json", "--epsilon",
                                1, "--out", tmp_path / "run4", *flags)
@@ -613,3 +613,34 @@ def test_a_database_fit_charges_its_budget_file_whole_or_not_at_all(tmp_path, ca
                            "--budget", tmp_path / "b.json")
     assert code != 0 and "would exceed the budget" in err and not (tmp_path / "r2").exists()
     assert BudgetFile.open(tmp_path / "b.json").charges == budget.charges
+
+
+def test_the_roots_counts_follow_the_released_rows_per_root_where_its_noise_is_small(monkeypatch):
+    """Sampling fits each root's drawn count of children in a child table of the root to that table's released
+    histogram of rows per root (post-processing): with little noise the synthetic roots fall in the histogram's cells
+    in its proportions exactly (largest remainders), a larger drawn count never gets a smaller cell, and a count
+    inside its cell is kept; where the histogram's noise alone would move it by more than COUNTS_NOISE_TVD, the drawn
+    counts stay as they are."""
+    import mmdsynth
+    import mmdsynth.methods.database as database
+    from mmdsynth.statistics.persons import rows_cell
+
+    two = {"privacy_unit": "patients", "tables": {k: HOSPITAL["tables"][k] for k in ("patients", "visits")}}
+    tables = {k: _hospital(n=400)[k] for k in ("patients", "visits")}
+    model = mmdsynth.fit_tables(tables, two, epsilon=40.0, method="dp-merf", iterations=3, n_features=40, noise_seed=0)
+    p = model.models_["visits"].encoder_.rows_per_person
+    monkeypatch.setattr(database, "CALIBRATE_COUNTS", False)
+    raw = model.sample(400, seed=3)
+    monkeypatch.setattr(database, "CALIBRATE_COUNTS", True)
+    cal = model.sample(400, seed=3)
+    n_raw, n_cal = (t["visits"].pid.value_counts().reindex(t["patients"].pid, fill_value=0).to_numpy()
+                    for t in (raw, cal))
+    cells = np.bincount(rows_cell(np.maximum(n_cal, 1)), minlength=len(p))
+    assert np.abs(cells - p * 400).max() < 1 and cells.sum() == 400
+    by_raw = pd.DataFrame({"raw": n_raw, "cell": rows_cell(np.maximum(n_cal, 1))}).groupby("raw").cell.agg(["min", "max"])
+    assert (by_raw["max"].to_numpy()[:-1] <= by_raw["min"].to_numpy()[1:]).all()     # more drawn, never a lower cell
+    same = rows_cell(np.maximum(n_raw, 1)) == rows_cell(np.maximum(n_cal, 1))
+    assert same.any() and (n_raw[same] == n_cal[same]).all()
+    monkeypatch.setattr(database, "COUNTS_NOISE_TVD", 0.0)
+    again = model.sample(400, seed=3)
+    pd.testing.assert_frame_equal(again["visits"], raw["visits"])
