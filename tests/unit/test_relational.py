@@ -519,7 +519,12 @@ def test_streamed_training_tables_hold_the_rows_the_whole_tables_give(tmp_path, 
     from mmdsynth.data.relational import level_frames, levels
     from mmdsynth.data.relational_shards import level_shards
 
-    db, tables = DatabaseSchema.from_dict(HOSPITAL), _hospital()
+    dated = copy.deepcopy(HOSPITAL)                  # a date and a missing value read in batches as whole
+    dated["tables"]["visits"]["columns"].append({"name": "when", "type": "datetime", "bounds": ["2020-01-01",
+                                                 "2022-12-31"], "resolution": "D", "nullable": True})
+    db, tables = DatabaseSchema.from_dict(dated), _hospital()
+    when = pd.Series(pd.date_range("2020-01-01", periods=len(tables["visits"]), freq="D").strftime("%Y-%m-%d"))
+    tables["visits"]["when"] = when.where(tables["visits"].vid.to_numpy() % 5 != 0, None).to_numpy()
     lv = levels(db, max_children=2)
     source = tables
     if kind == "folder":
