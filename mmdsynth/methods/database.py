@@ -44,9 +44,10 @@ from ..data.relational_shards import level_shards
 from ..data.shards import BATCH_ROWS
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
-from ..statistics.persons import ROWS_CAP, ROWS_EDGES
+from ..statistics.persons import ROWS_CAP, ROWS_EDGES, rows_cell
 from ..statistics.values import category_text, category_texts
 from .base import load
+from .tables import ROWS_THRESHOLD_SIGMAS
 from .default import fit
 
 logger = logging.getLogger(__name__)
@@ -183,24 +184,25 @@ class DatabaseModel:
 
     def _calibrated(self, name: str, counts: np.ndarray, rng) -> np.ndarray:
         """The drawn roots' ``counts`` of rows in ``name`` (a child table of the root) fitted to that table's released
-        histogram of rows per root (over the public cells of ``ROWS_EDGES``; a root without a row there holds one
-        marked row, so counts 0 and 1 share the first cell): the roots ranked by their drawn count (ties at random),
-        the ranks cut where the histogram puts its mass, a count kept where it falls in its root's cell, else drawn
-        uniformly inside it (at most ``max_children``). Post-processing of the releases."""
+        histogram of rows per root (:func:`counts_target`; a root without a row there holds one marked row, so counts 0
+        and 1 share the first cell): the roots ranked by their drawn count (ties at random), the ranks cut where the
+        target puts its mass, a count kept where it falls in its root's cell, else drawn uniformly inside it (at most
+        ``max_children``). Post-processing of the releases."""
         release = self.models_[name].release_
-        p = getattr(self.models_[name].encoder_, "rows_per_person", None)
         std = (release.dataset.get("rows_per_person") or {}).get("noise_std")
-        if p is None or std is None or len(counts) == 0 or \
-                histogram_noise_tvd(std, len(p), release.dataset["n_records"]) > COUNTS_NOISE_TVD:
+        noisy = release.tensors.get("rows_per_person")
+        if noisy is None or std is None or len(counts) == 0 or \
+                histogram_noise_tvd(std, len(noisy), release.dataset["n_records"]) > COUNTS_NOISE_TVD:
             return counts
+        drawn = np.bincount(rows_cell(np.maximum(counts, 1)), minlength=len(noisy))
+        p = counts_target(np.asarray(noisy, dtype=np.float64), std, int(release.dataset["n_records"]), drawn)
         order = np.lexsort((rng.random(len(counts)), counts))
-        sizes = np.floor(np.asarray(p) * len(counts)).astype(np.int64)
+        sizes = np.floor(p * len(counts)).astype(np.int64)
         rest = len(counts) - sizes.sum()
-        sizes[np.argsort(-(np.asarray(p) * len(counts) - sizes))[:rest]] += 1
+        sizes[np.argsort(-(p * len(counts) - sizes))[:rest]] += 1
         cell = np.repeat(np.arange(len(sizes)), sizes)
-        lo = np.asarray(ROWS_EDGES[:-1])[cell]
+        lo = np.where(cell == 0, 0, np.asarray(ROWS_EDGES[:-1])[cell])
         hi = np.where(cell == len(sizes) - 1, max(ROWS_CAP, self.max_children), np.asarray(ROWS_EDGES[1:])[cell] - 1)
-        lo = np.where(cell == 0, 0, lo)
         mine = counts[order]
         inside = (mine >= lo) & (mine <= hi)
         out = counts.copy()
@@ -363,6 +365,21 @@ class _FlatSampler:
         out = children.copy()
         out.iloc[np.flatnonzero(bad)] = repl.to_numpy()
         return out
+
+
+def counts_target(noisy: np.ndarray, std: float, n: int, drawn: np.ndarray) -> np.ndarray:
+    """The share of roots each cell of the rows-per-root histogram gets: a cell the release resolves (its noisy count
+    at least ``ROWS_THRESHOLD_SIGMAS`` noise std) its released share of the ``n`` roots; the mass left spread over the
+    other cells as the drawn counts spread over them (``drawn``: roots per cell), or over the resolved cells where the
+    drawn counts hold none there. Post-processing: the release, its public noise and count, the model's draw."""
+    keep = noisy >= ROWS_THRESHOLD_SIGMAS * std
+    share = np.where(keep, np.clip(noisy, 0.0, None) / max(n, 1), 0.0)
+    if share.sum() > 1.0:
+        share /= share.sum()
+    rest, other = 1.0 - share.sum(), np.where(keep, 0.0, drawn.astype(np.float64))
+    if other.sum() > 0:
+        return share + rest * other / other.sum()
+    return share / share.sum() if share.sum() > 0 else drawn / max(drawn.sum(), 1)
 
 
 def histogram_noise_tvd(std: float, cells: int, n: int) -> float:

@@ -633,13 +633,16 @@ def test_the_roots_counts_follow_the_released_rows_per_root_where_its_noise_is_s
     two = {"privacy_unit": "patients", "tables": {k: HOSPITAL["tables"][k] for k in ("patients", "visits")}}
     tables = {k: _hospital(n=400)[k] for k in ("patients", "visits")}
     model = mmdsynth.fit_tables(tables, two, epsilon=40.0, method="dp-merf", iterations=3, n_features=40, noise_seed=0)
-    p = model.models_["visits"].encoder_.rows_per_person
     monkeypatch.setattr(database, "CALIBRATE_COUNTS", False)
     raw = model.sample(400, seed=3)
     monkeypatch.setattr(database, "CALIBRATE_COUNTS", True)
     cal = model.sample(400, seed=3)
     n_raw, n_cal = (t["visits"].pid.value_counts().reindex(t["patients"].pid, fill_value=0).to_numpy()
                     for t in (raw, cal))
+    release = model.models_["visits"].release_
+    noisy = np.asarray(release.tensors["rows_per_person"], dtype=float)
+    p = database.counts_target(noisy, release.dataset["rows_per_person"]["noise_std"], 400,
+                               np.bincount(rows_cell(np.maximum(n_raw, 1)), minlength=len(noisy)))
     cells = np.bincount(rows_cell(np.maximum(n_cal, 1)), minlength=len(p))
     assert np.abs(cells - p * 400).max() < 1 and cells.sum() == 400
     by_raw = pd.DataFrame({"raw": n_raw, "cell": rows_cell(np.maximum(n_cal, 1))}).groupby("raw").cell.agg(["min", "max"])
@@ -649,3 +652,14 @@ def test_the_roots_counts_follow_the_released_rows_per_root_where_its_noise_is_s
     monkeypatch.setattr(database, "COUNTS_NOISE_TVD", 0.0)
     again = model.sample(400, seed=3)
     pd.testing.assert_frame_equal(again["visits"], raw["visits"])
+
+
+def test_the_counts_target_trusts_the_cells_the_release_resolves_and_the_draw_elsewhere():
+    """A cell whose noisy count is at least 3 noise std gets its released share of the roots; the rest of the mass
+    follows the drawn counts over the other cells (all of it the resolved cells' where the draw holds none there)."""
+    from mmdsynth.methods.database import counts_target
+
+    noisy, drawn = np.array([50.0, 2.0, 30.0, -4.0]), np.array([10, 30, 50, 10])
+    np.testing.assert_allclose(counts_target(noisy, 5.0, 100, drawn), [0.5, 0.15, 0.3, 0.05])
+    np.testing.assert_allclose(counts_target(noisy, 5.0, 100, np.array([10, 0, 90, 0])), [0.625, 0, 0.375, 0])
+    np.testing.assert_allclose(counts_target(np.array([90.0, 60.0]), 1.0, 100, np.array([1, 1])), [0.6, 0.4])
