@@ -30,6 +30,8 @@ def release_text(r: dict) -> str:
     parts = [f"{spec.get('n_networks')} ConvNets, width {spec.get('width')}"]
     if spec.get("scales", 1) > 1:
         parts.append(f"{spec['scales']} scales")
+    if spec.get("moments", 1) > 1:
+        parts.append("with second moments (each feature's square; a probe, not in the library)")
     if spec.get("augment"):
         parts.append("a view each")
     if spec.get("pool"):

@@ -7,13 +7,14 @@ possible input, from which the sensitivity of a mean embedding follows. Its
 """
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 import torch
 
-from ..errors import unknown_name
+from ..errors import ArtifactError, unknown_name
 from ..statistics.bounds import bounded_rows
 
 FEATURE_MAPS: dict[str, type] = {}
@@ -152,8 +153,16 @@ class FeatureMap(ABC):
 
 
 def build_feature_map(spec: dict) -> FeatureMap:
+    """The feature map a release's ``spec`` describes (its ``name`` and constructor arguments); a spec with arguments
+    this version's map does not take (written by another version) is refused naming them."""
     spec = dict(spec)
     kind = spec.pop("name", None)
     if kind not in FEATURE_MAPS:
         raise unknown_name("feature map", str(kind), FEATURE_MAPS)
+    known = inspect.signature(FEATURE_MAPS[kind]).parameters
+    unknown = sorted(set(spec) - set(known))
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in known.values()):
+        raise ArtifactError(f"the release's {kind!r} feature map has settings {unknown} that this version of mmdsynth "
+                            f"does not know (the release was written by another version): load it with that version, "
+                            f"or make the release again.")
     return FEATURE_MAPS[kind](**spec)

@@ -353,3 +353,15 @@ def test_the_generator_defaults_are_the_measured_recipe(digits, block_calls):
     assert len(block_calls) == 6 and all(len(c) == 2 for c in block_calls)
     assert model.train_config().batch_size == 250
     assert DPRandConv(epsilon=1, batch_size=64, blocks_per_step=None).settings_for("image").batch_size == 64
+
+
+def test_a_spec_from_another_version_is_refused_naming_its_settings():
+    """A release's feature spec with a setting this version's map does not take (written by a version that had it) is
+    refused with a typed error naming the setting and the fix, instead of a TypeError from the constructor."""
+    from mmdsynth.errors import ArtifactError
+    from mmdsynth.features import build_feature_map
+
+    spec = RandomConvFeatures((1, 8, 8), n_networks=2, width=4).spec()
+    assert build_feature_map(spec).spec() == spec
+    with pytest.raises(ArtifactError, match=r"settings \['average_views', 'scales'\] that this version"):
+        build_feature_map({**spec, "scales": 1, "average_views": 1})
