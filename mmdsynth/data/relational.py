@@ -516,8 +516,8 @@ class LevelRows:
         self.label = pd.Series(parents[root][self.rs.label].to_numpy(), index=keys.to_numpy())
         self.up = {root: pd.Series(keys.to_numpy(), index=keys.to_numpy())}    # a parent's key -> its root's key
         self.own = {}                                 # a parent's own learned columns and counts, by its key
-        for name in db.order():
-            if name not in parents or db.tables[name].primary_key is None:     # a table with no key has no children
+        for name in db.order():               # only a table with child tables is a context: leaves are skipped
+            if name not in parents or not db.children(name):
                 continue
             t = parents[name]
             if name != root:

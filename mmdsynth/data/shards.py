@@ -79,6 +79,13 @@ def _check_n_records(n_records) -> int:
     return int(n_records)
 
 
+def check_batch_rows(batch_rows) -> int:
+    """``batch_rows`` (rows read at a time) as given, refused unless a whole number >= 1."""
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}.")
+    return batch_rows
+
+
 def open_shards(spec, *, n_records: int, schema=None, engine="stream", drop_unlisted: bool = False,
                 encoding: str = "utf-8", sep: str | None = None):
     """A :class:`ShardedTable` (CSV / Parquet shards; needs ``schema``) or :class:`ShardedArrays`
@@ -101,9 +108,7 @@ class _Sharded(Source):
         self.files = shard_files(files, suffixes)
         self.n_records = _check_n_records(n_records)
         self.engine = engine if isinstance(engine, Engine) else get_engine(engine) if engine else StreamEngine()
-        if not isinstance(batch_rows, int) or batch_rows < 1:
-            raise InvalidParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}.")
-        self.batch_rows = batch_rows
+        self.batch_rows = check_batch_rows(batch_rows)
 
     @property
     def n_shards(self) -> int:

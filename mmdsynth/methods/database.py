@@ -41,7 +41,7 @@ from ..data.encoding import fresh_ids
 from ..data.relational import (MAX_CHILDREN, DatabaseSchema, as_database_schema, flat_schema, flatten, level_frames,
                                levels, read_database)
 from ..data.relational_shards import level_shards
-from ..data.shards import BATCH_ROWS
+from ..data.shards import BATCH_ROWS, check_batch_rows
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
 from ..statistics.persons import ROWS_CAP, ROWS_EDGES, rows_cell
@@ -52,6 +52,8 @@ from .default import fit
 
 logger = logging.getLogger(__name__)
 
+#: sampling fits the roots' drawn counts to the released rows per root (:meth:`DatabaseModel._calibrated`); the tests
+#: and the benchmarks turn it off to sample the same release both ways
 CALIBRATE_COUNTS = True
 #: the drawn counts of a root's children are fitted to the released histogram of rows per root where that histogram's
 #: noise alone moves it by at most this total variation in expectation (:func:`histogram_noise_tvd`; public: the
@@ -487,8 +489,7 @@ def _checked(db: DatabaseSchema, layout: str, shares, max_children: int, out, st
         raise InvalidParameterError("stream reads the tables without child tables in batches for the cascade and the "
                                     "tables-apart layouts; the flattened join is one table in memory: stream=False, "
                                     "or layout=\"cascade\".")
-    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-        raise InvalidParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}.")
+    check_batch_rows(batch_rows)
     lv = None
     if layout == "flat":
         flat_schema(db)
