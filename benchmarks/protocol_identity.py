@@ -16,7 +16,9 @@ same at both revisions, or the protocol changed what is released. Each case runs
   random conv networks), digits, eps 10.;
 - ``persons-inferred``: DP-MERF on a made-up table of 400 patients' 1,200 rows with a person unit and the schema
   inferred (numeric bounds, categories: the schema release read per person), the numeric sketch, the rows-per-person
-  histogram, eps 1; its release, ledger and facts (the inferred schema included).
+  histogram, eps 1; its release, ledger and facts (the inferred schema included);
+- ``default-persons``: the same table through ``mmdsynth.fit`` with no method named (the table default chosen from the
+  count of persons: DP-MERF).
 
     MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/protocol_identity.py --base b347bae^ \\
         --out benchmarks/out/protocol_identity.jsonl
@@ -36,7 +38,7 @@ from _rows import emit
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits", "persons-inferred")
+CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits", "persons-inferred", "default-persons")
 FIT = """
 import hashlib, json, sys, time
 import numpy as np, torch
@@ -51,7 +53,7 @@ if case == "hybrid-adult":
         d.train, label=d.schema.label, schema=d.schema, dataset=d.name)
     release = m.release_
     extra = {"rows": m.sample(2000, seed=0).to_csv(index=False)}
-elif case == "persons-inferred":          # a person unit, schema inference, the numeric sketch, rows per person
+elif case in ("persons-inferred", "default-persons"):   # a person unit, schema inference, the sketch, rows per person
     import pandas as pd
     from mmdsynth.data.schema import Schema
     from mmdsynth.methods import DPMERF
@@ -62,8 +64,13 @@ elif case == "persons-inferred":          # a person unit, schema inference, the
                        "y": rng.choice(["no", "yes"], n)})
     spec = {"columns": [{"name": "patient", "type": "id"}, {"name": "age", "type": "numeric"},
                         {"name": "city", "type": "categorical"}], "label": "y", "label_categories": ["no", "yes"]}
-    m = DPMERF(epsilon=1.0, noise_seed=0, iterations=20, n_features=50, schema_share=0.2).fit(
-        df, label="y", schema=Schema.from_dict(spec).with_privacy_unit("patient"))
+    schema = Schema.from_dict(spec).with_privacy_unit("patient")
+    if case == "default-persons":         # mmdsynth.fit: the table default chosen from the 400 persons (dp-merf)
+        m = mmdsynth.fit(df, label="y", schema=schema, epsilon=1.0, noise_seed=0, iterations=20, n_features=50,
+                         schema_share=0.2)
+    else:
+        m = DPMERF(epsilon=1.0, noise_seed=0, iterations=20, n_features=50, schema_share=0.2).fit(
+            df, label="y", schema=schema)
     release = m.release_
     extra = {"facts": json.dumps(release.dataset, sort_keys=True, default=str)}
 else:

@@ -14,16 +14,16 @@ import logging
 import torch
 
 from .early_stopping import proxy_stages
-from .engines import Source, as_source
+from .engines import Source, SourceFacts, as_source
 from .errors import DataValidationError, InvalidParameterError
 from .features.base import FeatureMap
 from .statistics.embedding import ClassSums, SampledBlockSums
 from .privacy.budget import BudgetFile
 from .privacy.calibration import PrivacyPlan, compose_plan
-from .privacy.engine import GaussianRelease, PrivacyEngine, Step, SubsampledSteps, Sums, open_engine
+from .privacy.engine import Facts, GaussianRelease, Open, PrivacyEngine, Step, SubsampledSteps, Sums, run_plan
 from .privacy.ledger import PRIVACY_UNIT
 from .release import Release
-from .validation import check_features, check_labels, check_probability, warn_delta_vs_n
+from .validation import check_probability, warn_delta_vs_n
 
 __all__ = ["ClassSums", "mean_embedding", "public_assumptions", "release_mean_embedding", "release_plan",
            "release_sampled_embedding"]
@@ -119,36 +119,47 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
     0..n_classes-1): a dataset whose labels hold one class is released like any other.
     """
     conditional = (n_classes is not None) if isinstance(X, Source) or encoder is not None else (y is not None)
-    _check_embedding_args(conditional, n_classes, proportions_share)
-    if engine is None:
-        if epsilon is None or delta is None:
-            raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
-        plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
-                                   shares={"class_proportions": proportions_share})
-        engine = open_engine(epsilon, delta, plan, multipliers=mults, accountant=accountant, budget=budget,
-                             noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit)
-    source = as_source(X, y if conditional else None)
-    return engine.run(source, embedding_stages(
-        feature_map, source, engine, conditional=conditional, n_classes=n_classes, encoder=encoder,
-        batch_size=batch_size, public_facts=public_facts, proportions_share=proportions_share, proxy_map=proxy_map,
-        dataset=dataset, prior_tensors=prior_tensors))
+    check_embedding_args(conditional, n_classes, proportions_share)
+    options = dict(conditional=conditional, n_classes=n_classes, encoder=encoder, batch_size=batch_size,
+                   public_facts=public_facts, proportions_share=proportions_share, proxy_map=proxy_map,
+                   dataset=dataset, prior_tensors=prior_tensors)
+    if engine is not None:                       # a part of a larger plan, its engine already calibrated
+        source = as_source(X, y if conditional else None)
+        return engine.run(source, embedding_stages(feature_map, SourceFacts.of(source, X), engine, **options))
+    if epsilon is None or delta is None:
+        raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
+    plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
+                               shares={"class_proportions": proportions_share})
+    opened = Open(epsilon, delta, plan, options=dict(multipliers=mults, accountant=accountant, budget=budget,
+                                                      noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit))
+    return run_plan(X, opened_stages(opened, lambda facts, eng: embedding_stages(feature_map, facts, eng, **options)),
+                    y=y if conditional else None)
 
 
-def embedding_stages(feature_map: FeatureMap, source, engine: PrivacyEngine, *, conditional: bool,
+def opened_stages(opened: Open, part):
+    """A run's whole plan (:func:`~mmdsynth.privacy.engine.run_plan`) of one ``part``, a function of the input's
+    public facts and the engine that returns its stages: the facts asked, the engine ``opened``, then the part's
+    stages; returns what they return."""
+    facts = yield Facts()
+    engine = yield opened
+    return (yield from part(facts, engine))
+
+
+def embedding_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, conditional: bool,
                      n_classes: int | None = None,
                      encoder=None, batch_size: int | None = None, public_facts: dict | None = None,
                      proportions_share: float | None = None, proxy_map: FeatureMap | None = None, dataset: str = "",
                      prior_tensors: dict | None = None):
-    """The stages of :func:`release_mean_embedding` on ``source`` (a planner's part, run by
+    """The stages of :func:`release_mean_embedding` on the rows ``facts`` describe (a planner's part, run by
     :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`; ``engine``: its plan, checked to hold every release before a
     row is read, then charged once the stages ran): the class proportions and the embedding's blocks from one read
     of the rows, then the proxy. Returns the :class:`~mmdsynth.release.Release`; ``conditional``: the labels' columns
     (``n_classes`` public: the source's labels, or the label an ``encoder`` reads from a table)."""
     _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
-    m = source.n_records                 # public: the declared count, checked against the rows read
+    m = facts.n_records                  # public: the declared count, checked against the rows read
     statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder, batch_size=batch_size)
     if m < 1:                            # no record: refused by the rows' own check (its message names the input)
-        source.total(statistic)
+        yield Sums(statistic, ())
         raise DataValidationError("the data holds no record; pass at least one.")
     warn_delta_vs_n(engine.delta, m)
     what = "class-conditional mean embedding" if conditional else "mean embedding"
@@ -173,27 +184,6 @@ def embedding_stages(feature_map: FeatureMap, source, engine: PrivacyEngine, *, 
     return Release(tensors, feature_map.spec(), facts, engine.ledger, extra)
 
 
-def sampled_stages(steps: SubsampledSteps, feature_map: FeatureMap, X, y, m: int, n_cols: int, q: float):
-    """The stages of :func:`release_sampled_embedding` (a planner's part, run by
-    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`): the declared ``steps``, then the records checked (finite
-    features, labels in 0..n_cols-1; ``y`` None: one column), then one subsampled :class:`~mmdsynth.privacy.engine.Step`
-    per block of ``feature_map`` (the engine draws the step's records, secret, and its noise). Returns the blocks,
-    block t the noisy sum / (q m sqrt(n_blocks))."""
-    yield steps
-    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
-    if Xt.shape[0] != m:
-        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
-    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else torch.zeros(m, dtype=torch.int64)
-    n_blocks = int(feature_map.n_blocks)
-    scale = n_blocks ** 0.5
-    chunk = feature_map.batch_rows()
-    blocks = []
-    for t in range(n_blocks):
-        noisy = yield Step(m, SampledBlockSums(feature_map, t, Xt, yt, n_cols, scale, chunk), 1.0)
-        blocks.append(noisy.T / (q * m * scale))
-    return torch.cat(blocks, 0)
-
-
 def _proxy(proxy_map: FeatureMap, m: int, batch_size, public: dict):
     """DP early stopping's proxy stage: the unconditional mean embedding under the public network's features
     (:func:`~mmdsynth.early_stopping.proxy_stages`, at its own multiplier in the plan)."""
@@ -206,7 +196,7 @@ def _proxy(proxy_map: FeatureMap, m: int, batch_size, public: dict):
                  "sensitivity": "2 * feature_norm_bound / m", "public network": spec.get("encoder", "")})
 
 
-def _check_embedding_args(conditional: bool, n_classes, proportions_share) -> None:
+def check_embedding_args(conditional: bool, n_classes, proportions_share) -> None:
     """The public arguments of :func:`release_mean_embedding`, checked before a plan is made."""
     if conditional and (n_classes is None or int(n_classes) < 2):
         raise InvalidParameterError(
@@ -295,28 +285,49 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
                                     f"{feature_map.spec()['name']} has {n_blocks}. Use release_mean_embedding.")
     q = check_probability(sample_rate, "sample_rate")
     conditional = y is not None
-    _check_embedding_args(conditional, n_classes, None)
+    check_embedding_args(conditional, n_classes, None)
     if isinstance(X, Source):
         raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
                                     "release_mean_embedding (sample_rate=None) for shards.")
-    m = len(X)                                        # public (replace-one neighbours)
     plan = PrivacyPlan((), q, n_blocks, neighbouring)
-    engine = open_engine(epsilon, delta, plan, accountant=accountant, budget=budget, noise_seed=seed,
-                         sampler_seed=sampler_seed, dataset=dataset, privacy_unit=privacy_unit)
+    opened = Open(epsilon, delta, plan, options=dict(accountant=accountant, budget=budget, noise_seed=seed,
+                                                     sampler_seed=sampler_seed, dataset=dataset,
+                                                     privacy_unit=privacy_unit))
     n_cols = int(n_classes) if conditional else 1
+    return run_plan(X, opened_stages(opened, lambda facts, engine: sampled_stages(
+        feature_map, facts, engine, n_cols=n_cols, q=q, n_classes=n_classes if conditional else None,
+        dataset=dataset, public_facts=public_facts)), y=y)
+
+
+def sampled_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, n_cols: int, q: float,
+                   n_classes: int | None, dataset: str = "", public_facts: dict | None = None):
+    """The stages of :func:`release_sampled_embedding` (a planner's part, run by
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`): the declared steps, then one subsampled
+    :class:`~mmdsynth.privacy.engine.Step` per block of ``feature_map`` (the engine draws the step's records, secret,
+    and its noise; the records are checked at the first step, :class:`~mmdsynth.statistics.embedding.SampledBlockSums`:
+    finite features, labels in 0..n_cols-1). Block t of the release is the noisy sum / (q m sqrt(n_blocks)). Returns
+    the :class:`~mmdsynth.release.Release`."""
+    m, conditional = facts.n_records, n_classes is not None     # m public (replace-one neighbours)
+    n_blocks = int(feature_map.n_blocks)
     what = ("class-conditional mean embedding" if conditional else "mean embedding") + \
         f" under {feature_map.spec()['name']} features"
-    public = {**public_assumptions(m, n_classes if conditional else None, public_facts), "clip": 1.0,
+    public = {**public_assumptions(m, n_classes, public_facts), "clip": 1.0,
               "sensitivity": "a step's sum of sqrt(n_blocks) * block features, each of norm <= 1"}
-    steps = SubsampledSteps(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps at "
-                                                  f"rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
-                            assumed=public, n_records=m, mechanism="subsampled-gaussian")
+    yield SubsampledSteps(clip=1.0, description=f"{what}, one block per Poisson-subsampled step ({n_blocks} steps at "
+                                                f"rate {q:g}; stored as noisy sum / (q m sqrt(n_blocks)))",
+                          assumed=public, n_records=m, mechanism="subsampled-gaussian")
     warn_delta_vs_n(engine.delta, m)
-    embedding = engine.run(as_source(X, y), sampled_stages(steps, feature_map, X, y, m, n_cols, q))
+    scale = n_blocks ** 0.5
+    chunk = feature_map.batch_rows()
+    blocks = []
+    for t in range(n_blocks):
+        noisy = yield Step(m, SampledBlockSums(feature_map, t, n_cols, scale, chunk), 1.0)
+        blocks.append(noisy.T / (q * m * scale))
+    embedding = torch.cat(blocks, 0)
     tensors = {"embedding": embedding if conditional else embedding[:, 0].contiguous()}
     engine.charge(f"{what} ({n_blocks} subsampled steps)")
-    facts = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,
-             "sample_rate": q}
-    facts.update(public_facts or {})
+    out = {"name": engine.dataset or dataset, "n_records": m, "n_classes": n_classes, "conditional": conditional,
+           "sample_rate": q}
+    out.update(public_facts or {})
     logger.info("released %s by %d subsampled steps: sigma=%.4g", what, n_blocks, engine.sigma)
-    return Release(tensors, feature_map.spec(), facts, engine.ledger, {})
+    return Release(tensors, feature_map.spec(), out, engine.ledger, {})

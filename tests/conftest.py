@@ -52,7 +52,7 @@ def _only_the_statistics_read_private_rows(request, monkeypatch):
 
     monkeypatch.setattr(StreamEngine, "partials", checked(StreamEngine.partials, lambda args: args[1]))
     monkeypatch.setattr(RayEngine, "partials", checked(RayEngine.partials, lambda args: args[1]))
-    monkeypatch.setattr(PrivacyEngine, "_step", checked(PrivacyEngine._step, lambda args: args[0].statistic))
+    monkeypatch.setattr(PrivacyEngine, "_step", checked(PrivacyEngine._step, lambda args: args[1].statistic))
     yield
     assert not outside, f"private rows read outside mmdsynth/statistics/: {sorted(set(outside))}"
 

@@ -32,6 +32,7 @@ import torch
 
 from .._io import LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT, atomic_write, sealed
 from ..errors import SchemaError
+from ..engines import SourceFacts
 from ..engines.persons import person_source, unit_text
 from ..privacy.calibration import compose_plan
 from ..privacy.engine import GaussianRelease, Sums, open_engine
@@ -121,8 +122,8 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     # -- the source: rows, or persons (public: their number) -----------------------------------------------
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
     source = person_source(df, id_schema) if privacy_unit else person_source(df, None)
-    learned, stats, std2, tau = engine.run(source, _draft_stages(engine, df, source, typed, label, privacy_unit,
-                                                                id_schema, missing_values))
+    learned, stats, std2, tau = engine.run(source, _draft_stages(engine, SourceFacts.of(source, df), typed, label,
+                                                                privacy_unit, id_schema, missing_values))
     engine.charge(f"schema draft of {dataset or 'a table'}")
     done = complete_schema(learned, stats, std2, tau)
     cols = [c for c in done.columns if c.name != label]
@@ -145,15 +146,16 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     return schema, engine.ledger
 
 
-def _draft_stages(engine, df: pd.DataFrame, source, typed: list, label, privacy_unit, id_schema, missing_values):
-    """The draft's two releases as stages (run by ``engine`` on ``source``, the rows or persons): the kinds of every
-    column's values, then the bounds and categories of the typed draft. Returns (the typed draft's columns to learn,
-    their noisy statistics, their noise std, the categories' threshold)."""
+def _draft_stages(engine, facts, typed: list, label, privacy_unit, id_schema, missing_values):
+    """The draft's two releases as stages (run by ``engine`` on the rows or persons, ``facts`` their public facts):
+    the kinds of every column's values, then the bounds and categories of the typed draft, read from the rows as the
+    typed draft reads them (:class:`_Tolerant`). Returns (the typed draft's columns to learn, their noisy statistics,
+    their noise std, the categories' threshold)."""
     # -- release 1: the kinds of every column's values --------------------------------------------------------
     sens1 = math.sqrt(2 * len(typed))
     noisy, = yield Sums(ValueKinds(typed, missing_values), (GaussianRelease(
         "types", sens1, f"schema draft, types: counts of {list(KINDS)} among the values of {len(typed)} column(s)",
-        {"m": int(source.n_records), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one "
+        {"m": int(facts.n_records), "sensitivity": f"sqrt(2 x {len(typed)} columns): replacing a record moves one "
                                                     f"count down and one up in each column's kind counts"},
         lambda totals: {n: torch.as_tensor(totals[n]) for n in typed}),))
     std1 = engine.sigma * engine.multiplier("types") * sens1
@@ -177,13 +179,24 @@ def _draft_stages(engine, df: pd.DataFrame, source, typed: list, label, privacy_
     todo = SchemaInference.of(learned)
     std2 = engine.sigma * engine.multiplier("schema") * todo.sensitivity
     tau = todo.category_threshold(std2, engine.delta) if todo.categorical else None
-    frame = _tolerant(df, draft)
-    if privacy_unit:
-        frame[privacy_unit] = df[privacy_unit].to_numpy()
-    read = person_source(frame, id_schema) if privacy_unit else frame
-    stats = yield from schema_stages(read, todo, tau, todo.threshold_delta(engine.delta),
-                                     ids=id_schema.person_ids if privacy_unit else None)
+    stats = yield from schema_stages(facts, todo, tau, todo.threshold_delta(engine.delta),
+                                     ids=id_schema.person_ids if privacy_unit else None,
+                                     validate=_Tolerant(draft, privacy_unit))
     return learned, stats, std2, tau
+
+
+class _Tolerant:
+    """The rows as the typed ``draft`` reads them (:func:`_tolerant`), the person column kept as it is: the view
+    release 2 counts in (:meth:`~mmdsynth.engines.Source.validated`, each value read by itself)."""
+
+    def __init__(self, draft: Schema, privacy_unit: str | None):
+        self.draft, self.privacy_unit = draft, privacy_unit
+
+    def validate(self, df: pd.DataFrame) -> pd.DataFrame:
+        frame = _tolerant(df, self.draft)
+        if self.privacy_unit:
+            frame[self.privacy_unit] = df[self.privacy_unit].to_numpy()
+        return frame
 
 
 def write_draft(schema: Schema, ledger, out) -> tuple[Path, Path]:

@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from .numeric_sketch import QuantileMap
-from .private_schema import conform, declared_part, inferred_columns, require_complete
+from .private_schema import SchemaInference, conform, declared_part, inferred_columns, require_complete
 from .schema import Schema, enforce_constraints
+from .user import check_listed
 from ..statistics.values import category_text
 
 
@@ -260,3 +261,18 @@ def fresh_ids(col, n: int, rng: np.random.Generator) -> np.ndarray:
             ids = np.asarray([col.prefix + rng.bytes(16).hex() for _ in range(n)], dtype=object)
         if len(pd.unique(ids)) == n:
             return ids
+
+
+def table_input(data, schema: Schema):
+    """(the rows a table fit hands to its run, the signature of the check they passed), before anything is charged: a
+    DataFrame's columns matched to the schema by name (refused, naming them: nothing dropped silently) and, under a
+    complete schema, every row checked once (:meth:`TableEncoder.clean`; the statistics then read the checked rows as
+    they are); table shards, or a DataFrame whose schema is still to complete (its rows are checked against the
+    schema as the schema's release reads them, then against the completed one), as they are, with None."""
+    if not isinstance(data, pd.DataFrame):
+        return data, None
+    check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
+    if SchemaInference.of(schema):
+        return data, None
+    encoder = TableEncoder(schema)
+    return encoder.clean(data), encoder.check_signature

@@ -36,8 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import norm
 
-from ..engines import as_source
-from ..engines.persons import PersonShards, PersonTable
+from ..engines import SourceFacts, as_source
 from ..errors import SchemaError
 from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.tables import SchemaCounts, SchemaTotals, bin_edges
@@ -79,15 +78,15 @@ class SchemaInference:
         return 1.0 + noise_std * float(norm.isf(per_column))
 
 
-def schema_stages(data, inference: SchemaInference, category_threshold: float | None = None,
-                  threshold_delta: float = 0.0, ids=None):
+def schema_stages(facts, inference: SchemaInference, category_threshold: float | None = None,
+                  threshold_delta: float = 0.0, ids=None, validate=None):
     """The stage of schema inference's release (a planner's part, run by
     :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`, whose plan holds a ``"schema"`` release): noisy counts for the
-    columns to infer, read from ``data`` (a DataFrame already checked by :meth:`Schema.validate`, or a table
-    :class:`~mmdsynth.engines.Source` whose shards are checked as they are read; the stage's own view of the run's
-    rows, summed on its engine).
+    columns to infer, read from the run's rows (``facts``: their :class:`~mmdsynth.engines.SourceFacts`, public),
+    checked first against ``validate`` (a schema still to complete, or another object with a ``validate(frame)``
+    method: :meth:`~mmdsynth.engines.Source.validated`; shards are checked as they are read) where given.
 
-    ``ids``: the schema's reading of the person column (:meth:`Schema.person_ids`) when ``data`` is a person table
+    ``ids``: the schema's reading of the person column (:meth:`Schema.person_ids`) when the rows are a person table
     (each person then adds one value per categorical column, :func:`~mmdsynth.statistics.tables.person_values`).
 
     Returns ``{column: {"edges": ..., "counts": noisy per-bin counts}}`` for numeric
@@ -96,13 +95,12 @@ def schema_stages(data, inference: SchemaInference, category_threshold: float | 
     ``inference.sensitivity``. The observed values are private until thresholded: callers pass
     this only to :func:`complete_schema`.
     """
-    source = as_source(data)
-    exact = SchemaTotals(inference, persons=isinstance(source, (PersonTable, PersonShards)))
+    exact = SchemaTotals(inference, persons=facts.persons)
     values = exact.values                  # the observed categories, private until thresholded (complete_schema)
 
     description, assumed = schema_release_description(inference, category_threshold, threshold_delta)
     noisy, = yield Sums(SchemaCounts(inference, ids), (GaussianRelease(
-        "schema", inference.sensitivity, description, {"m": source.n_records, **assumed}, exact),), source)
+        "schema", inference.sensitivity, description, {"m": facts.n_records, **assumed}, exact),), validate)
     out: dict[str, dict] = {name: {"edges": bin_edges(), "counts": noisy[name]} for name in inference.numeric}
     out.update({name: {"values": values[name], "counts": noisy[name]} for name in inference.categorical})
     return out
@@ -112,7 +110,9 @@ def release_schema_statistics(data, inference: SchemaInference, engine, category
                               threshold_delta: float = 0.0, ids=None) -> dict[str, dict]:
     """:func:`schema_stages` run alone by ``engine`` (a :class:`~mmdsynth.privacy.engine.PrivacyEngine` whose plan
     holds a ``"schema"`` release) on ``data``."""
-    return engine.run(data, schema_stages(data, inference, category_threshold, threshold_delta, ids))
+    source = as_source(data)
+    return engine.run(source, schema_stages(SourceFacts.of(source), inference, category_threshold, threshold_delta,
+                                            ids))
 
 
 def complete_schema(schema: Schema, stats: dict[str, dict], noise_std: float,

@@ -18,6 +18,7 @@ runs it; the sums come back to the CPU, where the noise is added.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Iterator
 
@@ -46,6 +47,10 @@ class Source:
     #: the public record count m the sensitivity rests on
     n_records: int
     engine: "Engine"
+    #: a person table's (every release per person, the count m the persons'); a row-level source's False
+    persons = False
+    #: the signature of the check its rows already passed (``TableEncoder.check_signature``); None: checked as read
+    checked: str | None = None
 
     @property
     def n_shards(self) -> int:
@@ -61,6 +66,11 @@ class Source:
     def describe(self) -> dict:
         """What the ledger records about how the sums were computed (public)."""
         return {"engine": self.engine.name, "shards": self.n_shards, "m": int(self.n_records)}
+
+    def validated(self, schema) -> "Source":
+        """The view a statistic reads when the rows must first be checked against ``schema`` (one still to complete:
+        schema inference's): shards are checked as they are read, so this source as it is."""
+        return self
 
     def total(self, statistic) -> dict:
         """The statistic summed over every record (see the module docstring). Raises
@@ -158,6 +168,49 @@ class InMemory(Source):
 
     def describe(self) -> dict:
         return {"engine": "memory", "shards": 1, "m": self.n_records}
+
+    def validated(self, schema) -> "InMemory":
+        """A DataFrame's rows checked against ``schema`` (:meth:`~mmdsynth.data.schema.Schema.validate`, each value read
+        by itself); other records as they are."""
+        if isinstance(self.data, pd.DataFrame):
+            return InMemory(schema.validate(self.data), self.n_records)
+        return self
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What a planner knows of a run's private input (public, issue 82: a planner never holds the rows): the record
+    count m (rows, the declared count of shards, or persons under a unit), whether it is a person table, a table's
+    column names (names and order, never values), an array's record shape and whether it carries labels, the
+    signature of the check its rows passed (None: checked as they are read), how its sums are computed (for the
+    ledger), whether the records are in memory (not shards) and a table's schema (declared: given, or the shards'
+    own). :func:`~mmdsynth.privacy.engine.run_plan` sends it for a :class:`~mmdsynth.privacy.engine.Facts`
+    stage."""
+
+    n_records: int
+    persons: bool = False
+    columns: tuple = ()
+    record_shape: tuple = ()
+    labelled: bool = False
+    checked: str | None = None
+    computation: dict = field(default_factory=dict)
+    in_memory: bool = True
+    schema: object = None
+
+    @classmethod
+    def of(cls, source: Source, data=None, y=None, schema=None) -> "SourceFacts":
+        """The facts of ``source``, made of ``data`` (the input it was made of: its column names, its records' shape
+        and labels are read from its form, never from a value) under ``schema`` (a table's, public)."""
+        data = source if data is None else data
+        columns = getattr(data, "columns", None)
+        if isinstance(data, tuple):                  # (X, y) in memory
+            data, y = data
+        shape = getattr(data, "record_shape", None)
+        if shape is None and columns is None and hasattr(data, "shape"):
+            shape = tuple(int(s) for s in data.shape[1:])
+        return cls(int(source.n_records), bool(source.persons), tuple(str(c) for c in (() if columns is None else columns)),
+                   tuple(shape or ()), y is not None or bool(getattr(data, "labelled", False)),
+                   getattr(source, "checked", None), source.describe(), isinstance(source, InMemory), schema)
 
 
 def as_source(X, y=None, checked: str | None = None) -> Source:

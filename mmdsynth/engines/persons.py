@@ -55,6 +55,8 @@ class PersonTable(InMemory):
     as the schema reads it (:meth:`~mmdsynth.data.schema.Schema.person_ids`, what :func:`person_source` passes);
     left out, the column's values as they are (callers whose IDs are already plain text)."""
 
+    persons = True
+
     def __init__(self, frame: pd.DataFrame, column: str, ids: pd.Series | None = None, checked: str | None = None):
         if column not in frame.columns:
             raise InvalidParameterError(f"the privacy unit's column {column!r} is not in the data; its columns are "
@@ -75,6 +77,9 @@ class PersonTable(InMemory):
         out.column, out.codes = self.column, self.codes
         InMemory.__init__(out, Weighted(frame, self.data.weights), self.n_records)   # unchecked: a new frame
         return out
+
+    def validated(self, schema) -> "PersonTable":
+        return self.with_frame(schema.validate(self.frame))
 
     def describe(self) -> dict:
         return {**super().describe(), "privacy_unit": unit_text(self.column)}
@@ -97,6 +102,8 @@ class PersonShards(Source):
     counts (:func:`ids_digest`), so a shard that changes during a fit is refused, never read with stale weights.
     The driver holds each shard's counts per person until they are added (at most one entry per row), and the
     counting pass copies a shard's counts once per batch read (time about batches x persons of the shard)."""
+
+    persons = True
 
     def __init__(self, shards: Source, column: str, ids):
         self.shards, self.column, self.ids = shards, column, ids

@@ -33,24 +33,25 @@ from .._version import __version__
 from .. import choice
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
-from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
-from ..data.shards import ShardedArrays, ShardedTable
+from ..data.shards import ShardedTable
 from ..data.user import check_listed
-from ..embedding import embedding_stages, release_mean_embedding, release_plan
-from ..engines.persons import person_source
+from ..data.encoding import table_input
+from ..embedding import check_embedding_args, embedding_stages, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import ACCOUNTANTS
+from ..privacy.engine import Facts, run_plan
 from ..privacy.ledger import PRIVACY_UNIT
 from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (PRECISIONS, Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
                         has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
-from .contract import METHODS, Method, epsilon_required, register  # noqa: F401  (METHODS, register: re-exported)
-from .tables import check_shares, checked_source, encoder_of, reserved_delta, table_shares, table_stages
+from .contract import (METHODS, Method, as_schema, epsilon_required, given_schema,  # noqa: F401  (re-exported)
+                       register)
+from .tables import check_shares, encoder_of, reserved_delta, table_shares, table_stages
 
 logger = logging.getLogger(__name__)
 
@@ -288,17 +289,9 @@ class KernelGeneratorMethod(Method):
             if self.delta is None:
                 learned["delta"] = self.release_.ledger.total()[1]
             self._resolve("table" if facts.get("table") else "image", **learned)
-        else:
-            self.release_ = self.release(X, y, label=label, schema=schema, dataset=dataset, budget=budget,
-                                         public_facts=public_facts, privacy_unit=privacy_unit)
-            if out is not None:
-                self.release_.save(out / "release")
-        self._validate()
-        if not train:
+            self._learn(out, resume, train)
             return self
-        self._train(out, resume)
-        if out is not None:
-            self.save(out)
+        self._fit_run(X, y, label, schema, dataset, budget, public_facts, privacy_unit, out, train)
         return self
 
     def release(self, X, y=None, *, label: str | None = None, schema=None, dataset: str = "",
@@ -308,41 +301,91 @@ class KernelGeneratorMethod(Method):
         ``release_`` (so :meth:`distill` can use it) and returned.
         ``X`` as for :meth:`fit`, or a :class:`~mmdsynth.data.ShardedTable` / :class:`~mmdsynth.data.ShardedArrays`
         (summed on its engine: streamed, or on Ray)."""
-        self._public_facts = dict(public_facts or {})
-        self._privacy_unit = privacy_unit
-        if not _is_table(X):
-            self._resolve("image")
-            self._settle_delta(int(X.n_records) if isinstance(X, ShardedArrays) else int(np.shape(X)[0]))   # the count
-            self._validate()
-            self.release_ = self._release(X, y, dataset, budget)
-            return self.release_
-        self._resolve("table")                        # first: a method that takes no tables says so
-        if isinstance(X, ShardedTable):
-            if schema is not None and _as_schema(schema, label).to_dict() != X.schema.to_dict():
-                raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
-            schema = X.schema
-        schema = _as_schema(schema, label)
-        _check_table(X, schema)
-        self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
-        self.settings_.n_classes = schema.n_classes  # public: the declared label categories
-        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
-        self._validate()
-        self.release_ = self._release_table(X, label, schema, dataset, budget)
+        self._fit_run(X, y, label, schema, dataset, budget, public_facts, privacy_unit, None, False)
         return self.release_
 
-    def _release(self, X, y, dataset: str, budget) -> Release:
-        # the record shape is public
-        shape = X.record_shape if isinstance(X, ShardedArrays) else tuple(int(s) for s in np.shape(X)[1:])
+    def _fit_run(self, X, y, label, schema, dataset: str, budget, public_facts, privacy_unit: str, out,
+                 train: bool) -> None:
+        """A fresh fit's one run (:func:`~mmdsynth.privacy.engine.run_plan`): the input's form checked here (its
+        type, a table's columns and, under a complete schema, every row once, before anything is charged), then the
+        rows handed to the run, whose planner is the rest of the fit: the plan from public facts, the release, and
+        what is learned from it (:meth:`_released`: saved in ``out``, the generator trained unless ``train`` is
+        False)."""
+        if not _is_table(X):
+            self._public_facts, self._privacy_unit = dict(public_facts or {}), privacy_unit
+            self._resolve("image")
+            run_plan(X, self._array_fit(dataset, budget, (out, train)), y=y if self._s.conditional else None)
+            return
+        self._resolve("table")                        # first: a method that takes no tables says so
+        self._check_table_settings()
+        given = given_schema(X, schema, label)      # None: table shards carry their own (the run reads it)
+        data, checked = table_input(X, given)       # a DataFrame's rows checked once, before anything is charged
+        run_plan(data, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                                       privacy_unit=privacy_unit, train=train), schema=given, checked=checked)
+
+    def _check_table_settings(self) -> None:
+        """The settings a table fit refuses before anything is read."""
+        if not self._s.conditional:
+            raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
+        if self._s.early_stopping:
+            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
+                                        "network's features); for tables use early_stopping=False.")
+
+    def table_planner(self, schema: Schema, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
+                      public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT, facts=None,
+                      train: bool = True):
+        """A table fit's planner, for :func:`~mmdsynth.privacy.engine.run_plan` on the table's rows (the method
+        contract's: :func:`mmdsynth.fit` runs it after choosing the method from the rows' public ``facts``, which it
+        then passes here): every refusal its settings and the schema can give is made here, before a row is read;
+        the release saved in ``out`` and the generator trained from it (``train`` False: the release alone)."""
+        out = Path(out) if out is not None else None
+        if out is not None and (out / "release" / META_FILE).exists():
+            raise ArtifactError(f"{out} already holds a release; fitting again would spend privacy budget a second "
+                                f"time. Pass resume=True to continue training from it, or a new folder.")
+        self._public_facts = dict(public_facts or {})
+        self._resolve("table")
+        self._check_table_settings()
+        self._privacy_unit = self._unit(schema, privacy_unit)   # one person, when the schema names a person column
+        return self._table_fit(schema, dataset, budget, (out, train), facts)
+
+    def _learn(self, out: Path | None, resume: bool, train: bool) -> None:
+        """What a fit learns once its release is made (post-processing): the release saved in ``out`` before
+        training (it holds the budget), the generator trained unless ``train`` is False, the model saved."""
+        self._validate()
+        if not train:
+            return
+        self._train(out, resume)
+        if out is not None:
+            self.save(out)
+
+    def _released(self, release: Release, then) -> Release:
+        """The run's release kept (``release_``), saved in the folder ``out`` when given and learned from
+        (``then``: (out, train), :meth:`_learn`)."""
+        self.release_ = release
+        out, train = then
+        if out is not None:
+            release.save(out / "release")
+        self._learn(out, False, train)
+        return release
+
+    def _array_fit(self, dataset: str, budget, then):
+        """The planner of a fit on array records (run by :func:`~mmdsynth.privacy.engine.run_plan`): the records'
+        public facts, the plan of the mean embedding (and the early-stopping proxy), the release, then
+        :meth:`_released`."""
+        facts = yield Facts()
+        self._settle_delta(facts.n_records)         # the count: rows, or the shards' declared count
+        self._validate()
+        shape = facts.record_shape                  # public: each record's shape
         if len(shape) not in (1, 3):
             raise InvalidParameterError(
                 f"X must hold images (n, channels, height, width) or flat records (n, d); got shape "
-                f"{tuple(np.shape(X))}."
+                f"{(facts.n_records, *shape)}."
             )
-        if isinstance(X, ShardedArrays) and self._s.conditional != X.labelled:
+        if not facts.in_memory and self._s.conditional != facts.labelled:
             raise InvalidParameterError(
-                f"the shards {'hold' if X.labelled else 'hold no'} labels: use conditional={X.labelled}"
-                f"{'' if X.labelled else ' (or shards with a y array)'}.")
-        if self._s.conditional and y is None and not isinstance(X, ShardedArrays):
+                f"the shards {'hold' if facts.labelled else 'hold no'} labels: use conditional={facts.labelled}"
+                f"{'' if facts.labelled else ' (or shards with a y array)'}.")
+        if self._s.conditional and not facts.labelled:
             raise InvalidParameterError("y is required for a class-conditional model (or conditional=False).")
         n_classes = int(self._s.n_classes) if self._s.conditional else 1
         fmap = self.image_feature_map(shape, n_classes)
@@ -350,21 +393,25 @@ class KernelGeneratorMethod(Method):
         if self._s.early_stopping and proxy is None:
             raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
                                         "network's features); these records are not images: early_stopping=False.")
-        return self._release_arrays(
-            fmap, X, y if self._s.conditional else None, n_classes=n_classes if self._s.conditional else None,
-            proxy=proxy, dataset=dataset, budget=budget,
-            public_facts={"record_shape": list(shape), "method": self.method, "fit_params": self.fit_params(),
-                          **self._public_facts})
+        release = yield from self._array_release(
+            fmap, facts, n_classes=n_classes if self._s.conditional else None, proxy=proxy, dataset=dataset,
+            budget=budget, public_facts={"record_shape": list(shape), "method": self.method,
+                                         "fit_params": self.fit_params(), **self._public_facts})
+        return self._released(release, then)
 
-    def _release_arrays(self, fmap: FeatureMap, X, y, *, n_classes: int | None, proxy: FeatureMap | None,
-                        dataset: str, budget, public_facts: dict) -> Release:
-        """The release of array records (checked and featurised by :meth:`_release`): the one-shot mean embedding.
-        A method with another release of the same statistic (dp-randconv's ``sample_rate``) overrides this."""
-        return release_mean_embedding(
-            fmap, X, y, epsilon=self._s.epsilon, delta=self._s.delta, proxy_map=proxy,
-            proxy_multiplier=self._s.proxy_multiplier, n_classes=n_classes, accountant=self._s.accountant,
-            seed=self._s.noise_seed, dataset=dataset, budget=budget, privacy_unit=self._privacy_unit,
-            public_facts=public_facts)
+    def _array_release(self, fmap: FeatureMap, facts, *, n_classes: int | None, proxy: FeatureMap | None,
+                       dataset: str, budget, public_facts: dict):
+        """The stages of the release of array records (a planner's part): the plan opened, then the one-shot mean
+        embedding (:func:`~mmdsynth.embedding.embedding_stages`). A method with another release of the same statistic
+        (dp-randconv's ``sample_rate``) overrides this."""
+        conditional = n_classes is not None
+        check_embedding_args(conditional, n_classes, None)
+        plan, mults = release_plan(fmap, proxy_multiplier=self._s.proxy_multiplier if proxy else None,
+                                   shares={"class_proportions": None})
+        engine = yield self._opening(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                     privacy_unit=self._privacy_unit)
+        return (yield from embedding_stages(fmap, facts, engine, conditional=conditional, n_classes=n_classes,
+                                            public_facts=public_facts, proxy_map=proxy, dataset=dataset))
 
     def _table_plan(self, schema):
         """The plan of a table's releases and each one's noise multiplier (public: the schema and the settings):
@@ -381,7 +428,7 @@ class KernelGeneratorMethod(Method):
         from .outline import BASE_BYTES, PlanOutline, release_words, shares_of
 
         self._resolve("table")
-        schema = _as_schema(schema, getattr(schema, "label", None))
+        schema = as_schema(schema, getattr(schema, "label", None))
         self.settings_.n_classes = schema.n_classes
         self._settle_delta(facts.n_records)
         self._validate()
@@ -397,41 +444,29 @@ class KernelGeneratorMethod(Method):
                            "Lower the generator's batch (batch_size=, --batch-size) or its features "
                            "(n_features=, --n-features).")
 
-    @staticmethod
-    def _table_source(data, schema):
-        """The Source of a table fit: a DataFrame under a complete schema checked here, once and before anything is
-        charged (its statistics then read the checked rows as they are), else the data as it is (table shards are
-        read shard by shard; a schema still to infer is completed by its release before the rows are checked)."""
-        if not isinstance(data, pd.DataFrame) or SchemaInference.of(schema):
-            return person_source(data, schema)
-        return checked_source(data, schema, TableEncoder(schema))[1]
-
-    def _release_table(self, data, label, schema, dataset: str, budget) -> Release:
-        """``data``: a DataFrame, or a :class:`~mmdsynth.data.ShardedTable` (its rows are read only as
-        sums computed on its engine: streamed or on Ray)."""
-        if not self._s.conditional:
-            raise InvalidParameterError("tables are modelled class-conditionally: use conditional=True.")
-        if self._s.early_stopping:
-            raise InvalidParameterError("DP early stopping scores image generators (its proxy is a public image "
-                                        "network's features); for tables use early_stopping=False.")
-        source = self._table_source(data, schema)   # a person table when the schema declares a privacy unit
-        # every release of the fit joins one plan, calibrated by the engine before any row is read
+    def _table_fit(self, schema, dataset: str, budget, then, facts=None):
+        """The planner of a fit on a table (run by :func:`~mmdsynth.privacy.engine.run_plan`): the table's public
+        facts (its count: rows, declared, or persons), every release of the fit in one plan, calibrated before any
+        row is read; the table's releases (schema, sketch, rows per person), then the embedding under the feature map
+        built on their encoder; then :meth:`_released`."""
+        facts = facts or (yield Facts())
+        choice.check_enough(choice.PublicFacts(facts.n_records, schema.privacy_unit))
+        self.settings_.n_classes = schema.n_classes  # public: the declared label categories
+        self._settle_delta(facts.n_records)          # the public count: rows, declared, or persons
+        self._validate()
         plan, mults = self._table_plan(schema)
-        engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
-                                   privacy_unit=self._privacy_unit, reserved_delta=reserved_delta(schema, self._s.delta))
-        return engine.run(source, self._table_stages(engine, data, source, schema, dataset))
-
-    def _table_stages(self, engine, data, source, schema, dataset: str):
-        """The stages of a table fit (run by the engine on ``source``): the table's releases (schema, sketch, rows per
-        person), then the embedding under the feature map built on their encoder. Returns the release."""
-        encoder, prior, table_facts = yield from table_stages(engine, data, source, schema)
-        return (yield from embedding_stages(
-            self.table_feature_map(encoder, encoder.schema.n_classes), source, engine, conditional=True,
+        engine = yield self._opening(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                     privacy_unit=self._privacy_unit,
+                                     reserved_delta=reserved_delta(schema, self._s.delta))
+        encoder, prior, table_facts = yield from table_stages(engine, facts, schema)
+        release = yield from embedding_stages(
+            self.table_feature_map(encoder, encoder.schema.n_classes), facts, engine, conditional=True,
             n_classes=encoder.schema.n_classes, encoder=encoder, dataset=dataset,
             proportions_share=self._s.proportions_share,
             public_facts={"record_shape": [encoder.dim], "method": self.method, "fit_params": self.fit_params(),
                           **table_facts, **self._public_facts},
-            prior_tensors=prior))
+            prior_tensors=prior)
+        return self._released(release, then)
 
     @property
     def encoder_(self) -> TableEncoder | None:
@@ -664,26 +699,6 @@ def read_model_folder(cls, directory: Path, meta: dict):
 
 def _is_table(X) -> bool:
     return isinstance(X, (pd.DataFrame, ShardedTable))
-
-
-def _as_schema(schema, label) -> Schema:
-    """The fit's schema (public: the user's declaration, an object, a dict or a JSON file) with its label checked."""
-    if schema is None:
-        raise InvalidParameterError(
-            "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
-            "categories, the label and its categories): pass schema=Schema(...) or a path to its JSON. "
-            "mmdsynth never reads bounds or categories from the private data unless asked to, with "
-            "budget (leave them out of the schema and pass schema_share=0.1)."
-        )
-    if isinstance(schema, (str, Path)):
-        schema = Schema.from_json(schema)
-    elif isinstance(schema, dict):
-        schema = Schema.from_dict(schema)
-    if label is not None and label != schema.label:
-        raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
-    if schema.label is None:
-        raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
-    return schema
 
 
 def _check_table(data, schema: Schema) -> None:

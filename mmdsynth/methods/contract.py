@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..data.schema import Schema
 from ..errors import ArtifactError, InvalidParameterError, one_of
 
 METHODS: dict[str, type] = {}
@@ -141,6 +142,30 @@ class Method:
             return open_engine(s.epsilon, s.delta, shares=shares, **common, **options)
         return open_engine(s.epsilon, s.delta, plan, multipliers=multipliers, accountant=s.accountant, **common,
                            **options)
+
+    def _opening(self, *, budget, dataset: str, privacy_unit: str, plan=None, multipliers=None,
+                 shares: dict | None = None, **options):
+        """The :class:`~mmdsynth.privacy.engine.Open` stage of the fit's run, the engine :meth:`_open_engine` would
+        build (the run builds it: :func:`~mmdsynth.privacy.engine.run_plan`). ``options`` also holds the marginal
+        stages' ``domain``, ``encoder``, ``assumed`` and ``progress``."""
+        from ..privacy.engine import Open
+
+        s = self._s
+        context = {k: options.pop(k) for k in ("domain", "encoder", "assumed", "progress") if k in options}
+        common = dict(budget=budget, noise_seed=s.noise_seed, dataset=dataset, privacy_unit=privacy_unit)
+        if shares is not None:
+            return Open(s.epsilon, s.delta, shares=shares, options={**common, **options}, **context)
+        return Open(s.epsilon, s.delta, plan, options=dict(multipliers=multipliers, accountant=s.accountant, **common,
+                                                           **options), **context)
+
+    def _table_run(self, label: str | None, **fit):
+        """A table fit's whole planner, for :func:`~mmdsynth.privacy.engine.run_plan` on its rows: the table's public
+        facts (its schema, given or the shards' own, with ``label``; its count), then the method's
+        :meth:`table_planner` with ``fit``'s arguments. Returns what that returns."""
+        from ..privacy.engine import Facts
+
+        facts = yield Facts()
+        return (yield from self.table_planner(as_schema(facts.schema, label), facts=facts, **fit))
 
     def _settle_delta(self, n_records: int | None) -> None:
         """A delta left out (None) becomes :func:`~mmdsynth.choice.default_delta` of the public count of records (rows,
@@ -369,3 +394,33 @@ class Method:
     def get_params(self) -> dict:
         """Every constructor parameter's current value, JSON-plain."""
         return {k: _plain(getattr(self, k)) for k in self.param_names()}
+
+
+def as_schema(schema, label) -> Schema:
+    """The fit's schema (public: the user's declaration, an object, a dict or a JSON file) with its label checked."""
+    if schema is None:
+        raise InvalidParameterError(
+            "fitting a table needs its schema (numeric columns with bounds, categorical columns with "
+            "categories, the label and its categories): pass schema=Schema(...) or a path to its JSON. "
+            "mmdsynth never reads bounds or categories from the private data unless asked to, with "
+            "budget (leave them out of the schema and pass schema_share=0.1)."
+        )
+    if isinstance(schema, (str, Path)):
+        schema = Schema.from_json(schema)
+    elif isinstance(schema, dict):
+        schema = Schema.from_dict(schema)
+    if label is not None and label != schema.label:
+        raise InvalidParameterError(f"label={label!r} but the schema's label is {schema.label!r}; they must agree.")
+    if schema.label is None:
+        raise InvalidParameterError("the schema declares no label column; tables are modelled per class.")
+    return schema
+
+
+def given_schema(data, schema, label):
+    """The schema a table fit was given (public: the user's declaration, with its label checked), or None where
+    ``data`` is table shards and no schema was given (they carry their own, which the run reads)."""
+    from ..data.shards import ShardedTable
+
+    if schema is None and isinstance(data, ShardedTable):
+        return None
+    return as_schema(schema, label)

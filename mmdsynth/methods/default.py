@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-
 import pandas as pd
 
-from ..choice import choose_table_default, public_facts
-from ..data.schema import Schema
+from ..choice import PublicFacts, choose_table_default
+from ..data.encoding import table_input
 from ..errors import InvalidParameterError
+from ..privacy.engine import Facts, run_plan
+from .base import as_schema
 from .contract import METHODS
 
 logger = logging.getLogger(__name__)
@@ -28,40 +28,53 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         model = mmdsynth.fit(df, label="income", schema="schema.json", epsilon=1.0)
         synthetic = model.sample(len(df))
 
-    Images and arrays (``fit(X, y, method="dp-merf", n_classes=10, epsilon=...)``) need a method named."""
+    Images and arrays (``fit(X, y, method="dp-merf", n_classes=10, epsilon=...)``) need a method named.
+
+    A table is fitted in one run (:func:`~mmdsynth.privacy.engine.run_plan`): its rows are checked against the schema
+    here, once, and handed to the run; the method is chosen, its plan outlined (the releases and their shares,
+    memory and time, logged; a plan over the memory refused) and fitted from the run's public facts (the count:
+    rows, the declared count of shards, or persons), before any row is read for a release."""
     from ..data.shards import ShardedTable
 
     table = isinstance(data, (pd.DataFrame, ShardedTable))
     if table and y is not None:
         raise InvalidParameterError("a table carries its label as a column: fit(df, label=COLUMN, schema=...), no y.")
-    # the schema read and the public count counted once (under a person unit, a read of every ID)
-    declared = _declared(schema, data) if table else None
-    facts = public_facts(data, declared, epsilon, delta) if table else None
-    if method is None:
-        if not table:
-            raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
-                                        f"one: method=... ({', '.join(METHODS)}).")
-        # the public count only: rows, the declared count of shards, or the persons under a person unit
-        plan = choose_table_default(facts, params)
-        method, params = plan.method, {**plan.params, **params}
-        logger.info("method: %s (the table default for %s)", method, plan.why)
-    if method not in METHODS:
+    if method is None and not table:
+        raise InvalidParameterError(f"mmdsynth.fit chooses a method for tables only; for images or arrays name "
+                                    f"one: method=... ({', '.join(METHODS)}).")
+    if method is not None and method not in METHODS:
         from ..errors import unknown_name
         raise unknown_name("method", method, METHODS)
+    if not table:
+        return METHODS[method](epsilon, delta, **params).fit(data, y, out=out, budget=budget, dataset=dataset)
+    if method is not None and not hasattr(METHODS[method], "table_planner"):   # a method with its own runs
+        return METHODS[method](epsilon, delta, **params).fit(data, label=label, schema=schema, out=out, budget=budget,
+                                                              dataset=dataset)
+    # the schema given (public: the user's declaration), with its label; table shards carry their own (the run's)
+    given = as_schema(schema, label) if schema is not None or not isinstance(data, ShardedTable) else None
+    rows, checked = table_input(data, given)      # a DataFrame's rows checked once, before anything is charged
+    return run_plan(rows, _table_fit(label, method, epsilon, delta, params,
+                                     dict(out=out, budget=budget, dataset=dataset)), schema=given, checked=checked)
+
+
+def _table_fit(label: str | None, method: str | None, epsilon, delta, params: dict, fit: dict):
+    """The planner of a table's fit (run by :func:`~mmdsynth.privacy.engine.run_plan`): the table's public facts
+    (its schema, its count), the method (the table default where none is named,
+    :func:`~mmdsynth.choice.choose_table_default`), its plan outlined, then the method's own planner
+    (:meth:`table_planner`). Returns the fitted model."""
+    facts = yield Facts()
+    schema = as_schema(facts.schema, label)
+    public = PublicFacts(facts.n_records, schema.privacy_unit, epsilon, delta)
+    if method is None:
+        plan = choose_table_default(public, params)   # the public count only: rows, declared, or persons
+        method, params = plan.method, {**plan.params, **params}
+        logger.info("method: %s (the table default for %s)", method, plan.why)
     model = METHODS[method](epsilon, delta, **params)
-    if table:
-        outline = model.plan_outline(declared, facts) if declared is not None else None
-        if outline is not None:                  # the plan and its cost, before anything is read or charged
-            logger.info("%s", "\n".join(outline.lines()))
-            outline.check_memory()
-        return model.fit(data, label=label, schema=schema, out=out, budget=budget, dataset=dataset)
-    return model.fit(data, y, out=out, budget=budget, dataset=dataset)
+    outline = model.plan_outline(schema, public)
+    if outline is not None:                          # the plan and its cost, before anything is read or charged
+        logger.info("%s", "\n".join(outline.lines()))
+        outline.check_memory()
+    yield from model.table_planner(schema, facts=facts, **fit)
+    return model
 
 
-def _declared(schema, data):
-    """The schema given (a Schema, a dict, a path to its JSON) or the shards' own; None when there is none."""
-    if isinstance(schema, (str, Path)):
-        return Schema.from_json(schema)
-    if isinstance(schema, dict):
-        return Schema.from_dict(schema)
-    return schema if schema is not None else getattr(data, "schema", None)

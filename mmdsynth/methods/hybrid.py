@@ -39,7 +39,6 @@ from ..embedding import embedding_stages, release_plan
 from ..errors import InvalidParameterError
 from ..features import build_feature_map
 from ..generators.reweight import Targets, reweight, systematic
-from ..privacy.engine import ZCDPEngine
 from ..privacy.marginals import TREE_SCORES, Measure, pair_dependence
 from ..runtime import mapped_zeros, phase
 from ..validation import check_positive, user_stacklevel
@@ -263,7 +262,7 @@ class Hybrid(MarginalMethod):
                                         f"got {s.stall_stop!r}.")
         self.marginal_part()._check_plan(domain)      # the part's own checks (label_pairs, AIM's rounds), then shared
 
-    def _engine(self, schema, budget, dataset, privacy_unit) -> ZCDPEngine:
+    def _shares(self, schema) -> dict:
         """One filter for both parts: the kernel part's Gaussian releases declared as shares of rho (each at its
         usual relative weight: a release with noise multiplier s costs in proportion to 1 / s^2), the marginal
         stages spend the rest."""
@@ -274,15 +273,13 @@ class Hybrid(MarginalMethod):
                                 shares={**shares, "class_proportions": k.settings_.proportions_share})
         inverse = {name: 1.0 / m ** 2 for name, m in mults.items()}
         kernel = 1.0 - float(self._s.marginal_share)
-        return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit,
-                                 shares={name: kernel * v / sum(inverse.values()) for name, v in inverse.items()})
+        return {name: kernel * v / sum(inverse.values()) for name, v in inverse.items()}
 
-    def _more_stages(self, engine, data, source, schema, dataset):
+    def _more_stages(self, engine, facts, schema, dataset):
         """The kernel part's stages, after the marginals, in the same plan and run: DP-MERF's table release (numeric
         CDFs, class proportions, the embedding). Returns (its tensors, its spec entries, its public facts)."""
         with phase("measuring the kernel embedding", self._s.progress):
-            table_facts, kernel = yield from self._kernel_stages(self._kernel(schema), engine, data, source, schema,
-                                                                 dataset)
+            table_facts, kernel = yield from self._kernel_stages(self._kernel(schema), engine, facts, schema, dataset)
         spec = {KERNEL_SPEC: kernel.feature_spec,
                 "captures": kernel.feature_spec.get("captures", "a kernel mean embedding"),
                 "kernel_noise_std": float(_embedding_entry(engine).noise_std)}
@@ -291,12 +288,12 @@ class Hybrid(MarginalMethod):
     def _more_spec(self, spec: dict, more: dict) -> dict:
         return {**spec, **more, "name": "hybrid", "captures": spec["captures"] + "; " + more["captures"]}
 
-    def _kernel_stages(self, k, engine, data, source, schema, dataset):
+    def _kernel_stages(self, k, engine, facts, schema, dataset):
         """DP-MERF's table release in the hybrid's plan, as stages: returns (its table facts, the release, which
         carries the table's tensors)."""
-        encoder, prior, table_facts = yield from table_stages(engine, data, source, schema)
+        encoder, prior, table_facts = yield from table_stages(engine, facts, schema)
         kernel = yield from embedding_stages(
-            k.table_feature_map(encoder, schema.n_classes), source, engine, conditional=True,
+            k.table_feature_map(encoder, schema.n_classes), facts, engine, conditional=True,
             n_classes=schema.n_classes, encoder=encoder, dataset=dataset,
             proportions_share=engine.shares.get("class_proportions"),   # its share of the whole plan
             prior_tensors=prior, public_facts={"record_shape": [encoder.dim]})

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import logging
 
-from ..data.shards import ShardedArrays
-from ..embedding import release_sampled_embedding
+from ..embedding import check_embedding_args, sampled_stages
 from ..errors import InvalidParameterError
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomConvFeatures, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
 from ..features.networks import ARCHS
-from ..release import Release
+from ..privacy.calibration import PrivacyPlan
 from ..validation import check_probability
 from . import presets
 from .base import KernelGeneratorMethod, register
@@ -268,17 +267,19 @@ class DPRandConv(KernelGeneratorMethod):
                 raise InvalidParameterError("early_stopping's proxy is a full-data release; with sample_rate use "
                                             "early_stopping=False.")
 
-    def _release_arrays(self, fmap, X, y, *, n_classes, proxy, dataset: str, budget, public_facts: dict) -> Release:
+    def _array_release(self, fmap, facts, *, n_classes, proxy, dataset: str, budget, public_facts: dict):
         if self._s.sample_rate is None:
-            return super()._release_arrays(fmap, X, y, n_classes=n_classes, proxy=proxy, dataset=dataset,
-                                           budget=budget, public_facts=public_facts)
-        if isinstance(X, ShardedArrays):
+            return (yield from super()._array_release(fmap, facts, n_classes=n_classes, proxy=proxy, dataset=dataset,
+                                                      budget=budget, public_facts=public_facts))
+        if not facts.in_memory:
             raise InvalidParameterError("sample_rate releases read the images in memory, not shards: load them as "
                                         "an array, or use sample_rate=None.")
-        return release_sampled_embedding(
-            fmap, X, y, epsilon=self._s.epsilon, delta=self._s.delta, sample_rate=self._s.sample_rate, n_classes=n_classes,
-            accountant=self._s.accountant, seed=self._s.noise_seed, dataset=dataset, budget=budget,
-            privacy_unit=self._privacy_unit, neighbouring=self._s.neighbouring, public_facts=public_facts)
+        q = float(self._s.sample_rate)
+        check_embedding_args(n_classes is not None, n_classes, None)
+        engine = yield self._opening(plan=PrivacyPlan((), q, int(fmap.n_blocks), self._s.neighbouring), budget=budget,
+                                     dataset=dataset, privacy_unit=self._privacy_unit)
+        return (yield from sampled_stages(fmap, facts, engine, n_cols=int(n_classes or 1), q=q, n_classes=n_classes,
+                                          dataset=dataset, public_facts=public_facts))
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "

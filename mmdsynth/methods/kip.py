@@ -39,7 +39,7 @@ from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_ch
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..embedding import embedding_stages
-from ..engines import as_source
+from ..engines import SourceFacts, as_source
 from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
@@ -52,7 +52,7 @@ from ..privacy.engine import PrivacyEngine, SubsampledSteps
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
-from .base import _as_schema, _check_table, read_model_folder, write_model_folder
+from .base import as_schema, _check_table, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, epsilon_required, register
 from .distill import distill_release
@@ -255,7 +255,8 @@ class DPKIP(Method):
         carries the schema / sketch tensors its encoder is rebuilt from) read from ``source``, then
         ``images_per_class`` records per class distilled from it (:meth:`_distil_start`). Returns them."""
         fmap, encoder, facts, prior = parts
-        release = yield from embedding_stages(fmap, source, engine, conditional=True, n_classes=int(self._s.n_classes),
+        release = yield from embedding_stages(fmap, SourceFacts.of(source), engine, conditional=True,
+                                              n_classes=int(self._s.n_classes),
                                               dataset=dataset, encoder=encoder, public_facts=facts,
                                               prior_tensors=prior)
         return self._distil_start(release, encoder, START_ITERATIONS)
@@ -358,7 +359,7 @@ class DPKIP(Method):
         state = self._fit_settings("table" if table else "image", out if ckpt else None)
         shares, source = {}, None
         if table:
-            schema = _as_schema(schema, label)
+            schema = as_schema(schema, label)
             _check_table(X, schema)
             privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
             self._s.n_classes = schema.n_classes
@@ -419,7 +420,7 @@ class DPKIP(Method):
         can fail, the charge, the private start's release (when there is one) and the DP-SGD steps declared.
         Returns (the run's state, the encoded records)."""
         s, table = self._s, shape is None
-        table_state = (yield from table_stages(engine, X, source, schema)) if table else None   # private releases
+        table_state = (yield from table_stages(engine, SourceFacts.of(source, X), schema)) if table else None
         if table:
             shape = [table_state[0].dim]
         description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "

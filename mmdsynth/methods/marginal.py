@@ -34,18 +34,18 @@ from ..data.private_schema import require_complete
 from ..data.schema import Schema
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
-from ..privacy.engine import ZCDPEngine
+from ..data.encoding import table_input
+from ..privacy.engine import Facts, Sums, run_plan
 from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
-from .base import _as_schema, _check_table, read_model_folder, write_model_folder
+from .base import as_schema, given_schema, read_model_folder, write_model_folder
 from .contract import Method, register
 from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
 from ..statistics.tables import CheckedRows, clique_key
-from ..engines.persons import person_source
-from .tables import checked_source, encoder_of, rows_per_person_stages, unit_shares
+from .tables import encoder_of, rows_per_person_stages, unit_shares
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +57,6 @@ def coarse_counts(domain: Domain, name: str, fine_counts) -> np.ndarray:
     """A fine 1-way measurement summed over the cells of ``domain`` (post-processing)."""
     return np.bincount(domain.coarse_of_fine(name), weights=np.asarray(fine_counts, dtype=np.float64),
                        minlength=domain.size(name))
-
-
-def _schema_dict(schema) -> dict:
-    if isinstance(schema, Schema):
-        return schema.to_dict()
-    if isinstance(schema, dict):
-        return schema
-    return Schema.from_json(schema).to_dict()
 
 
 def _tensor_name(i: int, clique) -> str:
@@ -115,33 +107,65 @@ class MarginalMethod(Method):
             privacy_unit: str = PRIVACY_UNIT):
         """Fit on a table: ``fit(df, label=..., schema=...)``. ``out``: the model folder (release, model.json).
         Returns self."""
-        sharded, schema, out = self._table_input(X, y, label, schema, resume, out)
-        s = self.settings_ = self.settings_for("table")
-        self._settle_delta(choice.public_facts(X, schema).n_records)   # the public count: rows, declared, or persons
+        given = self._table_input(X, y, label, schema, resume)   # None: table shards carry their own
+        self._check_settings()
+        data, checked = table_input(X, given)              # a DataFrame's rows checked once, before the charge
+        run_plan(data, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                                       privacy_unit=privacy_unit), schema=given, checked=checked)
+        return self
+
+    def table_planner(self, schema: Schema, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
+                      public_facts: dict | None = None, privacy_unit: str = PRIVACY_UNIT, facts=None):
+        """A table fit's planner, for :func:`~mmdsynth.privacy.engine.run_plan` on the table's rows (the method
+        contract's: :func:`mmdsynth.fit` runs it after choosing the method from the rows' public ``facts``, which it
+        then passes here): every refusal its settings and the schema can give is made here, before a row is read."""
+        out = Path(out) if out is not None else None
+        if out is not None and (out / "release" / META_FILE).exists():
+            raise ArtifactError(f"{out} already holds a release; use a new folder.")
+        s = self._check_settings()
         require_complete(schema)
-        check_epsilon(s.epsilon)
-        check_delta(s.delta)
-        check_positive(s.iters, "iters", integer=True)
-        mbi()                                              # the extra is there before anything is read or charged
         domain = Domain.of(schema, s.max_cells)
         self._check_plan(domain)
-        encoder = TableEncoder(schema, [str(c) for c in X.columns])
         privacy_unit = self._unit(schema, privacy_unit)    # one person, when the schema names a person column
-        engine = self._engine(schema, budget, dataset, privacy_unit)   # calibrated, the budget checked: nothing read
-        data, source = self._checked_source(X, sharded, schema, encoder)
-        n = source.n_records                               # public, declared: the rows, or the persons
+        return self._fit_stages(schema, domain, out, dataset, budget, public_facts, privacy_unit, facts)
+
+    def _check_settings(self):
+        """The fit's settings (``settings_``), each refused before anything is read: the parameters' choices, epsilon,
+        the estimation's iterations, the marginal extra installed."""
+        s = self.settings_ = self.settings_for("table")
+        check_epsilon(s.epsilon)
+        check_positive(s.iters, "iters", integer=True)
+        mbi()                                              # the extra is there before anything is read or charged
+        return s
+
+    def _fit_stages(self, schema, domain: Domain, out, dataset: str, budget, public_facts, privacy_unit: str,
+                    facts=None):
+        """The fit's planner (run by :func:`~mmdsynth.privacy.engine.run_plan`): the table's public facts (its count:
+        rows, declared, or persons), the filter calibrated and the budget checked (nothing read), shards' rows
+        checked in one pass before the charge, the method's marginal stages (:meth:`planner`) and the releases of the
+        same plan after them (:meth:`_more_stages`), then the release and the model estimated from it
+        (post-processing)."""
+        facts = facts or (yield Facts())
+        n = facts.n_records                                # public, declared: the rows, or the persons
+        choice.check_enough(choice.PublicFacts(n, schema.privacy_unit))
+        self._settle_delta(n)
+        check_delta(self._s.delta)
+        encoder = TableEncoder(schema, list(facts.columns))     # public: the columns' names and order
+        engine = yield self._opening(budget=budget, dataset=dataset, privacy_unit=privacy_unit,
+                                     shares=self._shares(schema), domain=domain, encoder=encoder,
+                                     progress=self._s.progress, assumed={"n_classes": schema.n_classes})
+        if facts.checked is None:                          # shards: every row checked in one pass, persons counted
+            yield Sums(CheckedRows(encoder), ())
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
-        measurements, (more, more_spec, more_facts) = engine.run(
-            source, self._stages(engine, data, source, schema, domain, n, dataset), domain=domain, encoder=encoder,
-            progress=self._s.progress, assumed={"n_classes": schema.n_classes})
+        measurements = yield from self.planner(domain, engine.stage_rho, n)
+        more, more_spec, more_facts = yield from self._more_stages(engine, facts, schema, dataset)
         domain = self._cut(domain, {c[0]: y for c, y, _, fine in measurements if fine})
-        facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
-                 "computation": source.describe(),
-                 "method": self.method, "table": encoder.to_dict(), "numeric_encoding": "minmax",
-                 **(public_facts or {}), **more_facts}
+        out_facts = {"name": dataset, "n_records": n, "n_classes": schema.n_classes, "conditional": False,
+                     "computation": facts.computation, "method": self.method, "table": encoder.to_dict(),
+                     "numeric_encoding": "minmax", **(public_facts or {}), **more_facts}
         tensors, spec = self._marginal_release(measurements, domain)
         tensors, spec = {**tensors, **more}, self._more_spec(spec, more_spec)
-        self.release_ = Release(tensors, spec, facts, engine.ledger)
+        self.release_ = Release(tensors, spec, out_facts, engine.ledger)
         if out is not None:                                # saved before any post-processing: it holds the budget
             self.release_.save(out / "release")
         self._model = None
@@ -150,38 +174,18 @@ class MarginalMethod(Method):
             self.save(out)
         return self
 
-    def _table_input(self, X, y, label, schema, resume: bool, out):
-        """(sharded, the schema, the out folder) of a fit's arguments, each refused as the user must fix it."""
+    def _table_input(self, X, y, label, schema, resume: bool) -> Schema | None:
+        """The schema a fit was given (None: table shards carry their own), its arguments each refused as the user
+        must fix it."""
         from ..data.shards import ShardedTable
 
-        sharded = isinstance(X, ShardedTable)
-        if y is not None or not (sharded or isinstance(X, pd.DataFrame)):
+        if y is not None or not isinstance(X, (ShardedTable, pd.DataFrame)):
             raise InvalidParameterError(f"{self.method} takes a table: fit(df, label=..., schema=...) or a "
                                         f"ShardedTable, no y.")
-        if sharded:
-            if schema is not None and Schema.from_dict(_schema_dict(schema)).to_dict() != X.schema.to_dict():
-                raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
-            schema = X.schema
         if resume:
             raise InvalidParameterError(f"{self.method} has no training to resume: its model is estimated from the "
                                         f"release when it is loaded.")
-        out = Path(out) if out is not None else None
-        if out is not None and (out / "release" / META_FILE).exists():
-            raise ArtifactError(f"{out} already holds a release; use a new folder.")
-        schema = _as_schema(schema, label)
-        _check_table(X, schema)
-        return sharded, schema, out
-
-    @staticmethod
-    def _checked_source(X, sharded: bool, schema, encoder):
-        """(the data, its source) with every row checked before the charge: shards in one pass over them (persons
-        across shards counted exactly, then weighted), a DataFrame cleaned whole; a person table when the schema
-        declares a unit."""
-        if sharded:
-            source = person_source(X, schema)
-            source.total(CheckedRows(encoder))
-            return X, source
-        return checked_source(X, schema, encoder)         # every refusal before the charge, and the only check
+        return given_schema(X, schema, label)
 
     def _marginal_release(self, measurements: list, domain: Domain) -> tuple[dict, dict]:
         """(tensors, spec) of the measured marginals: each measurement's noisy counts, and the domain and
@@ -202,11 +206,12 @@ class MarginalMethod(Method):
         with its share of the plan's rho, and its memory and time estimates: public facts only, nothing read."""
         self.settings_ = self.settings_for("table")
         self._settle_delta(facts.n_records)
-        schema = _as_schema(schema, getattr(schema, "label", None))
+        schema = as_schema(schema, getattr(schema, "label", None))
         require_complete(schema)                     # as the fit refuses it: naming the columns and the fixes
         domain = Domain.of(schema, self._s.max_cells)
         self._check_plan(domain)
-        engine = self._engine(schema, None, "", PRIVACY_UNIT)        # calibration only: no budget, nothing read
+        engine = self._open_engine(budget=None, dataset="", privacy_unit=PRIVACY_UNIT,
+                                   shares=self._shares(schema))      # calibration only: no budget, nothing read
         stage = engine.stage_rho / engine.rho
         releases = [(what, stage * share) for what, share in self.stage_outline(domain)]
         releases += [(release_words(name), share) for name, share in engine.shares.items()]
@@ -237,22 +242,15 @@ class MarginalMethod(Method):
     def _memory_advice(self) -> str:
         return "A table read in shards (`--shards`, a ShardedTable) is summed in bounded memory."
 
-    def _engine(self, schema: Schema, budget, dataset: str, privacy_unit: str) -> ZCDPEngine:
-        """The plan's filter, calibrated and budget-checked before anything is read (the marginal stages spend its
-        ``stage_rho``)."""
-        return self._open_engine(budget=budget, dataset=dataset, privacy_unit=privacy_unit, shares=unit_shares(schema))
+    def _shares(self, schema: Schema) -> dict:
+        """The named releases the plan's filter declares up front as shares of rho (the rows per person under a
+        unit); the marginal stages spend the rest."""
+        return unit_shares(schema)
 
-    def _stages(self, engine, data, source, schema, domain: Domain, n: int, dataset: str):
-        """The fit's stages, run by the engine on ``source``: the method's marginal stages (:meth:`planner`), then the
-        releases of the same plan after them (:meth:`_more_stages`). Returns (the measurements, what those add)."""
-        measurements = yield from self.planner(domain, engine.stage_rho, n)
-        return measurements, (yield from self._more_stages(engine, data, source, schema, dataset))
-
-    def _more_stages(self, engine, data, source, schema, dataset):
+    def _more_stages(self, engine, facts, schema, dataset):
         """The stages of the releases of the same plan after the marginal stages (MST, AIM: the rows per person, with a
-        privacy unit): returns (tensors, spec entries, public facts) they add. ``data``: the checked rows (or the
-        shards); ``source``: what the sums read (a person table with a privacy unit)."""
-        persons, persons_facts = yield from rows_per_person_stages(engine, source)
+        privacy unit): returns (tensors, spec entries, public facts) they add. ``facts``: the rows' public facts."""
+        persons, persons_facts = yield from rows_per_person_stages(engine, facts)
         return persons, {}, persons_facts
 
     def _more_spec(self, spec: dict, more: dict) -> dict:

@@ -14,7 +14,6 @@ import math
 import warnings
 
 import numpy as np
-import pandas as pd
 import torch
 
 from ..data.encoding import TableEncoder
@@ -22,7 +21,6 @@ from ..data.numeric_sketch import DEFAULT_SHARE, SKETCH_PREFIX, NumericSketch, m
 from ..data.private_schema import (NUMERIC_THRESHOLD_SIGMAS, SchemaInference, complete_schema, require_complete,
                                    schema_stages)
 from ..data.schema import Schema
-from ..engines.persons import PersonShards, PersonTable, person_source
 from ..errors import InvalidParameterError
 from ..privacy.engine import GaussianRelease, Sums
 from ..statistics.persons import ROWS_EDGES, RowsPerPerson
@@ -93,21 +91,22 @@ def unit_shares(schema: Schema) -> dict[str, float]:
 ROWS_THRESHOLD_SIGMAS = 3.0
 
 
-def rows_per_person_stages(engine, source):
+def rows_per_person_stages(engine, facts):
     """The stage of the rows-per-person release when ``engine``'s plan holds one (a declared privacy unit; nothing
     otherwise), a planner's part: the noisy histogram of rows per person over the public cells ``ROWS_EDGES`` (one
-    one-hot per person, summed on ``source``, a person table, sensitivity sqrt(2) under replacing one person), and its
-    noise std, which sampling reads. Returns (tensors, public facts), ``({}, {})`` without a unit."""
+    one-hot per person, summed on the run's person table, ``facts`` its public facts, sensitivity sqrt(2) under
+    replacing one person), and its noise std, which sampling reads. Returns (tensors, public facts), ``({}, {})``
+    without a unit."""
     if ROWS_TENSOR not in engine.multipliers:
         return {}, {}
-    if not isinstance(source, (PersonTable, PersonShards)):
+    if not facts.persons:
         raise RuntimeError("the plan holds the rows per person but the source is not a person table; nothing of "
                            "this release was drawn.")
     tensor, = yield Sums(RowsPerPerson(), (GaussianRelease(
         ROWS_TENSOR, math.sqrt(2.0),
-        f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the {source.n_records} persons' "
+        f"rows per person: a histogram over {len(ROWS_EDGES) - 1} public cells of the {facts.n_records} persons' "
         f"row counts",
-        {"m (persons)": int(source.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
+        {"m (persons)": int(facts.n_records), "cells (row counts from)": list(ROWS_EDGES[:-1]),
          "sensitivity": "sqrt(2) (one person's one-hot changes cell)"},
         lambda t: torch.as_tensor(t["rows_per_person"])),))
     std = float(engine.sigma * engine.multiplier(ROWS_TENSOR) * math.sqrt(2.0))
@@ -146,48 +145,36 @@ def reserved_delta(schema: Schema, delta: float) -> float:
     return SchemaInference.of(schema).threshold_delta(delta)
 
 
-def checked_source(frame: pd.DataFrame, schema: Schema, encoder: TableEncoder):
-    """(``frame`` checked against the schema by ``encoder``, once and before anything is charged: every refusal
-    here; the Source a fit reads, :func:`~mmdsynth.engines.persons.person_source`, whose statistics read the checked
-    rows as they are)."""
-    clean = encoder.clean(frame)
-    return clean, person_source(clean, schema, checked=encoder.check_signature)
-
-
-def table_stages(engine, data, source, schema: Schema):
+def table_stages(engine, facts, schema: Schema):
     """The stages of what the plan of ``engine`` declared for this table (``"schema"``, ``"numeric_sketch"``, the rows
-    per person), a planner's part (:meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` on ``source``), and the encoder
-    built from their noisy results: returns (encoder, tensors to save in the release, public facts). ``engine``: its
-    plan's public facts (sigma, multipliers, delta); ``data``: the DataFrame or
-    :class:`~mmdsynth.data.ShardedTable` (its column names are public); ``source``: its
-    :class:`~mmdsynth.engines.Source`."""
+    per person), a planner's part (run on the table's rows by :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run`),
+    and the encoder built from their noisy results: returns (encoder, tensors to save in the release, public facts).
+    ``engine``: its plan's public facts (sigma, multipliers, delta); ``facts``: the rows'
+    :class:`~mmdsynth.engines.SourceFacts` (their count and column names are public)."""
     todo = SchemaInference.of(schema)
     if todo:
         std = engine.sigma * engine.multiplier("schema") * todo.sensitivity
         tau = todo.category_threshold(std, engine.delta) if todo.categorical else None
-        warn_if_noise_swamps(source.n_records, std, tau, bool(todo.numeric))
-        if isinstance(source, PersonTable):          # the persons' weighted rows, checked
-            read = source.with_frame(schema.validate(source.frame))
-        else:
-            read = schema.validate(data) if isinstance(data, pd.DataFrame) else source
-        stats = yield from schema_stages(read, todo, tau, todo.threshold_delta(engine.delta),
-                                         ids=schema.person_ids if schema.privacy_unit is not None else None)
+        warn_if_noise_swamps(facts.n_records, std, tau, bool(todo.numeric))
+        stats = yield from schema_stages(facts, todo, tau, todo.threshold_delta(engine.delta),
+                                         ids=schema.person_ids if schema.privacy_unit is not None else None,
+                                         validate=schema)     # the rows checked against the schema as declared
         schema = complete_schema(schema, stats, std, tau)
         del stats
-    counts, facts, maps = {}, {}, None
+    counts, out, maps = {}, {}, None
     if "numeric_sketch" in engine.multipliers:
         sketch = NumericSketch.of(schema)        # public cells from the (declared or inferred) bounds
         std = engine.sigma * engine.multiplier("numeric_sketch") * sketch.sensitivity
-        cells = max_cells(source.n_records, std)  # public: m and sigma
+        cells = max_cells(facts.n_records, std)  # public: m and sigma
         sketch = sketch.limited(cells)
-        counts = yield from sketch_stages(sketch, source.n_records, encoder=TableEncoder(schema))
-        facts["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
+        counts = yield from sketch_stages(sketch, facts.n_records, encoder=TableEncoder(schema))
+        out["numeric_sketch"] = {"noise_std": std, "max_cells": cells}
         maps = sketch.cdfs(counts, std)
-    persons, persons_facts = yield from rows_per_person_stages(engine, source)
-    facts.update(persons_facts)
-    encoder = TableEncoder(schema, [str(c) for c in data.columns], maps)   # public: names and order, never values
-    facts.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
-    return encoder, {**{SKETCH_PREFIX + name: c for name, c in counts.items()}, **persons}, facts
+    persons, persons_facts = yield from rows_per_person_stages(engine, facts)
+    out.update(persons_facts)
+    encoder = TableEncoder(schema, list(facts.columns), maps)   # public: names and order, never values
+    out.update({"table": encoder.to_dict(), "numeric_encoding": encoder.numeric_encoding})
+    return encoder, {**{SKETCH_PREFIX + name: c for name, c in counts.items()}, **persons}, out
 
 
 def warn_if_noise_swamps(m: int, std: float, tau: float | None, numeric: bool) -> None:

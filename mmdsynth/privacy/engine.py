@@ -35,7 +35,8 @@ import uuid
 import torch
 from tqdm import tqdm
 
-from ..engines import as_source
+from ..engines import Source, SourceFacts, as_source
+from ..engines.persons import person_source
 from ..errors import InvalidParameterError
 from ..runtime import phases_shown
 from ..validation import check_delta, check_epsilon
@@ -47,6 +48,8 @@ from .mechanisms import NoiseSource, gaussian_mechanism
 from .sampling import PoissonSampler
 
 NON_PRIVATE = "none (NON-PRIVATE: no noise, benchmark only)"
+#: :meth:`PrivacyEngine.run` without a value to send: the planner is started with ``next``
+_NOTHING = object()
 
 
 @dataclass(frozen=True)
@@ -85,13 +88,41 @@ class SubsampledSteps:
 class Sums:
     """A stage (:meth:`PrivacyEngine.run`): the sums of one ``statistic`` (it reads each batch the source validated,
     :meth:`~mmdsynth.engines.Source.total`) read once where the rows live, then each :class:`GaussianRelease` of
-    ``releases`` noised and recorded in order. Result: the noisy values, in that order. ``source``: another view of
-    the run's private rows when the statistic must read that one (schema inference's: the frame checked against a
-    schema that is still to complete); None, the run's source."""
+    ``releases`` noised and recorded in order (none: a read that releases nothing, the rows' own checks before the
+    charge). Result: the noisy values, in that order. ``validate``: a schema the run's rows are checked against
+    first, for a statistic that must read that view (schema inference's: a schema still to complete,
+    :meth:`~mmdsynth.engines.Source.validated`); None, the run's source as it is."""
 
     statistic: object = field(repr=False)
     releases: tuple
-    source: object = field(default=None, repr=False)
+    validate: object = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The first stage of a fit's run (:func:`run_plan`): the input's public facts, a
+    :class:`~mmdsynth.engines.SourceFacts` (the record count m, a person table or not, a table's column names, an
+    array's record shape), read from its form and its declared or counted m, never from a value; no budget."""
+
+
+@dataclass(frozen=True)
+class Open:
+    """The stage that opens a fit's run (:func:`run_plan`) once the planner has the input's public facts: the
+    engine of this plan built by :func:`open_engine` (``plan`` None: a zCDP filter with ``shares``; ``options``: the
+    accountant, budget file, seeds, dataset, privacy unit, reserved delta), calibrated and checked against the budget
+    file before any row is read. Result: the engine (its public facts: sigma, multipliers, delta, the ledger so
+    far). ``domain``, ``encoder``, ``assumed``: what the marginal stages count in and their ledger entries assume;
+    ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`)."""
+
+    epsilon: float
+    delta: float
+    plan: object = None
+    shares: dict | None = None
+    options: dict = field(default_factory=dict)
+    domain: object = None
+    encoder: object = None
+    assumed: dict = field(default_factory=dict)
+    progress: object = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +251,8 @@ class PrivacyEngine:
                      computation)
         return noisy
 
-    def run(self, source, planner, *, domain=None, encoder=None, assumed: dict | None = None, progress=None):
+    def run(self, source, planner, *, domain=None, encoder=None, assumed: dict | None = None, progress=None,
+            sent=_NOTHING):
         """Run a planner's stages on ``source`` (a :class:`~mmdsynth.engines.Source`, or rows :func:`~mmdsynth.engines.
         as_source` makes one of): ``planner`` is a generator that yields stages, frozen values of the kinds in
         :data:`STAGES` (:class:`Sums`, :class:`SubsampledSteps`, :class:`Step`, and the marginal stages
@@ -231,7 +263,9 @@ class PrivacyEngine:
         planner sees only noisy results and the plan's public facts. ``domain`` and ``encoder``: the table's public
         discrete domain and encoder the marginal stages count in (their ledger entries assume ``assumed`` and the
         domain's sizes). On a terminal (``progress``, :func:`~mmdsynth.runtime.phases_shown`) a zCDP plan's stages
-        show a bar of the share of their budget spent (public: the shares are the planner's)."""
+        show a bar of the share of their budget spent (public: the shares are the planner's). ``sent``: what the
+        planner receives for the stage it yielded last (:func:`run_plan` sends the engine for its :class:`Open`);
+        left out, the planner is started here."""
         source = as_source(source)
         assumed = dict(assumed or {})
         if domain is not None:
@@ -241,7 +275,7 @@ class PrivacyEngine:
         bar = tqdm(total=100, disable=not (phases_shown(progress) and total), desc="measuring and selecting marginals",
                    unit="%", bar_format="{desc}: {percentage:3.0f}% of their budget |{bar}| {elapsed}")
         try:
-            stage = next(planner)
+            stage = next(planner) if sent is _NOTHING else planner.send(sent)
             while True:
                 execute = STAGES.get(type(stage))
                 if execute is None:
@@ -266,9 +300,9 @@ class PrivacyEngine:
         return None
 
     def _sums(self, source, stage: Sums) -> list:
-        """A :class:`Sums` stage: the sums of its statistic read once over ``source`` (or the stage's own view of the
-        rows), then each declared :class:`GaussianRelease` noised and recorded in order."""
-        source = source if stage.source is None else as_source(stage.source)
+        """A :class:`Sums` stage: the sums of its statistic read once over ``source`` (or its rows checked against the
+        stage's schema), then each declared :class:`GaussianRelease` noised and recorded in order."""
+        source = source if stage.validate is None else source.validated(stage.validate)
         totals = source.total(stage.statistic)
         return [self.gaussian(d.name, totals if d.exact is None else d.exact(totals), d.sensitivity,
                               description=d.description, assumed=d.assumed, n_records=int(source.n_records),
@@ -285,7 +319,7 @@ class PrivacyEngine:
                             steps.clip, steps.assumed, steps.n_records, None, notes=steps.notes,
                             relation=self.plan.neighbouring, sampler=self.sampler.policy)
 
-    def _step(self, stage: Step) -> torch.Tensor:
+    def _step(self, source, stage: Step) -> torch.Tensor:
         """A :class:`Step` stage: the records it reads drawn from the secret sampler at the plan's rate (every one of
         the ``n`` records in a plan that is not subsampled: a one-step full-batch release), ``statistic(chosen)``
         their sum (each record's part of norm <= ``clip``, as the statistic bounds it), plus N(0, (sigma C)^2 I).
@@ -299,9 +333,10 @@ class PrivacyEngine:
         if declared is not None and float(stage.clip) != float(declared.clip):
             raise InvalidParameterError(f"a step at clip {stage.clip:g}, but the declared steps' clip is "
                                         f"{declared.clip:g}: the ledger would state another sensitivity.")
+        statistic = stage.statistic.on(source) if hasattr(stage.statistic, "on") else stage.statistic
         chosen = self.sampler.sample(stage.n, self.plan.sample_rate) if self.sampler is not None \
             else torch.arange(int(stage.n))
-        total = stage.statistic(chosen)
+        total = statistic(chosen)
         if not self.private:
             return total.detach().to(dtype=torch.float64)
         return gaussian_mechanism(total, stage.clip, self.sigma, self.noise)
@@ -498,7 +533,7 @@ class ZCDPEngine(PrivacyEngine):
 #: tests/contract/test_audit.py)
 STAGES = {Sums: lambda engine, source, stage, context: engine._sums(source, stage),
           SubsampledSteps: lambda engine, source, stage, context: engine._declare(stage),
-          Step: lambda engine, source, stage, context: engine._step(stage),
+          Step: lambda engine, source, stage, context: engine._step(source, stage),
           **MARGINAL_STAGES}
 
 
@@ -516,3 +551,37 @@ def open_engine(epsilon: float, delta: float, plan: PrivacyPlan | None = None, *
         raise InvalidParameterError("a plan's releases are its multipliers; shares= belong to a zCDP filter "
                                     "(plan=None).")
     return PrivacyEngine(epsilon, delta, plan, **options)
+
+
+def _declared_schema(data, schema):
+    """A run's schema (public): the one given, or the one table shards declare; both, the same."""
+    own = getattr(data, "schema", None) if isinstance(data, Source) else None
+    if own is None:
+        return schema
+    if schema is not None and schema.to_dict() != own.to_dict():
+        raise InvalidParameterError("a ShardedTable carries its schema: pass schema=None (or the same).")
+    return own
+
+
+def run_plan(data, planner, *, y=None, schema=None, checked: str | None = None):
+    """A fit's one run (issue 82): ``data`` (a DataFrame, table shards, arrays ``data`` with labels ``y``) becomes
+    the run's :class:`~mmdsynth.engines.Source` (a person table when ``schema`` declares a privacy unit; ``checked``:
+    the signature of the check a DataFrame's rows passed; table shards carry their own), and ``planner``, a
+    generator, is the whole fit: it asks
+    for the input's public facts (a :class:`Facts` stage, answered by a :class:`~mmdsynth.engines.SourceFacts`),
+    opens the engine of its plan (an :class:`Open` stage: calibrated and budget-checked before any row is read),
+    yields its stages (:data:`STAGES`, run by :meth:`PrivacyEngine.run`) and learns from their noisy results alone;
+    what it returns is returned here. The planner never holds the rows: a method's fit hands them here and nowhere
+    else."""
+    schema = _declared_schema(data, schema)
+    source = person_source(data, schema, checked) if schema is not None else as_source(data, y, checked)
+    stage = next(planner)
+    if isinstance(stage, Facts):
+        stage = planner.send(SourceFacts.of(source, data, y, schema))
+    if not isinstance(stage, Open):
+        planner.close()
+        raise InvalidParameterError(f"a fit's run opens its engine (an Open stage) before any other stage; got "
+                                    f"{stage!r}: nothing was read.")
+    engine = open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
+    return engine.run(source, planner, domain=stage.domain, encoder=stage.encoder, assumed=stage.assumed,
+                      progress=stage.progress, sent=engine)

@@ -2,8 +2,12 @@
 wherever the rows live), and one feature block's sums over the records a subsampled step draws."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
+
+from ..errors import InvalidParameterError
 
 from ..validation import check_features, check_labels
 from .bounds import bounded_rows
@@ -68,14 +72,41 @@ def sampled_block_sums(feature_map, block: int, X: torch.Tensor, y: torch.Tensor
 
 class SampledBlockSums:
     """The statistic of one subsampled step of a sampled embedding, for
-    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`: given the records the engine drew (indices into ``X`` /
-    ``y``, the checked private records), :func:`sampled_block_sums` of block ``block`` over them."""
+    :meth:`~mmdsynth.privacy.engine.PrivacyEngine.step`: bound to the run's records (:meth:`on`: the in-memory
+    arrays, checked once per run, finite features and labels in 0..n_cols-1), then given the records the engine drew
+    (indices into them), :func:`sampled_block_sums` of block ``block`` over them."""
 
-    def __init__(self, feature_map, block: int, X: torch.Tensor, y: torch.Tensor, n_cols: int, scale: float,
-                 chunk: int):
-        self.feature_map, self.block, self.X, self.y = feature_map, block, X, y
+    def __init__(self, feature_map, block: int, n_cols: int, scale: float, chunk: int, records=None):
+        self.feature_map, self.block, self.records = feature_map, block, records
         self.n_cols, self.scale, self.chunk = n_cols, scale, chunk
 
+    def on(self, source) -> "SampledBlockSums":
+        """The statistic over ``source``'s records (:func:`checked_records`)."""
+        return SampledBlockSums(self.feature_map, self.block, self.n_cols, self.scale, self.chunk,
+                                checked_records(source, self.n_cols))
+
     def __call__(self, chosen: torch.Tensor) -> torch.Tensor:
-        return sampled_block_sums(self.feature_map, self.block, self.X[chosen], self.y[chosen], self.n_cols,
-                                  self.scale, self.chunk)
+        X, y = self.records
+        return sampled_block_sums(self.feature_map, self.block, X[chosen], y[chosen], self.n_cols, self.scale,
+                                  self.chunk)
+
+
+#: each in-memory source's checked records, kept while the source lives (a sampled embedding's steps read them)
+_CHECKED = weakref.WeakKeyDictionary()
+
+
+def checked_records(source, n_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X float32, y int64) of an in-memory source of arrays, checked once per source: finite features, as many as
+    its public count, labels in 0..n_cols-1 (none given: every record in column 0)."""
+    got = _CHECKED.get(source)
+    if got is not None and got[0] == n_cols:
+        return got[1]
+    batch, _ = next(iter(source.batches(0)))
+    (X, y), _ = unweighted(batch)
+    m = int(source.n_records)
+    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
+    if Xt.shape[0] != m:
+        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
+    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else torch.zeros(m, dtype=torch.int64)
+    _CHECKED[source] = (n_cols, (Xt, yt))
+    return Xt, yt
