@@ -18,7 +18,8 @@ same at both revisions, or the protocol changed what is released. Each case runs
   inferred (numeric bounds, categories: the schema release read per person), the numeric sketch, the rows-per-person
   histogram, eps 1; its release, ledger and facts (the inferred schema included);
 - ``default-persons``: the same table through ``mmdsynth.fit`` with no method named (the table default chosen from the
-  count of persons: DP-MERF).
+  count of persons: DP-MERF);
+- ``mst-persons``: MST on the same table with its schema complete (the rows checked once, per person).
 
     MMDSYNTH_DATA_DIR=../shared/datasets .venv/bin/python benchmarks/protocol_identity.py --base b347bae^ \\
         --out benchmarks/out/protocol_identity.jsonl
@@ -38,7 +39,8 @@ from _rows import emit
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits", "persons-inferred", "default-persons")
+CASES = ("hybrid-adult", "dpntk-digits", "dpkip-digits", "randconv-digits", "persons-inferred", "default-persons",
+         "mst-persons")
 FIT = """
 import hashlib, json, sys, time
 import numpy as np, torch
@@ -53,7 +55,7 @@ if case == "hybrid-adult":
         d.train, label=d.schema.label, schema=d.schema, dataset=d.name)
     release = m.release_
     extra = {"rows": m.sample(2000, seed=0).to_csv(index=False)}
-elif case in ("persons-inferred", "default-persons"):   # a person unit, schema inference, the sketch, rows per person
+elif case in ("persons-inferred", "default-persons", "mst-persons"):   # a person unit, schema inference, the sketch, rows per person
     import pandas as pd
     from mmdsynth.data.schema import Schema
     from mmdsynth.methods import DPMERF
@@ -64,8 +66,14 @@ elif case in ("persons-inferred", "default-persons"):   # a person unit, schema 
                        "y": rng.choice(["no", "yes"], n)})
     spec = {"columns": [{"name": "patient", "type": "id"}, {"name": "age", "type": "numeric"},
                         {"name": "city", "type": "categorical"}], "label": "y", "label_categories": ["no", "yes"]}
+    if case == "mst-persons":             # the schema complete: the rows checked once by the run, per person
+        spec["columns"][1]["bounds"], spec["columns"][2]["categories"] = [0, 120], ["a", "b", "c", "d"]
+        df["age"] = df["age"].clip(0, 120)
     schema = Schema.from_dict(spec).with_privacy_unit("patient")
-    if case == "default-persons":         # mmdsynth.fit: the table default chosen from the 400 persons (dp-merf)
+    if case == "mst-persons":
+        from mmdsynth.methods import MST
+        m = MST(epsilon=1.0, noise_seed=0).fit(df, label="y", schema=schema)
+    elif case == "default-persons":         # mmdsynth.fit: the table default chosen from the 400 persons (dp-merf)
         m = mmdsynth.fit(df, label="y", schema=schema, epsilon=1.0, noise_seed=0, iterations=20, n_features=50,
                          schema_share=0.2)
     else:

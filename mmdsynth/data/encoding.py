@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .numeric_sketch import QuantileMap
-from .private_schema import SchemaInference, conform, declared_part, inferred_columns, require_complete
+from .private_schema import require_complete
 from .schema import Schema, enforce_constraints
 from .user import check_listed
 from ..statistics.values import category_text
@@ -110,10 +110,8 @@ class TableEncoder:
         columns (never encoded) are checked too unless ``check_ids`` is off (generated IDs lie outside the real
         ones' range), and are not returned then."""
         checked = self.schema if self.check_ids else self._learned
-        require_label = with_label and self.schema.label is not None
-        if inferred_columns(self.schema):       # read every value by itself first, then clip / map it
-            df = conform(declared_part(checked).validate(df, require_label=require_label), self.schema)
-        return checked.validate(df, require_label=require_label)
+        # a schema with released bounds / categories reads every value by itself first, then clips / maps it
+        return checked.validate(df, require_label=with_label and self.schema.label is not None)
 
     @property
     def dtypes(self) -> dict[str, str]:
@@ -263,16 +261,9 @@ def fresh_ids(col, n: int, rng: np.random.Generator) -> np.ndarray:
             return ids
 
 
-def table_input(data, schema: Schema):
-    """(the rows a table fit hands to its run, the signature of the check they passed), before anything is charged: a
-    DataFrame's columns matched to the schema by name (refused, naming them: nothing dropped silently) and, under a
-    complete schema, every row checked once (:meth:`TableEncoder.clean`; the statistics then read the checked rows as
-    they are); table shards, or a DataFrame whose schema is still to complete (its rows are checked against the
-    schema as the schema's release reads them, then against the completed one), as they are, with None."""
-    if not isinstance(data, pd.DataFrame):
-        return data, None
-    check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
-    if SchemaInference.of(schema):
-        return data, None
-    encoder = TableEncoder(schema)
-    return encoder.clean(data), encoder.check_signature
+def check_table_input(data, schema: Schema) -> None:
+    """A table fit's input checked by its form before it is handed to the run: a DataFrame's columns matched to the
+    schema by name (refused, naming them: nothing dropped silently). Its rows are checked by the run, once, after the
+    plan is calibrated (:class:`~mmdsynth.privacy.engine.Open`'s ``check``)."""
+    if isinstance(data, pd.DataFrame):
+        check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataValidationError, SchemaError
-from ..statistics.values import category_text, category_texts, date_seconds, dates, marked_missing, numbers
+from ..statistics.values import (category_text, category_texts, checked_columns, checked_ids,  # noqa: F401
+                                 combinations_held, conformed, date_seconds, date_text, datetime_seconds)
 
 
 #: the resolutions a datetime column may declare (pandas frequency aliases)
@@ -42,10 +43,6 @@ def _seconds(value, name: str, fmt: str | None = None) -> float:
         raise SchemaError(f"datetime column {name!r}: bound {value!r} is not a date; write it as "
                           f"ISO text, e.g. \"2020-01-31\" or \"2020-01-31T12:00:00\".")
     return seconds
-
-
-def _date_text(seconds: float) -> str:
-    return (pd.Timestamp(0) + pd.Timedelta(seconds=float(seconds))).isoformat()
 
 
 #: catch-all category of a column whose categories were released privately: a value whose noisy count did not clear
@@ -150,7 +147,7 @@ class Column:
         d = {"name": self.name, "type": self.type}
         if self.datetime:
             if self.bounds is not None:
-                d["bounds"] = [_date_text(b) for b in self.bounds]
+                d["bounds"] = [date_text(b) for b in self.bounds]
             d["resolution"] = self.datetime
             if self.format:
                 d["format"] = self.format
@@ -328,10 +325,11 @@ class Schema:
     def allowed_rows(self, df: pd.DataFrame, constraint: dict) -> np.ndarray:
         """Boolean mask of the rows of ``df`` whose values in the constraint's columns form one of its
         declared combinations (numbers compared as numbers)."""
-        key = _combination_key(self, constraint["columns"])
-        keys = {key(v) for v in constraint["values"]}
-        rows = zip(*(df[c].tolist() for c in constraint["columns"]))
-        return np.fromiter((key(r) in keys for r in rows), bool, len(df))
+        return combinations_held(df, constraint["columns"], self._casts(constraint["columns"]), constraint["values"])
+
+    def _casts(self, columns: list) -> list:
+        """How a combination of ``columns`` is compared: numbers as floats, categories as their text."""
+        return [float if self.column(name).kind == "numeric" else category_text for name in columns]
 
     @classmethod
     def from_json(cls, path) -> "Schema":
@@ -357,7 +355,8 @@ class Schema:
             # bounds and categories released with budget (private inference, `mmdsynth schema`): every value read
             # against the declared part, then numbers clipped to the released bounds and a category not released
             # read as "(other)", each value by itself
-            return conform(declared_part(self).validate(df, require_label=require_label), self)
+            read = declared_part(self).validate(df, require_label=require_label)
+            return conformed(read, [self.column(n) for n in inferred_columns(self)], OTHER)
         wanted = [c.name for c in self.columns] + ([self.label] if self.label and require_label else [])
         missing = [c for c in wanted if c not in df.columns]
         if missing:
@@ -365,29 +364,11 @@ class Schema:
                 f"column(s) {missing} declared in the schema are missing from the data "
                 f"(data has {list(df.columns)[:20]}{'...' if df.shape[1] > 20 else ''})."
             )
-        out = df[wanted].copy()
-        for col in self.columns + ([Column(self.label, "categorical", categories=self.label_categories)]
-                                   if self.label and require_label else []):
-            s = out[col.name]
-            # a cell is missing iff it is NaN / None or its own canonical text is a declared marker: per value,
-            # never by the column's dtype (an int64 -1 and a text "-1" are one marker)
-            missing = s.isna() | marked_missing(s, self.missing_values) if self.missing_values else s.isna()
-            if missing.any():
-                if not col.nullable:
-                    raise DataValidationError(
-                        f"column {col.name!r} has {int(missing.sum())} missing value(s); declare it "
-                        f"\"nullable\": true to model them (missingness is learned and generated), or impute "
-                        f"or drop them first.")
-                s = s.mask(missing)
-                present = _checked_values(col, s[~missing])
-                full = pd.Series(np.nan if col.kind == "numeric" else None, index=s.index,
-                                 dtype="float64" if col.kind == "numeric" else object)
-                full[~missing] = present
-                out[col.name] = full
-            else:
-                out[col.name] = _checked_values(col, s)
+        out = checked_columns(df[wanted].copy(), self.columns + (
+            [Column(self.label, "categorical", categories=self.label_categories)] if self.label and require_label
+            else []), self.missing_values)
         for k in self.constraints:
-            bad = int((~self.allowed_rows(out, k)).sum())
+            bad = int((~combinations_held(out, k["columns"], self._casts(k["columns"]), k["values"])).sum())
             if bad:
                 raise DataValidationError(
                     f"{bad} row(s) break the declared fixed combinations of {k['columns']}; fix the rows, or add "
@@ -396,106 +377,16 @@ class Schema:
 
     def person_ids(self, df: pd.DataFrame) -> pd.Series:
         """The privacy unit's column of ``df`` read as the schema reads IDs, each value by itself
-        (:func:`_checked_ids`: text IDs by their text, so ``1`` and ``"1"`` are one person; integer IDs as
+        (:func:`~mmdsynth.statistics.values.checked_ids`: text IDs by their text, so ``1`` and ``"1"`` are one person; integer IDs as
         integers in the declared range): rows are one person exactly when these values are equal."""
         if self.privacy_unit is None or self.privacy_unit not in df.columns:
             raise SchemaError(f"no privacy unit column {self.privacy_unit!r} to read in the data.")
-        return _checked_ids(self.column(self.privacy_unit), df[self.privacy_unit])
+        return checked_ids(self.column(self.privacy_unit), df[self.privacy_unit])
 
     def label_codes(self, df: pd.DataFrame) -> np.ndarray:
         """Map the label column to integers 0..C-1 in ``label_categories`` order."""
         lookup = {category_text(c): i for i, c in enumerate(self.label_categories)}
         return category_texts(df[self.label]).map(lookup).to_numpy(dtype=np.int64)
-
-
-def _checked_values(col: Column, s: pd.Series) -> pd.Series:
-    """The non-missing values of one column, each read by itself (:mod:`mmdsynth.statistics.values`: nothing is
-    decided from the column) and checked against the declaration: categories as their text, numbers
-    and dates (as seconds) as floats in bounds, IDs in their range or without the synthetic prefix.
-    A refusal names the column, the rule and a count, never a value."""
-    if col.kind == "id":
-        return _checked_ids(col, s)
-    if col.kind == "categorical":
-        text = category_texts(s, boolean=col.boolean)
-        if col.categories is not None:          # (None: categories to be inferred privately)
-            bad = ~text.isin({category_text(c) for c in col.categories})
-            if bad.any() and col.boolean:
-                raise DataValidationError(
-                    f"boolean column {col.name!r} has {int(bad.sum())} value(s) ({int(text[bad].nunique())} distinct) "
-                    f"that are not booleans (true/false, yes/no, y/n, t/f, 1/0, in any case); clean them, or declare "
-                    f"the column \"categorical\" with its categories.")
-            if bad.any():
-                n_bad, n_distinct = int(bad.sum()), int(text[bad].nunique())
-                raise DataValidationError(
-                    f"{col.type} column {col.name!r} has {n_bad} value(s) ({n_distinct} distinct) not among its "
-                    f"declared categories {list(col.categories)[:10]}{' ...' if len(col.categories) > 10 else ''}; "
-                    f"add them to the schema or clean the data.")
-        return text
-    if col.datetime:
-        values = datetime_seconds(col, s)
-    else:
-        values, bad = numbers(s)
-        if bad.any():
-            raise DataValidationError(
-                f"numeric column {col.name!r} has {int(bad.sum())} value(s) that are not finite numbers; numbers "
-                f"are read value by value (digits, a decimal point, an exponent); fix or remove them, or if they "
-                f"mark missing values (e.g. \"?\"), declare the marker (schema \"missing_values\", CLI --missing-values) "
-                f"and the column \"nullable\": true.")
-    if col.bounds is not None:
-        lo, hi = col.bounds
-        n_out = int(((values < lo) | (values > hi)).sum())
-        if n_out:
-            shown = f"[{_date_text(lo)}, {_date_text(hi)}]" if col.datetime else f"[{lo:g}, {hi:g}]"
-            raise DataValidationError(
-                f"{col.type} column {col.name!r} has {n_out} value(s) outside its declared "
-                f"bounds {shown}; widen the bounds or clip the data."
-            )
-    return values
-
-
-def datetime_seconds(col: Column, s: pd.Series) -> pd.Series:
-    """Dates as seconds since 1970-01-01 UTC, each read by itself (:func:`~mmdsynth.statistics.values.date_seconds`):
-    pandas datetimes, numbers (Unix seconds: a validated table holds them), or text in the column's
-    declared ``format``, else ISO 8601 (an offset converts its value to UTC; none means UTC). A value that
-    is not a date is refused with a count, never quoted."""
-    values, bad = dates(s, col.format)
-    if bad.any():
-        rule = (f"in its declared format {col.format!r}" if col.format else
-                "as ISO 8601 text (e.g. 2020-01-31, 2020-01-31T12:00:00, 2020-01-31T12:00:00+01:00); for another "
-                "text layout declare the column's \"format\" (e.g. \"%d/%m/%Y\"): mmdsynth never guesses one "
-                "from the values")
-        raise DataValidationError(f"datetime column {col.name!r} has {int(bad.sum())} value(s) that are not dates "
-                                  f"{rule}.")
-    return values
-
-
-def _checked_ids(col: Column, s: pd.Series) -> pd.Series:
-    """Real IDs are never learned; they are checked so that no generated ID can equal one: integer IDs
-    lie in the declared range (generated ones are drawn above it), text IDs do not start with the
-    prefix every generated one starts with. Each ID is read by itself."""
-    if col.integer:
-        values, bad = numbers(s)
-        if bad.any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
-            raise DataValidationError(f"integer id column {col.name!r} holds values that are not integers.")
-        lo, hi = col.bounds
-        n_out = int(((values < lo) | (values > hi)).sum())
-        if n_out:
-            raise DataValidationError(f"id column {col.name!r} has {n_out} ID(s) outside its declared range "
-                                      f"[{lo:g}, {hi:g}]; widen the range (generated IDs are drawn above it).")
-        return values.astype("int64")
-    text = category_texts(s)
-    clash = int(text.str.startswith(col.prefix).sum())
-    if clash:
-        raise DataValidationError(f"id column {col.name!r} has {clash} real ID(s) starting with {col.prefix!r}, the "
-                                  f"prefix of generated IDs; declare another \"prefix\" for the column.")
-    return text
-
-
-def _combination_key(schema: "Schema", columns: list):
-    """A function turning a combination of ``columns`` into comparable values: numbers as floats,
-    categories as strings (the columns' kinds looked up once)."""
-    casts = [float if schema.column(name).kind == "numeric" else category_text for name in columns]
-    return lambda values: tuple(cast(v) for cast, v in zip(casts, values))
 
 
 def _checked_constraint(k, columns: dict) -> dict:
@@ -521,6 +412,13 @@ def _checked_constraint(k, columns: dict) -> dict:
             if col.kind == "numeric" and col.bounds is not None and not col.bounds[0] <= float(value) <= col.bounds[1]:
                 raise SchemaError(f"fixed_combinations of {cols}: {value!r} is outside the bounds of {name!r}.")
     return {"type": "fixed_combinations", "columns": cols, "values": values}
+
+
+def _combination_key(schema: "Schema", columns: list):
+    """A function turning a combination of ``columns`` into comparable values: numbers as floats,
+    categories as strings (the columns' kinds looked up once)."""
+    casts = schema._casts(columns)
+    return lambda values: tuple(cast(v) for cast, v in zip(casts, values))
 
 
 def enforce_constraints(df: pd.DataFrame, schema: "Schema", rng: np.random.Generator) -> pd.DataFrame:
@@ -658,15 +556,7 @@ def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     ``OTHER``. Applied to the private rows inside the fit (a per-record transformation, so the
     sensitivity of later releases holds) and to real test rows before evaluation. Columns with
     declared bounds and categories are left as is."""
-    df = df.copy()
-    for name in inferred_columns(schema):
-        col = schema.column(name)
-        if col.kind == "numeric":
-            df[name] = df[name].astype("float64").clip(*col.bounds)
-        else:
-            present = df[name].notna()
-            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, OTHER).where(present, None)
-    return df
+    return conformed(df, [schema.column(n) for n in inferred_columns(schema)], OTHER)
 
 
 def declared_part(schema: Schema) -> Schema:

@@ -67,6 +67,11 @@ class Source:
         """What the ledger records about how the sums were computed (public)."""
         return {"engine": self.engine.name, "shards": self.n_shards, "m": int(self.n_records)}
 
+    def checked_with(self, encoder) -> "Source":
+        """The source whose rows passed ``encoder``'s check (a table's :class:`~mmdsynth.data.encoding.TableEncoder`):
+        shards are checked as they are read, so this source as it is."""
+        return self
+
     def validated(self, schema) -> "Source":
         """The view a statistic reads when the rows must first be checked against ``schema`` (one still to complete:
         schema inference's): shards are checked as they are read, so this source as it is."""
@@ -169,6 +174,13 @@ class InMemory(Source):
     def describe(self) -> dict:
         return {"engine": "memory", "shards": 1, "m": self.n_records}
 
+    def checked_with(self, encoder) -> "InMemory":
+        """A DataFrame's rows checked by ``encoder`` (:meth:`~mmdsynth.data.encoding.TableEncoder.clean`, each value
+        read by itself), marked with its signature so that statistics of the same check read them as they are."""
+        if not isinstance(self.data, pd.DataFrame):
+            return self
+        return InMemory(encoder.clean(self.data), self.n_records, encoder.check_signature)
+
     def validated(self, schema) -> "InMemory":
         """A DataFrame's rows checked against ``schema`` (:meth:`~mmdsynth.data.schema.Schema.validate`, each value read
         by itself); other records as they are."""
@@ -181,9 +193,8 @@ class InMemory(Source):
 class SourceFacts:
     """What a planner knows of a run's private input (public, issue 82: a planner never holds the rows): the record
     count m (rows, the declared count of shards, or persons under a unit), whether it is a person table, a table's
-    column names (names and order, never values), an array's record shape and whether it carries labels, the
-    signature of the check its rows passed (None: checked as they are read), how its sums are computed (for the
-    ledger), whether the records are in memory (not shards) and a table's schema (declared: given, or the shards'
+    column names (names and order, never values), an array's record shape and whether it carries labels, how its
+    sums are computed (for the ledger), whether the records are in memory (not shards) and a table's schema (declared: given, or the shards'
     own). :func:`~mmdsynth.privacy.engine.run_plan` sends it for a :class:`~mmdsynth.privacy.engine.Facts`
     stage."""
 
@@ -192,7 +203,6 @@ class SourceFacts:
     columns: tuple = ()
     record_shape: tuple = ()
     labelled: bool = False
-    checked: str | None = None
     computation: dict = field(default_factory=dict)
     in_memory: bool = True
     schema: object = None
@@ -210,7 +220,7 @@ class SourceFacts:
             shape = tuple(int(s) for s in data.shape[1:])
         return cls(int(source.n_records), bool(source.persons), tuple(str(c) for c in (() if columns is None else columns)),
                    tuple(shape or ()), y is not None or bool(getattr(data, "labelled", False)),
-                   getattr(source, "checked", None), source.describe(), isinstance(source, InMemory), schema)
+                   source.describe(), isinstance(source, InMemory), schema)
 
 
 def as_source(X, y=None, checked: str | None = None) -> Source:

@@ -33,10 +33,11 @@ from .._version import __version__
 from .. import choice
 from ..data.encoding import TableEncoder
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
+from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedTable
 from ..data.user import check_listed
-from ..data.encoding import table_input
+from ..data.encoding import check_table_input
 from ..embedding import check_embedding_args, embedding_stages, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
@@ -319,9 +320,9 @@ class KernelGeneratorMethod(Method):
         self._resolve("table")                        # first: a method that takes no tables says so
         self._check_table_settings()
         given = given_schema(X, schema, label)      # None: table shards carry their own (the run reads it)
-        data, checked = table_input(X, given)       # a DataFrame's rows checked once, before anything is charged
-        run_plan(data, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
-                                       privacy_unit=privacy_unit, train=train), schema=given, checked=checked)
+        check_table_input(X, given)                 # a DataFrame's columns by name
+        run_plan(X, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                                    privacy_unit=privacy_unit, train=train), schema=given)
 
     def _check_table_settings(self) -> None:
         """The settings a table fit refuses before anything is read."""
@@ -457,7 +458,10 @@ class KernelGeneratorMethod(Method):
         plan, mults = self._table_plan(schema)
         engine = yield self._opening(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
                                      privacy_unit=self._privacy_unit,
-                                     reserved_delta=reserved_delta(schema, self._s.delta))
+                                     reserved_delta=reserved_delta(schema, self._s.delta),
+                                     # a DataFrame under a complete schema: its rows checked once, after the
+                                     # calibration (a schema still to complete: checked as its release reads them)
+                                     check=None if SchemaInference.of(schema) else TableEncoder(schema))
         encoder, prior, table_facts = yield from table_stages(engine, facts, schema)
         release = yield from embedding_stages(
             self.table_feature_map(encoder, encoder.schema.n_classes), facts, engine, conditional=True,

@@ -147,11 +147,11 @@ class Method:
                  shares: dict | None = None, **options):
         """The :class:`~mmdsynth.privacy.engine.Open` stage of the fit's run, the engine :meth:`_open_engine` would
         build (the run builds it: :func:`~mmdsynth.privacy.engine.run_plan`). ``options`` also holds the marginal
-        stages' ``domain``, ``encoder``, ``assumed`` and ``progress``."""
+        stages' ``domain``, ``encoder``, ``assumed`` and ``progress``, and the rows' ``check``."""
         from ..privacy.engine import Open
 
         s = self._s
-        context = {k: options.pop(k) for k in ("domain", "encoder", "assumed", "progress") if k in options}
+        context = {k: options.pop(k) for k in ("domain", "encoder", "assumed", "progress", "check") if k in options}
         common = dict(budget=budget, noise_seed=s.noise_seed, dataset=dataset, privacy_unit=privacy_unit)
         if shares is not None:
             return Open(s.epsilon, s.delta, shares=shares, options={**common, **options}, **context)

@@ -5,7 +5,7 @@ import logging
 import pandas as pd
 
 from ..choice import PublicFacts, choose_table_default
-from ..data.encoding import table_input
+from ..data.encoding import check_table_input
 from ..errors import InvalidParameterError
 from ..privacy.engine import Facts, run_plan
 from .base import as_schema
@@ -30,10 +30,10 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
 
     Images and arrays (``fit(X, y, method="dp-merf", n_classes=10, epsilon=...)``) need a method named.
 
-    A table is fitted in one run (:func:`~mmdsynth.privacy.engine.run_plan`): its rows are checked against the schema
-    here, once, and handed to the run; the method is chosen, its plan outlined (the releases and their shares,
-    memory and time, logged; a plan over the memory refused) and fitted from the run's public facts (the count:
-    rows, the declared count of shards, or persons), before any row is read for a release."""
+    A table is fitted in one run (:func:`~mmdsynth.privacy.engine.run_plan`): its columns are matched to the schema
+    here and the rows handed to the run; the method is chosen, its plan outlined (the releases and their shares,
+    memory and time, logged; a plan over the memory refused) and calibrated from the run's public facts (the count:
+    rows, the declared count of shards, or persons) before any row is read."""
     from ..data.shards import ShardedTable
 
     table = isinstance(data, (pd.DataFrame, ShardedTable))
@@ -52,9 +52,9 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
                                                               dataset=dataset)
     # the schema given (public: the user's declaration), with its label; table shards carry their own (the run's)
     given = as_schema(schema, label) if schema is not None or not isinstance(data, ShardedTable) else None
-    rows, checked = table_input(data, given)      # a DataFrame's rows checked once, before anything is charged
-    return run_plan(rows, _table_fit(label, method, epsilon, delta, params,
-                                     dict(out=out, budget=budget, dataset=dataset)), schema=given, checked=checked)
+    check_table_input(data, given)                # a DataFrame's columns by name; its rows are the run's to read
+    return run_plan(data, _table_fit(label, method, epsilon, delta, params,
+                                     dict(out=out, budget=budget, dataset=dataset)), schema=given)
 
 
 def _table_fit(label: str | None, method: str | None, epsilon, delta, params: dict, fit: dict):

@@ -34,7 +34,7 @@ from ..data.private_schema import require_complete
 from ..data.schema import Schema
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
-from ..data.encoding import table_input
+from ..data.encoding import check_table_input
 from ..privacy.engine import Facts, Sums, run_plan
 from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree
@@ -109,9 +109,9 @@ class MarginalMethod(Method):
         Returns self."""
         given = self._table_input(X, y, label, schema, resume)   # None: table shards carry their own
         self._check_settings()
-        data, checked = table_input(X, given)              # a DataFrame's rows checked once, before the charge
-        run_plan(data, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
-                                       privacy_unit=privacy_unit), schema=given, checked=checked)
+        check_table_input(X, given)                        # a DataFrame's columns by name
+        run_plan(X, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                                    privacy_unit=privacy_unit), schema=given)
         return self
 
     def table_planner(self, schema: Schema, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
@@ -153,8 +153,9 @@ class MarginalMethod(Method):
         encoder = TableEncoder(schema, list(facts.columns))     # public: the columns' names and order
         engine = yield self._opening(budget=budget, dataset=dataset, privacy_unit=privacy_unit,
                                      shares=self._shares(schema), domain=domain, encoder=encoder,
-                                     progress=self._s.progress, assumed={"n_classes": schema.n_classes})
-        if facts.checked is None:                          # shards: every row checked in one pass, persons counted
+                                     progress=self._s.progress, assumed={"n_classes": schema.n_classes},
+                                     check=encoder)        # a DataFrame's rows checked once, after the calibration
+        if not facts.in_memory:                            # shards: every row checked in one pass, persons counted
             yield Sums(CheckedRows(encoder), ())
         engine.open(f"{self.method} fit on {dataset or 'user data'}")
         measurements = yield from self.planner(domain, engine.stage_rho, n)

@@ -73,7 +73,7 @@ class DPMEPF(KernelGeneratorMethod):
         super()._validate()
         self._encoder_path()
 
-    def _release(self, X, y, dataset: str, budget):
+    def _array_release(self, fmap, facts, *, n_classes, proxy, dataset: str, budget, public_facts: dict):
         for path in {self._encoder_path(), str(resolve_encoder(self._s.proxy_encoder or self._encoder_path()))}:
             public = encoder_spec(path).get("dataset")
             if dataset and public == dataset:
@@ -82,7 +82,8 @@ class DPMEPF(KernelGeneratorMethod):
                     f"depend on the private data, so DP-MEPF's guarantee would not hold. Use an encoder "
                     f"pretrained on a different, PUBLIC dataset (e.g. fashion-mnist for mnist)."
                 )
-        release = super()._release(X, y, dataset, budget)
+        release = yield from super()._array_release(fmap, facts, n_classes=n_classes, proxy=proxy, dataset=dataset,
+                                                     budget=budget, public_facts=public_facts)
         return release.with_note(self._encoder_note(dataset))
 
     def _encoder_note(self, dataset: str) -> str:

@@ -112,7 +112,10 @@ class Open:
     accountant, budget file, seeds, dataset, privacy unit, reserved delta), calibrated and checked against the budget
     file before any row is read. Result: the engine (its public facts: sigma, multipliers, delta, the ledger so
     far). ``domain``, ``encoder``, ``assumed``: what the marginal stages count in and their ledger entries assume;
-    ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`)."""
+    ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`). ``check``: a table encoder whose check a
+    DataFrame's rows pass once here, after the calibration and before any release
+    (:meth:`~mmdsynth.engines.Source.checked_with`; its statistics then read the checked rows as they are; table
+    shards are checked as they are read); None: no such check."""
 
     epsilon: float
     delta: float
@@ -123,6 +126,7 @@ class Open:
     encoder: object = None
     assumed: dict = field(default_factory=dict)
     progress: object = None
+    check: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -563,18 +567,17 @@ def _declared_schema(data, schema):
     return own
 
 
-def run_plan(data, planner, *, y=None, schema=None, checked: str | None = None):
+def run_plan(data, planner, *, y=None, schema=None):
     """A fit's one run (issue 82): ``data`` (a DataFrame, table shards, arrays ``data`` with labels ``y``) becomes
-    the run's :class:`~mmdsynth.engines.Source` (a person table when ``schema`` declares a privacy unit; ``checked``:
-    the signature of the check a DataFrame's rows passed; table shards carry their own), and ``planner``, a
-    generator, is the whole fit: it asks
+    the run's :class:`~mmdsynth.engines.Source` (a person table when ``schema`` declares a privacy unit; table shards
+    carry their own schema), and ``planner``, a generator, is the whole fit: it asks
     for the input's public facts (a :class:`Facts` stage, answered by a :class:`~mmdsynth.engines.SourceFacts`),
     opens the engine of its plan (an :class:`Open` stage: calibrated and budget-checked before any row is read),
     yields its stages (:data:`STAGES`, run by :meth:`PrivacyEngine.run`) and learns from their noisy results alone;
     what it returns is returned here. The planner never holds the rows: a method's fit hands them here and nowhere
     else."""
     schema = _declared_schema(data, schema)
-    source = person_source(data, schema, checked) if schema is not None else as_source(data, y, checked)
+    source = person_source(data, schema) if schema is not None else as_source(data, y)
     stage = next(planner)
     if isinstance(stage, Facts):
         stage = planner.send(SourceFacts.of(source, data, y, schema))
@@ -583,5 +586,7 @@ def run_plan(data, planner, *, y=None, schema=None, checked: str | None = None):
         raise InvalidParameterError(f"a fit's run opens its engine (an Open stage) before any other stage; got "
                                     f"{stage!r}: nothing was read.")
     engine = open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
+    if stage.check is not None:                  # the rows checked once, after the calibration
+        source = source.checked_with(stage.check)
     return engine.run(source, planner, domain=stage.domain, encoder=stage.encoder, assumed=stage.assumed,
                       progress=stage.progress, sent=engine)

@@ -34,6 +34,8 @@ from numbers import Integral, Real
 import numpy as np
 import pandas as pd
 
+from ..errors import DataValidationError
+
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 #: decimal text of an integer written with a zero fraction: "12.0", "-3.00"
 _INTEGRAL_TEXT = re.compile(r"^([+-]?\d+)\.0*$")
@@ -252,3 +254,144 @@ def value_kind(value) -> int:
     if date_seconds(text) is not None:
         return 4
     return 5
+
+
+# -- a table's columns checked against their declaration, each value read by itself -------------------------------
+# (``col``: a column's public declaration, :class:`~mmdsynth.data.schema.Column`: its name, kind, bounds, categories,
+# format, nullability; a refusal names the column, the rule and a count, never a value)
+
+def date_text(seconds: float) -> str:
+    """Seconds since 1970-01-01 as ISO 8601 text (a declared bound in a message or a schema file)."""
+    return (pd.Timestamp(0) + pd.Timedelta(seconds=float(seconds))).isoformat()
+
+
+def checked_columns(df: pd.DataFrame, columns: list, missing_values=()) -> pd.DataFrame:
+    """``df`` (its declared columns, in order) with every column's values read and checked
+    (:func:`checked_values`): a cell is missing iff it is NaN / None or its own canonical text is a declared marker
+    (``missing_values``): per value, never by the column's dtype (an int64 -1 and a text "-1" are one marker); a
+    column that is not nullable is refused with the count of its missing cells."""
+    out = df
+    for col in columns:
+        s = out[col.name]
+        missing = s.isna() | marked_missing(s, missing_values) if missing_values else s.isna()
+        if missing.any():
+            if not col.nullable:
+                raise DataValidationError(
+                    f"column {col.name!r} has {int(missing.sum())} missing value(s); declare it "
+                    f"\"nullable\": true to model them (missingness is learned and generated), or impute "
+                    f"or drop them first.")
+            s = s.mask(missing)
+            present = checked_values(col, s[~missing])
+            full = pd.Series(np.nan if col.kind == "numeric" else None, index=s.index,
+                             dtype="float64" if col.kind == "numeric" else object)
+            full[~missing] = present
+            out[col.name] = full
+        else:
+            out[col.name] = checked_values(col, s)
+    return out
+
+
+def checked_values(col, s: pd.Series) -> pd.Series:
+    """The non-missing values of one column, each read by itself (nothing is decided from the column) and checked against the declaration: categories as their text, numbers
+    and dates (as seconds) as floats in bounds, IDs in their range or without the synthetic prefix.
+    A refusal names the column, the rule and a count, never a value."""
+    if col.kind == "id":
+        return checked_ids(col, s)
+    if col.kind == "categorical":
+        text = category_texts(s, boolean=col.boolean)
+        if col.categories is not None:          # (None: categories to be inferred privately)
+            bad = ~text.isin({category_text(c) for c in col.categories})
+            if bad.any() and col.boolean:
+                raise DataValidationError(
+                    f"boolean column {col.name!r} has {int(bad.sum())} value(s) ({int(text[bad].nunique())} distinct) "
+                    f"that are not booleans (true/false, yes/no, y/n, t/f, 1/0, in any case); clean them, or declare "
+                    f"the column \"categorical\" with its categories.")
+            if bad.any():
+                n_bad, n_distinct = int(bad.sum()), int(text[bad].nunique())
+                raise DataValidationError(
+                    f"{col.type} column {col.name!r} has {n_bad} value(s) ({n_distinct} distinct) not among its "
+                    f"declared categories {list(col.categories)[:10]}{' ...' if len(col.categories) > 10 else ''}; "
+                    f"add them to the schema or clean the data.")
+        return text
+    if col.datetime:
+        values = datetime_seconds(col, s)
+    else:
+        values, bad = numbers(s)
+        if bad.any():
+            raise DataValidationError(
+                f"numeric column {col.name!r} has {int(bad.sum())} value(s) that are not finite numbers; numbers "
+                f"are read value by value (digits, a decimal point, an exponent); fix or remove them, or if they "
+                f"mark missing values (e.g. \"?\"), declare the marker (schema \"missing_values\", CLI --missing-values) "
+                f"and the column \"nullable\": true.")
+    if col.bounds is not None:
+        lo, hi = col.bounds
+        n_out = int(((values < lo) | (values > hi)).sum())
+        if n_out:
+            shown = f"[{date_text(lo)}, {date_text(hi)}]" if col.datetime else f"[{lo:g}, {hi:g}]"
+            raise DataValidationError(
+                f"{col.type} column {col.name!r} has {n_out} value(s) outside its declared "
+                f"bounds {shown}; widen the bounds or clip the data."
+            )
+    return values
+
+
+def datetime_seconds(col, s: pd.Series) -> pd.Series:
+    """Dates as seconds since 1970-01-01 UTC, each read by itself (:func:`date_seconds`):
+    pandas datetimes, numbers (Unix seconds: a validated table holds them), or text in the column's
+    declared ``format``, else ISO 8601 (an offset converts its value to UTC; none means UTC). A value that
+    is not a date is refused with a count, never quoted."""
+    values, bad = dates(s, col.format)
+    if bad.any():
+        rule = (f"in its declared format {col.format!r}" if col.format else
+                "as ISO 8601 text (e.g. 2020-01-31, 2020-01-31T12:00:00, 2020-01-31T12:00:00+01:00); for another "
+                "text layout declare the column's \"format\" (e.g. \"%d/%m/%Y\"): mmdsynth never guesses one "
+                "from the values")
+        raise DataValidationError(f"datetime column {col.name!r} has {int(bad.sum())} value(s) that are not dates "
+                                  f"{rule}.")
+    return values
+
+
+def checked_ids(col, s: pd.Series) -> pd.Series:
+    """Real IDs are never learned; they are checked so that no generated ID can equal one: integer IDs
+    lie in the declared range (generated ones are drawn above it), text IDs do not start with the
+    prefix every generated one starts with. Each ID is read by itself."""
+    if col.integer:
+        values, bad = numbers(s)
+        if bad.any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
+            raise DataValidationError(f"integer id column {col.name!r} holds values that are not integers.")
+        lo, hi = col.bounds
+        n_out = int(((values < lo) | (values > hi)).sum())
+        if n_out:
+            raise DataValidationError(f"id column {col.name!r} has {n_out} ID(s) outside its declared range "
+                                      f"[{lo:g}, {hi:g}]; widen the range (generated IDs are drawn above it).")
+        return values.astype("int64")
+    text = category_texts(s)
+    clash = int(text.str.startswith(col.prefix).sum())
+    if clash:
+        raise DataValidationError(f"id column {col.name!r} has {clash} real ID(s) starting with {col.prefix!r}, the "
+                                  f"prefix of generated IDs; declare another \"prefix\" for the column.")
+    return text
+
+
+def combinations_held(df: pd.DataFrame, columns: list, casts: list, combinations: list) -> np.ndarray:
+    """Boolean mask of the rows of ``df`` whose values in ``columns``, each read by its cast (numbers as floats,
+    categories as their text), form one of the declared ``combinations``."""
+    key = (lambda values: tuple(cast(v) for cast, v in zip(casts, values)))
+    keys = {key(v) for v in combinations}
+    rows = zip(*(df[c].tolist() for c in columns))
+    return np.fromiter((key(r) in keys for r in rows), bool, len(df))
+
+
+def conformed(df: pd.DataFrame, columns: list, other: str) -> pd.DataFrame:
+    """A table already read against its declared columns fitted to their released bounds and categories
+    (``columns``: those whose bounds or categories were released): numbers clipped to the bounds, a category not
+    released read as ``other``, each value by itself."""
+    df = df.copy()
+    for col in columns:
+        name = col.name
+        if col.kind == "numeric":
+            df[name] = df[name].astype("float64").clip(*col.bounds)
+        else:
+            present = df[name].notna()
+            df[name] = df[name].where(df[name].isin(set(col.categories)) | ~present, other).where(present, None)
+    return df

@@ -41,7 +41,8 @@ class Planned(Exception):
 
 @pytest.fixture
 def plans(monkeypatch):
-    """Every method's ``fit`` records (method, parameters) and stops."""
+    """Every method's ``fit``, and the planner ``mmdsynth.fit`` runs for a table (``table_planner``), records (method,
+    parameters) and stops."""
     seen = []
 
     def record(self, *args, **kwargs):
@@ -50,6 +51,8 @@ def plans(monkeypatch):
 
     for cls in set(METHODS.values()):
         monkeypatch.setattr(cls, "fit", record)
+        if hasattr(cls, "table_planner"):
+            monkeypatch.setattr(cls, "table_planner", record)
     return seen
 
 

@@ -253,3 +253,93 @@ def test_the_issues_command_refuses_the_foreign_flag_before_anything_else(capsys
     """`mmdsynth fit --method dp-ntk --dataset digits --n-features 5`, exactly: exit 2 naming the flag."""
     assert cli.main(["fit", "--method", "dp-ntk", "--dataset", "digits", "--n-features", "5"]) == 2
     assert "--n-features: dp-merf / hybrid options, not taken by --method dp-ntk" in capsys.readouterr().err
+
+
+class _Watched:
+    """A planner that the test watches: after each stage it yields, no frame of its generators (the ``yield from``
+    chain) holds a Source, the rows handed to the fit or an object made of them (issue 82: a planner learns from
+    public facts and noisy results only)."""
+
+    def __init__(self, planner, rows: list, seen: list):
+        self.planner, self.rows, self.seen = planner, rows, seen
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        stage = self.planner.send(value)
+        self._look(type(stage).__name__)
+        return stage
+
+    def throw(self, *args):
+        return self.planner.throw(*args)
+
+    def close(self):
+        self.planner.close()
+
+    def _look(self, stage: str) -> None:
+        from mmdsynth.engines import Source
+
+        g = self.planner
+        while g is not None and getattr(g, "gi_frame", None) is not None:
+            for name, value in g.gi_frame.f_locals.items():
+                if isinstance(value, Source) or any(value is r for r in self.rows):
+                    self.seen.append(f"{g.gi_code.co_qualname} holds {name!r} at a {stage} stage")
+            g = g.gi_yieldfrom
+
+
+def _planner_fits():
+    """Every registered method that plans a table fit (``table_planner``), each at fast settings, and the image
+    releases of the kernel methods (dp-randconv's subsampled one too)."""
+    from mmdsynth.methods import METHODS
+
+    fast = {"dp-merf": dict(iterations=2, n_features=50), "dp-hp": dict(iterations=2), "dp-ntk": dict(iterations=2),
+            "mst": dict(iters=20), "aim": dict(iters=10, rounds=12), "hybrid": dict(iters=20, n_features=50, pool=1,
+                                                                                  steps=2)}
+    cases = [("table", name, fast.get(name)) for name, cls in sorted(METHODS.items())
+             if hasattr(cls, "table_planner") and "table" in cls.data_kinds]
+    cases += [("images", "dp-ntk", dict(iterations=2)), ("images", "dp-randconv", dict(n_networks=4, iterations=2)),
+              ("images", "dp-randconv", dict(n_networks=4, iterations=2, sample_rate=0.5))]
+    return cases
+
+
+@pytest.mark.parametrize("kind,name,params", _planner_fits(), ids=lambda v: v if isinstance(v, str) else
+                         ",".join(f"{k}={x}" for k, x in v.items() if k == "sample_rate"))
+def test_a_planner_never_holds_the_rows(kind, name, params, monkeypatch, digits):
+    """Issue 82's protocol, run: a fit hands its rows to ``run_plan`` alone; its planner, every frame of it, at every
+    stage it yields, holds no Source and no object the rows were given as (the DataFrame, the arrays, the checked
+    frame the run makes). A new method's planner joins by registering."""
+    import mmdsynth
+    from mmdsynth.engines import InMemory
+    from mmdsynth.privacy.engine import PrivacyEngine
+
+    from support import SCHEMA, toy_table
+
+    assert params is not None, f"give {name} fast settings here: it plans table fits this contract must check"
+    rows, seen, runs = [], [], []
+    real_run, real_checked = PrivacyEngine.run, InMemory.checked_with
+
+    def run(self, source, planner, **kwargs):
+        runs.append(source)
+        rows.append(getattr(source, "data", None))
+        return real_run(self, source, _Watched(planner, rows, seen), **kwargs)
+
+    def checked_with(self, encoder):
+        out = real_checked(self, encoder)
+        rows.append(getattr(out, "data", None))
+        return out
+    monkeypatch.setattr(PrivacyEngine, "run", run)
+    monkeypatch.setattr(InMemory, "checked_with", checked_with)
+    if kind == "table":
+        df = toy_table(300)
+        rows.append(df)
+        mmdsynth.fit(df, label="y", schema=SCHEMA, epsilon=1.0, method=name, noise_seed=0, **params)
+    else:
+        X, y = digits.x_train[:200].numpy(), digits.y_train[:200].numpy()
+        rows += [X, y]
+        mmdsynth.fit(X, y, method=name, epsilon=10.0, n_classes=10, noise_seed=0, **params)
+    assert runs, "the fit ran no planner"
+    assert not seen, seen
