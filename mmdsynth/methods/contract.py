@@ -126,28 +126,16 @@ class Method:
     #: weight each person's rows by 1 / their count, and its DP-SGD (dp-kip) samples persons, not rows
     person_level: bool = False
 
-    def _open_engine(self, *, budget, dataset: str, privacy_unit: str, plan=None, multipliers=None,
-                     shares: dict | None = None, **options):
-        """The fit's privacy engine, built here for every method (issue 82: one construction site): a zCDP filter
-        for plans of stages with ``shares`` of named releases (MST, AIM, the hybrid:
-        :class:`~mmdsynth.privacy.engine.ZCDPEngine`), otherwise the engine of ``plan`` and its ``multipliers``
-        under the method's accountant (:class:`~mmdsynth.privacy.engine.PrivacyEngine`; ``options``: its
-        sampler seed, non-private baseline, reserved delta). Calibrated and budget-checked here, before any row is
-        read; the noise seed (tests only) is the method's."""
-        from ..privacy.engine import open_engine
-
-        s = self._s
-        common = dict(budget=budget, noise_seed=s.noise_seed, dataset=dataset, privacy_unit=privacy_unit)
-        if shares is not None:
-            return open_engine(s.epsilon, s.delta, shares=shares, **common, **options)
-        return open_engine(s.epsilon, s.delta, plan, multipliers=multipliers, accountant=s.accountant, **common,
-                           **options)
-
     def _opening(self, *, budget, dataset: str, privacy_unit: str, plan=None, multipliers=None,
                  shares: dict | None = None, **options):
-        """The :class:`~mmdsynth.privacy.engine.Open` stage of the fit's run, the engine :meth:`_open_engine` would
-        build (the run builds it: :func:`~mmdsynth.privacy.engine.run_plan`). ``options`` also holds the marginal
-        stages' ``domain``, ``encoder``, ``assumed`` and ``progress``, and the rows' ``check``."""
+        """The :class:`~mmdsynth.privacy.engine.Open` stage of the fit's plan, which the run builds its engine from
+        (:func:`~mmdsynth.privacy.engine.run_plan`; issue 82: one construction site, ``open_engine``): a zCDP filter
+        for plans of stages with ``shares`` of named releases (MST, AIM, the hybrid:
+        :class:`~mmdsynth.privacy.engine.ZCDPEngine`), otherwise the engine of ``plan`` and its ``multipliers``
+        under the method's accountant (:class:`~mmdsynth.privacy.engine.PrivacyEngine`; ``options``: its sampler
+        seed, non-private baseline, reserved delta; and for the run, the marginal stages' ``domain``, ``encoder``,
+        ``assumed``, ``progress`` and the rows' ``check``). Calibrated and budget-checked before any row is read; the
+        noise seed (tests only) is the method's."""
         from ..privacy.engine import Open
 
         s = self._s
@@ -157,6 +145,14 @@ class Method:
             return Open(s.epsilon, s.delta, shares=shares, options={**common, **options}, **context)
         return Open(s.epsilon, s.delta, plan, options=dict(multipliers=multipliers, accountant=s.accountant, **common,
                                                            **options), **context)
+
+    def _open_engine(self, **opening):
+        """The engine of :meth:`_opening`'s stage, built now (DP-KIP's runs, which open their engine before the run;
+        a plan's outline, which calibrates and reads nothing)."""
+        from ..privacy.engine import open_engine
+
+        stage = self._opening(**opening)
+        return open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
 
     def _table_run(self, label: str | None, **fit):
         """A table fit's whole planner, for :func:`~mmdsynth.privacy.engine.run_plan` on its rows: the table's public

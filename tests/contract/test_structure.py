@@ -73,8 +73,8 @@ def test_stages_run_only_through_engine_run(func):
 
 def test_every_engine_is_built_in_one_place():
     """A fresh privacy engine is constructed only by ``privacy.engine.open_engine`` (issue 82: one construction site;
-    methods reach it through ``Method._open_engine``, the release functions, the schema draft and the audit
-    directly): a module that builds ``PrivacyEngine(...)`` or ``ZCDPEngine(...)`` itself fails here. The resume and
+    a fit's run builds it from its planner's ``Open`` stage, DP-KIP and a plan's outline through
+    ``Method._open_engine``, the schema draft and the audit directly): a module that builds ``PrivacyEngine(...)`` or ``ZCDPEngine(...)`` itself fails here. The resume and
     a test's fixed sigma are the engine's own class methods (``cls(...)``)."""
     sites = set()
     for name, _, tree in _modules():
