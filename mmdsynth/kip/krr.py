@@ -8,6 +8,11 @@ from __future__ import annotations
 import torch
 
 
+def to_kernel_space(x: torch.Tensor) -> torch.Tensor:
+    """The fixed public map from data in [0, 1] to the kernel's inputs."""
+    return (x.reshape(x.shape[0], -1).to(torch.float32) - 0.5) / 0.5
+
+
 def centred_one_hot(y: torch.Tensor, n_classes: int, dtype=torch.float32) -> torch.Tensor:
     return torch.nn.functional.one_hot(y.long(), n_classes).to(dtype) - 1.0 / n_classes
 

@@ -36,7 +36,6 @@ from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedTable
-from ..data.user import check_listed
 from ..data.encoding import check_table_input
 from ..embedding import check_embedding_args, embedding_stages, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
@@ -703,16 +702,6 @@ def read_model_folder(cls, directory: Path, meta: dict):
 
 def _is_table(X) -> bool:
     return isinstance(X, (pd.DataFrame, ShardedTable))
-
-
-def _check_table(data, schema: Schema) -> None:
-    """Refusals of a table before anything is read or charged: too few records or persons for a fit (its public
-    count: rows, declared, or persons), and a DataFrame's columns not in the schema (as read_table and the command
-    line: nothing dropped silently)."""
-    if isinstance(data, (pd.DataFrame, ShardedTable)):
-        choice.check_enough(choice.public_facts(data, schema))
-    if isinstance(data, pd.DataFrame):
-        check_listed(data, schema, "the DataFrame", False, "drop them first (df.drop(columns=[...]))")
 
 
 def load(directory):

@@ -4,8 +4,9 @@ infinite-width NTK. The support set itself is the (epsilon, delta)-DP output.
 ``fit`` validates, calibrates sigma for the whole schedule (epochs -> T Poisson-sampled steps at
 q = batch_size / N) with the PLD accountant, checks and charges the budget, draws the support
 set from public noise N(0, I) with fixed balanced labels (or, with ``start``, from a set distilled from a
-release of a share of the same plan), and only then reads private records, through
-:func:`mmdsynth.privacy.dpsgd.private_gradient` alone. State is checkpointed after every
+release of a share of the same plan), and only then reads private records, through the steps of
+:func:`mmdsynth.privacy.dpsgd.gradient_stages` alone, all in one run (:func:`~mmdsynth.privacy.engine.run_plan`:
+the engine binds each step's statistic to the records; the planner holds none). State is checkpointed after every
 step (support set, Adam, step; the noise and the Poisson sample are fresh from the OS CSPRNG
 every step, so there is no generator state to keep unless a testing-only seed fixed them), so an
 interrupted run resumes where it stopped without re-spending budget; the checkpoint holds
@@ -35,24 +36,24 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from .. import choice
 from .._io import load_checkpoint, remove_checkpoint, restore_optimizer, save_checkpoint
-from ..data.encoding import TableEncoder
+from ..data.encoding import TableEncoder, check_table_input
 from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..embedding import embedding_stages
-from ..engines import SourceFacts, as_source
-from ..engines.persons import PersonTable, person_source
 from ..errors import ArtifactError, InvalidParameterError
 from ..features import FeatureMap, PixelFeatures, RandomConvFeatures
-from ..privacy.dpsgd import private_gradient
+from ..privacy.dpsgd import gradient_stages
 from ..kip.kernels import FCReLUKernel
-from ..kip.krr import centred_one_hot, krr_accuracy
+from ..kip.krr import centred_one_hot, krr_accuracy, to_kernel_space
 from ..privacy.budget import BudgetFile
 from ..privacy.calibration import PrivacyPlan
-from ..privacy.engine import PrivacyEngine, SubsampledSteps
+from ..privacy.engine import Facts, Open, PrivacyEngine, SubsampledSteps, Sums, run_plan
 from ..privacy.ledger import PRIVACY_UNIT, Ledger, LedgerEntry
 from ..release import META_FILE, Release
-from ..validation import check_delta, check_epsilon, check_features, check_labels, check_positive
-from .base import as_schema, _check_table, read_model_folder, write_model_folder
+from ..statistics.gradients import KernelRecords
+from ..validation import check_delta, check_epsilon, check_positive
+from .base import as_schema, read_model_folder, write_model_folder
 from . import presets
 from .contract import Method, epsilon_required, register
 from .distill import distill_release
@@ -68,11 +69,6 @@ STARTS = ("noise", "pixels", "random-conv")
 DEFAULT_START = "pixels"              # measured: MNIST eps 1 KRR 84.4 against 73.9 from noise (benchmarks/RESULTS.md)
 START_RELEASE = "embedding"           # the start's release in the plan (embedding_stages' block name)
 START_ITERATIONS, START_NETWORKS = 500, 8
-
-
-def to_kernel_space(x: torch.Tensor) -> torch.Tensor:
-    """The fixed public map from data in [0, 1] to the kernel's inputs."""
-    return (x.reshape(x.shape[0], -1).to(torch.float32) - 0.5) / 0.5
 
 
 def from_kernel_space(x: torch.Tensor) -> torch.Tensor:
@@ -248,25 +244,18 @@ class DPKIP(Method):
                                             "conditional": True, **facts}, Ledger())
         self._distil_start(placeholder, encoder, iterations=1)
 
-    def _private_start(self, engine: PrivacyEngine, source, parts, dataset: str):
+    def _private_start(self, engine: PrivacyEngine, records_facts, parts, dataset: str):
         """The stages of the support set's start from the plan's ``start_share`` (a planner's part): one Gaussian
         release of the private records' class-conditional mean embedding under :meth:`_start_map`
         (:func:`~mmdsynth.embedding.embedding_stages`, the release every kernel method makes; a table's release
-        carries the schema / sketch tensors its encoder is rebuilt from) read from ``source``, then
+        carries the schema / sketch tensors its encoder is rebuilt from) read from the run's records, then
         ``images_per_class`` records per class distilled from it (:meth:`_distil_start`). Returns them."""
         fmap, encoder, facts, prior = parts
-        release = yield from embedding_stages(fmap, SourceFacts.of(source), engine, conditional=True,
+        release = yield from embedding_stages(fmap, records_facts, engine, conditional=True,
                                               n_classes=int(self._s.n_classes),
                                               dataset=dataset, encoder=encoder, public_facts=facts,
                                               prior_tensors=prior)
         return self._distil_start(release, encoder, START_ITERATIONS)
-
-    def _encode(self, X, y, table_state, n_records: int) -> tuple:
-        """The records and labels as arrays (a table through its prepared encoder), with the input-domain checks
-        (finite numbers, labels in 0..n_classes-1): run before the charge, so a refusal charges nothing."""
-        if table_state is not None:
-            return table_state[0].encode(X)
-        return check_features(X), check_labels(y, n_records, n_classes=int(self._s.n_classes))
 
     def plan(self, n_records: int, shares: dict | None = None) -> tuple[PrivacyPlan, dict]:
         """The DP-SGD schedule, ceil(epochs * N / batch_size) steps at q = batch_size / N, after the
@@ -354,73 +343,68 @@ class DPKIP(Method):
         Returns self."""
         out = Path(out) if out is not None else None
         ckpt = _checkpointed(out, resume)
-        encoded = None
         table = isinstance(X, pd.DataFrame)
         state = self._fit_settings("table" if table else "image", out if ckpt else None)
-        shares, source = {}, None
+        given = as_schema(schema, label) if table else None
         if table:
-            schema = as_schema(schema, label)
-            _check_table(X, schema)
+            check_table_input(X, given)                   # the columns by name; the rows are the run's to read
+        run_plan(X, self._run(state, given, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                              privacy_unit=privacy_unit, public_init=public_init), y=None if table else y, schema=given)
+        return self
+
+    def _run(self, state, schema, *, dataset: str, out: Path | None, budget, public_facts, privacy_unit: str,
+             public_init):
+        """The fit's planner (run by :func:`~mmdsynth.privacy.engine.run_plan`): the records' public facts (N: the
+        rows, or the persons; an image's shape), the plan (a table's releases, the private start, the DP-SGD steps),
+        the engine opened (or, resuming, the interrupted run's restored from its checkpoint), a fresh run's start,
+        then every DP-SGD step, each a :class:`~mmdsynth.privacy.engine.Step` whose statistic the engine binds to the
+        records; then the support set as the release. The planner holds no record."""
+        facts = yield Facts()
+        n_records, table, shares = facts.n_records, schema is not None, {}
+        if table:
+            choice.check_enough(choice.PublicFacts(n_records, schema.privacy_unit))
             privacy_unit = self._unit(schema, privacy_unit)     # one person, when the schema names a person column
             self._s.n_classes = schema.n_classes
             shares = table_shares(schema, schema_share=self._s.schema_share, numeric_encoding=self._s.numeric_encoding,
                                   numeric_share=self._s.numeric_share)
-            source = person_source(X, schema)                   # a person table: DP-SGD then samples persons
-            n_records = source.n_records                        # public: the rows, or the persons
             shape = None                                        # a table's: its encoder's width, once prepared
         else:
-            shape, n_records = [int(s) for s in np.shape(X)[1:]], int(np.shape(X)[0])
-        persons = source if isinstance(source, PersonTable) else None    # DP-SGD samples persons, not rows
+            shape = list(facts.record_shape)
         self._settle_delta(n_records)                     # public: the rows, or the persons
         self._validate(n_records)
         self._choose_start(public_init, shape, shares)
         plan, mults = self.plan(n_records, shares)
         if state is not None:
             _check_resumed(state.entry, out, n_records, plan, privacy_unit if table else None)
+            yield Open(state.engine.epsilon, state.engine.delta, engine=state.engine)
         else:
-            state, encoded = self._begin(X, y, source, schema, plan, mults, n_records=n_records, budget=budget,
-                                         dataset=dataset, privacy_unit=privacy_unit, shape=shape,
-                                         public_init=public_init, persons=persons is not None, out=out)
-        # ---- private data from here on, through private_gradient only -----------------------
-        Xa, ya = encoded if encoded is not None else self._encode(X, y, state.table, n_records)
-        x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self._s.device)
-        y_all = centred_one_hot(torch.tensor(np.asarray(ya)), int(self._s.n_classes)).to(self._s.device)
-        self._train(state, x_all, y_all, plan, out, persons)
-        # ---- end of private data -----------------------------------------------------------------
+            # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by the
+            # engine before any row is read; epsilon = inf: the non-private baseline, no noise
+            engine = yield self._opening(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
+                                         privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
+                                         private=self.private,
+                                         reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
+            state = yield from self._start_stages(engine, facts, schema, plan, dataset=dataset, shape=shape,
+                                                  public_init=public_init)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                state.save(out)
+        records = KernelRecords(state.table[0] if state.table is not None else None, int(self._s.n_classes),
+                                self._s.device)
+        yield from self._train(state, records, plan, out, n_records)
         self.release_ = self._support_release(state, shape, dataset, n_records, public_facts)
         if out is not None:
             self.save(out)
             remove_checkpoint(out / CKPT_TENSORS, out / CKPT_META)   # the sampler state must not outlive training
         return self
 
-    def _begin(self, X, y, source, schema, plan: PrivacyPlan, mults: dict, *, n_records: int, budget, dataset: str,
-               privacy_unit: str, shape, public_init, persons: bool, out: Path | None) -> tuple:
-        """A fresh run's start: the engine calibrated for the whole plan, a table's releases, every check that can fail,
-        the charge, the private start's release (when there is one) and the DP-SGD steps declared; the state saved
-        to ``out``. Returns (the run's state, the encoded records). ``shape``: the records' (None for a table)."""
-        table = shape is None
-        # the whole plan (a table's releases, then the DP-SGD steps) calibrated and the budget checked by
-        # the engine before any row is read; epsilon = inf: the non-private baseline, no noise
-        engine = self._open_engine(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
-                                   privacy_unit=privacy_unit, sampler_seed=self._s.sampler_seed,
-                                   private=self.private,
-                                   reserved_delta=reserved_delta(schema, self._s.delta) if table else 0.0)
-        source = source if table else as_source(X, y)
-        state, encoded = engine.run(source, self._start_stages(engine, X, y, source, schema, plan, n_records=n_records,
-                                                               dataset=dataset, shape=shape, public_init=public_init,
-                                                               persons=persons))
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            state.save(out)
-        return state, encoded
-
-    def _start_stages(self, engine: PrivacyEngine, X, y, source, schema, plan: PrivacyPlan, *, n_records: int,
-                      dataset: str, shape, public_init, persons: bool):
-        """The stages of a fresh run's start (run by the engine on ``source``): a table's releases, every check that
-        can fail, the charge, the private start's release (when there is one) and the DP-SGD steps declared.
-        Returns (the run's state, the encoded records)."""
-        s, table = self._s, shape is None
-        table_state = (yield from table_stages(engine, SourceFacts.of(source, X), schema)) if table else None
+    def _start_stages(self, engine: PrivacyEngine, facts, schema, plan: PrivacyPlan, *, dataset: str, shape,
+                      public_init):
+        """The stages of a fresh run's start: a table's releases, every check that can fail (the records read and
+        checked once, summing nothing), the charge, the private start's release (when there is one) and the DP-SGD
+        steps declared. Returns the run's state."""
+        s, table, n_records = self._s, shape is None, facts.n_records
+        table_state = (yield from table_stages(engine, facts, schema)) if table else None   # private releases
         if table:
             shape = [table_state[0].dim]
         description = (f"DP-KIP support set ({self._s.images_per_class} per class) by DP-SGD on the KRR loss: "
@@ -428,28 +412,27 @@ class DPKIP(Method):
         # every check that can fail runs before the charge (issue 45, item 5): the public start's shape, the
         # records' input domain, and the private start's post-processing rehearsed on a placeholder
         start_x = self._public_start(public_init, shape) if self._s.start == "noise" else None
-        encoded = self._encode(X, y, table_state, n_records)
+        yield Sums(KernelRecords(table_state[0] if table else None, int(self._s.n_classes), self._s.device), ())
         if self._s.start != "noise":
             parts = self._start_parts(shape, table_state)
             self._rehearse_start(parts, engine, n_records, dataset)
             engine.charge(description)          # the whole plan, before the start's release reads a record
-            start_x = yield from self._private_start(engine, source, parts, dataset)
+            start_x = yield from self._private_start(engine, facts, parts, dataset)
         entry = yield SubsampledSteps(
             clip=self._s.clip, n_records=n_records, description=description,
-            assumed=self._dpsgd_assumptions(n_records, persons),
+            assumed=self._dpsgd_assumptions(n_records, facts.persons),
             notes=("an interrupted run's checkpoint (kip_checkpoint.*) holds private state (the support set "
                    "after private steps) until it is resumed and finishes; delete it or resume it, never "
                    "publish it",))
         state = _KIPState.start(s, shape, engine, start_x, table_state)
         engine.charge(entry.description)
-        return state, encoded
+        return state
 
-    def _train(self, state: "_KIPState", x_all, y_all, plan: PrivacyPlan, out: Path | None,
-               persons: PersonTable | None = None) -> None:
-        """The DP-SGD steps. ``persons``: the rows' person table when a person is the privacy unit: each step
-        samples persons (N = their number) and reads every row of each one, weighted by 1 / their rows."""
+    def _train(self, state: "_KIPState", records: KernelRecords, plan: PrivacyPlan, out: Path | None, n: int):
+        """The DP-SGD steps (a planner's part): each a :func:`~mmdsynth.privacy.dpsgd.gradient_stages` step over the
+        run's ``n`` public records (or persons, when a person is the unit: each step samples persons and reads every
+        row of each one, weighted by 1 / their rows), then Adam; the state saved to ``out`` after each."""
         kernel = self.kernel
-        n = x_all.shape[0] if persons is None else persons.n_records
         y_s = centred_one_hot(state.labels, int(self._s.n_classes), state.x.dtype).to(state.x.device)
         bar = tqdm(total=plan.steps, initial=state.step, disable=not self._s.progress, desc="DP-KIP", unit="step",
                    **progress_rate())
@@ -457,8 +440,9 @@ class DPKIP(Method):
         if observe is not None:
             observe(state.x.detach().clone())
         while state.step < plan.steps:
-            g = private_gradient(kernel, state.x, y_s, x_all, y_all, reg=self._s.reg, clip=self._s.clip,
-                                 engine=state.engine, expected_batch=plan.sample_rate * n, persons=persons)
+            g = yield from gradient_stages(kernel, state.x, y_s, records=records, n=n, reg=self._s.reg,
+                                           clip=self._s.clip, private=state.engine.private,
+                                           expected_batch=plan.sample_rate * n)
             state.optimizer.zero_grad(set_to_none=True)
             state.x.grad = g
             state.optimizer.step()

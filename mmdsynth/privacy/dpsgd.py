@@ -28,15 +28,20 @@ from ..statistics.gradients import ClippedGradientSums
 from .engine import Step
 
 
-def gradient_stages(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor, y_all: torch.Tensor, *,
-                    reg: float, clip: float, private: bool, expected_batch: float, persons=None):
+def gradient_stages(kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor | None = None,
+                    y_all: torch.Tensor | None = None, *, reg: float, clip: float, private: bool, expected_batch: float,
+                    persons=None, records=None, n: int | None = None):
     """The stage of one DP-SGD step (a planner's part, run by :meth:`~mmdsynth.privacy.engine.PrivacyEngine.run` of a
     DP-SGD plan): a :class:`~mmdsynth.privacy.engine.Step` whose statistic,
     :class:`~mmdsynth.statistics.gradients.ClippedGradientSums`, sums the clipped gradients of the records the engine
     draws. Returns the mean gradient: the noisy sum over the public expected batch ``q N`` (``private`` False, the
-    non-private baseline: the plain sum over the realised batch)."""
-    statistic = ClippedGradientSums(kernel, x_s, y_s, x_all, y_all, reg=reg, clip=clip, persons=persons)
-    n = x_all.shape[0] if persons is None else persons.n_records
+    non-private baseline: the plain sum over the realised batch). ``records`` (a
+    :class:`~mmdsynth.statistics.gradients.KernelRecords`) in place of ``x_all`` / ``y_all``: the run's records,
+    which the engine binds the statistic to (a fit's planner holds none), ``n`` their public count."""
+    statistic = ClippedGradientSums(kernel, x_s, y_s, x_all, y_all, reg=reg, clip=clip, persons=persons,
+                                    records=records)
+    if records is None:
+        n = x_all.shape[0] if persons is None else persons.n_records
     total = yield Step(n, statistic, clip)
     scale = expected_batch if private else max(statistic.size, 1)
     return (total / scale).to(device=x_s.device, dtype=x_s.dtype)

@@ -112,7 +112,9 @@ class Open:
     accountant, budget file, seeds, dataset, privacy unit, reserved delta), calibrated and checked against the budget
     file before any row is read. Result: the engine (its public facts: sigma, multipliers, delta, the ledger so
     far). ``domain``, ``encoder``, ``assumed``: what the marginal stages count in and their ledger entries assume;
-    ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`). ``check``: a table encoder whose check a
+    ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`). ``engine``: an engine restored from an
+    interrupted run's ledger (:meth:`PrivacyEngine.resume`: nothing is calibrated or charged again), used as it is.
+    ``check``: a table encoder whose check a
     DataFrame's rows pass once here, after the calibration and before any release
     (:meth:`~mmdsynth.engines.Source.checked_with`; its statistics then read the checked rows as they are; table
     shards are checked as they are read); None: no such check."""
@@ -127,6 +129,7 @@ class Open:
     assumed: dict = field(default_factory=dict)
     progress: object = None
     check: object = field(default=None, repr=False)
+    engine: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -585,7 +588,8 @@ def run_plan(data, planner, *, y=None, schema=None):
         planner.close()
         raise InvalidParameterError(f"a fit's run opens its engine (an Open stage) before any other stage; got "
                                     f"{stage!r}: nothing was read.")
-    engine = open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
+    engine = stage.engine if stage.engine is not None else \
+        open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
     if stage.check is not None:                  # the rows checked once, after the calibration
         source = source.checked_with(stage.check)
     return engine.run(source, planner, domain=stage.domain, encoder=stage.encoder, assumed=stage.assumed,

@@ -43,13 +43,18 @@ below u C / sqrt(TRUST), both negligible. Benign support sets never take the exp
 """
 from __future__ import annotations
 
+import copy
+import weakref
+
 import numpy as np
 import torch
 from torch.func import grad, vmap
 
 from ..kip.kernels import FCReLUKernel
-from ..kip.krr import krr_loss, ridge_cholesky
+from ..kip.krr import centred_one_hot, krr_loss, ridge_cholesky, to_kernel_space
+from ..validation import check_features, check_labels
 from .bounds import bounded_rows
+from .rows import unweighted
 
 CHUNK_BYTES = 64 * 2 ** 20          # bound on the (records x m x m) float64 factors held at once
 #: |g|^2 below TRUST x (the magnitude of its terms)^2: the closed-form norm may have cancelled;
@@ -198,15 +203,70 @@ class ClippedGradientSums:
     person's rows: :func:`person_rows`), the sum of their clipped gradients (:func:`clipped_sum`). ``size`` keeps the
     realised batch (rows, or the persons' weights) of the last call, which only a non-private run reads."""
 
-    def __init__(self, kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor, y_all: torch.Tensor, *,
-                 reg: float, clip: float, persons=None):
+    def __init__(self, kernel, x_s: torch.Tensor, y_s: torch.Tensor, x_all: torch.Tensor | None = None,
+                 y_all: torch.Tensor | None = None, *, reg: float, clip: float, persons=None, records=None):
         self.kernel, self.x_s, self.y_s, self.x_all, self.y_all = kernel, x_s, y_s, x_all, y_all
-        self.reg, self.clip, self.persons = reg, clip, persons
-        self.size = 0
+        self.reg, self.clip, self.persons, self.records = reg, clip, persons, records
+        self._size = [0]
+
+    @property
+    def size(self):
+        """The realised batch of the last call (rows, or the persons' weights): what a non-private run divides by."""
+        return self._size[0]
+
+    def on(self, source) -> "ClippedGradientSums":
+        """This statistic bound to the run's records (``records``, a :class:`KernelRecords`: read from ``source``
+        once) and, when it is a person table, to its persons: a copy, so the planner's statistic never holds them
+        (it shares the realised batch's size); a statistic given its records already, itself."""
+        if self.records is None:
+            return self
+        bound = copy.copy(self)
+        bound.x_all, bound.y_all = self.records.of(source)
+        bound.persons = source if source.persons else None
+        return bound
 
     def __call__(self, chosen: torch.Tensor) -> torch.Tensor:
         idx, w = person_rows(self.persons, chosen)
         idx = idx.to(self.x_all.device)
-        self.size = len(idx) if w is None else float(w.sum())
+        self._size[0] = len(idx) if w is None else float(w.sum())
         return clipped_sum(self.kernel, self.x_s, self.y_s, self.x_all[idx], self.y_all[idx], self.reg, self.clip,
                            weights=w)
+
+
+class KernelRecords:
+    """How a DP-KIP run reads its records (public: the table ``encoder`` or None for arrays, ``n_classes``, the
+    ``device``): each record by itself, a table row through the encoder (checked against its schema), an array's
+    values checked finite and its label in 0..n_classes-1; in the kernel's space, the labels one-hot and centred.
+    As a statistic (:meth:`~mmdsynth.engines.Source.total`) it checks every batch and sums nothing (the run's check
+    before the charge); :meth:`of` reads the run's records once for its steps."""
+
+    def __init__(self, encoder, n_classes: int, device: str = "cpu"):
+        self.encoder, self.n_classes, self.device = encoder, int(n_classes), device
+
+    def _read(self, batch) -> tuple[np.ndarray, np.ndarray]:
+        rows, _ = unweighted(batch)                  # a person table's rows (each person's weight is the step's)
+        if self.encoder is not None:
+            return self.encoder.encode(rows)
+        X, y = rows
+        Xa = check_features(X)
+        return Xa, check_labels(y, Xa.shape[0], n_classes=self.n_classes)
+
+    def __call__(self, batch) -> dict:
+        self._read(batch)
+        return {}
+
+    def of(self, source) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x_all, y_all) of ``source``'s records, read once per source and kept with it (never with the planner)."""
+        key = (id(self.encoder), self.n_classes, str(self.device))
+        got = _READ.get(source)
+        if got is None or got[0] != key:
+            batch, _ = next(iter(source.batches(0)))
+            Xa, ya = self._read(batch)
+            x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
+            y_all = centred_one_hot(torch.tensor(np.asarray(ya)), self.n_classes).to(self.device)
+            got = _READ[source] = (key, (x_all, y_all))
+        return got[1]
+
+
+#: each source's records as a DP-KIP run's steps read them, kept while the source lives
+_READ = weakref.WeakKeyDictionary()

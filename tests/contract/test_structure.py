@@ -292,8 +292,8 @@ class _Watched:
 
 
 def _planner_fits():
-    """Every registered method that plans a table fit (``table_planner``), each at fast settings, and the image
-    releases of the kernel methods (dp-randconv's subsampled one too)."""
+    """Every registered method that plans a table fit (``table_planner``), each at fast settings, the image
+    releases of the kernel methods (dp-randconv's subsampled one too) and DP-KIP's runs (its DP-SGD steps)."""
     from mmdsynth.methods import METHODS
 
     fast = {"dp-merf": dict(iterations=2, n_features=50), "dp-hp": dict(iterations=2), "dp-ntk": dict(iterations=2),
@@ -301,8 +301,10 @@ def _planner_fits():
                                                                                   steps=2)}
     cases = [("table", name, fast.get(name)) for name, cls in sorted(METHODS.items())
              if hasattr(cls, "table_planner") and "table" in cls.data_kinds]
+    kip = dict(images_per_class=1, epochs=1, batch_size=50)
     cases += [("images", "dp-ntk", dict(iterations=2)), ("images", "dp-randconv", dict(n_networks=4, iterations=2)),
-              ("images", "dp-randconv", dict(n_networks=4, iterations=2, sample_rate=0.5))]
+              ("images", "dp-randconv", dict(n_networks=4, iterations=2, sample_rate=0.5)), ("images", "dp-kip", kip),
+              ("table", "dp-kip", kip)]
     return cases
 
 
@@ -311,7 +313,7 @@ def _planner_fits():
 def test_a_planner_never_holds_the_rows(kind, name, params, monkeypatch, digits):
     """Issue 82's protocol, run: a fit hands its rows to ``run_plan`` alone; its planner, every frame of it, at every
     stage it yields, holds no Source and no object the rows were given as (the DataFrame, the arrays, the checked
-    frame the run makes). A new method's planner joins by registering."""
+    frame the run makes, DP-KIP's records in the kernel's space). A new method's planner joins by registering."""
     import mmdsynth
     from mmdsynth.engines import InMemory
     from mmdsynth.privacy.engine import PrivacyEngine
@@ -319,8 +321,16 @@ def test_a_planner_never_holds_the_rows(kind, name, params, monkeypatch, digits)
     from support import SCHEMA, toy_table
 
     assert params is not None, f"give {name} fast settings here: it plans table fits this contract must check"
+    from mmdsynth.statistics.gradients import KernelRecords
+
     rows, seen, runs = [], [], []
-    real_run, real_checked = PrivacyEngine.run, InMemory.checked_with
+    real_run, real_checked, real_of = PrivacyEngine.run, InMemory.checked_with, KernelRecords.of
+
+    def of(self, source):
+        out = real_of(self, source)
+        rows.extend(out)
+        return out
+    monkeypatch.setattr(KernelRecords, "of", of)
 
     def run(self, source, planner, **kwargs):
         runs.append(source)

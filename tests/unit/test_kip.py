@@ -231,13 +231,13 @@ def test_interrupt_and_resume_spends_nothing_extra_and_reuses_no_noise(digits, t
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
     budget = mmdsynth.BudgetFile.open(tmp_path / "b.json", "digits", 1.0, 1e-5)
-    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 11)
+    real = interrupt_on_call(monkeypatch, kip_module, "gradient_stages", 11)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c", budget=budget)
     assert json.loads((tmp_path / "c" / "kip_checkpoint.json").read_text())["step"] == 10
     with pytest.raises(ArtifactError, match="resume=True"):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
-    monkeypatch.setattr(kip_module, "private_gradient", real)
+    monkeypatch.setattr(kip_module, "gradient_stages", real)
     resumed = DPKIP(1.0, 1e-5, **dict(kw, epochs=5)).fit(X, y, out=tmp_path / "c", budget=budget, resume=True)
     # the same 29 steps, the same noise and sample sequences (checkpointed test generators): bit-identical
     assert torch.equal(resumed.support()[0], whole.support()[0])
@@ -313,10 +313,10 @@ def test_tables_share_the_other_methods_preparation_in_one_plan(tmp_path, monkey
     out = whole.sample()
     assert list(out.columns) == list(df.columns) and len(out) == 6
     # interrupt after 3 steps and resume: the same support set, nothing released twice
-    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 4)
+    real = interrupt_on_call(monkeypatch, kip_module, "gradient_stages", 4)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(df, label="y", schema=partial_schema(), out=tmp_path / "k")
-    monkeypatch.setattr(kip_module, "private_gradient", real)
+    monkeypatch.setattr(kip_module, "gradient_stages", real)
     released = {"n": 0}
     real_stats = kip_module.table_stages
     monkeypatch.setattr(kip_module, "table_stages", lambda *a, **k: released.update(n=1) or real_stats(*a, **k))
@@ -369,10 +369,10 @@ def test_private_start_resumes_without_releasing_again(digits, tmp_path, monkeyp
     kw = dict(KIP_TINY, start="pixels", noise_seed=7, sampler_seed=11)     # testing only: a reproducible run
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
     whole = DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "a")
-    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 5)
+    real = interrupt_on_call(monkeypatch, kip_module, "gradient_stages", 5)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
-    monkeypatch.setattr(kip_module, "private_gradient", real)
+    monkeypatch.setattr(kip_module, "gradient_stages", real)
     released = {"n": 0}
     real_start = kip_module.embedding_stages
     monkeypatch.setattr(kip_module, "embedding_stages",
@@ -473,10 +473,10 @@ def test_a_checkpoint_written_before_the_private_starts_resumes_from_noise(digit
     """A checkpoint without a "start" parameter (written before it existed) resumes the noise start's plan."""
     kw = dict(KIP_TINY, noise_seed=7, sampler_seed=11)
     X, y = digits.x_train.numpy(), digits.y_train.numpy()
-    real = interrupt_on_call(monkeypatch, kip_module, "private_gradient", 3)
+    real = interrupt_on_call(monkeypatch, kip_module, "gradient_stages", 3)
     with pytest.raises(KeyboardInterrupt):
         DPKIP(1.0, 1e-5, **kw).fit(X, y, out=tmp_path / "c")
-    monkeypatch.setattr(kip_module, "private_gradient", real)
+    monkeypatch.setattr(kip_module, "gradient_stages", real)
     meta_path = tmp_path / "c" / "kip_checkpoint.json"
     meta = json.loads(meta_path.read_text())
     del meta["params"]["start"], meta["params"]["start_share"]
