@@ -49,8 +49,6 @@ class Source:
     engine: "Engine"
     #: a person table's (every release per person, the count m the persons'); a row-level source's False
     persons = False
-    #: the signature of the check its rows already passed (``TableEncoder.check_signature``); None: checked as read
-    checked: str | None = None
 
     @property
     def n_shards(self) -> int:
@@ -194,8 +192,8 @@ class SourceFacts:
     """What a planner knows of a run's private input (public, issue 82: a planner never holds the rows): the record
     count m (rows, the declared count of shards, or persons under a unit), whether it is a person table, a table's
     column names (names and order, never values), an array's record shape and whether it carries labels, how its
-    sums are computed (for the ledger), whether the records are in memory (not shards) and a table's schema (declared: given, or the shards'
-    own). :func:`~mmdsynth.privacy.engine.run_plan` sends it for a :class:`~mmdsynth.privacy.engine.Facts`
+    sums are computed (for the ledger), whether the records are in memory (not shards) and a table's schema
+    (declared: given, or the shards' own). :func:`~mmdsynth.privacy.engine.run_plan` sends it for a :class:`~mmdsynth.privacy.engine.Facts`
     stage."""
 
     n_records: int
@@ -218,7 +216,8 @@ class SourceFacts:
         shape = getattr(data, "record_shape", None)
         if shape is None and columns is None and hasattr(data, "shape"):
             shape = tuple(int(s) for s in data.shape[1:])
-        return cls(int(source.n_records), bool(source.persons), tuple(str(c) for c in (() if columns is None else columns)),
+        return cls(int(source.n_records), bool(source.persons),
+                   tuple(str(c) for c in (() if columns is None else columns)),
                    tuple(shape or ()), y is not None or bool(getattr(data, "labelled", False)),
                    source.describe(), isinstance(source, InMemory), schema)
 

@@ -36,7 +36,6 @@ from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedTable
-from ..data.encoding import check_table_input
 from ..embedding import check_embedding_args, embedding_stages, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
@@ -49,8 +48,7 @@ from ..release import META_FILE, Release, check_release_pin, release_pin
 from ..training import (PRECISIONS, Selection, TrainConfig, checkpoint_generator_spec, checkpoint_iteration, default_device,
                         has_checkpoint, loss_trend, step_dtype, train_generator)
 from ..validation import check_delta, check_epsilon, check_positive
-from .contract import (METHODS, Method, as_schema, epsilon_required, given_schema,  # noqa: F401  (re-exported)
-                       register)
+from .contract import METHODS, Method, as_schema, epsilon_required, register  # noqa: F401  (re-exported)
 from .tables import check_shares, encoder_of, reserved_delta, table_shares, table_stages
 
 logger = logging.getLogger(__name__)
@@ -318,10 +316,8 @@ class KernelGeneratorMethod(Method):
             return
         self._resolve("table")                        # first: a method that takes no tables says so
         self._check_table_settings()
-        given = given_schema(X, schema, label)      # None: table shards carry their own (the run reads it)
-        check_table_input(X, given)                 # a DataFrame's columns by name
-        run_plan(X, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
-                                    privacy_unit=privacy_unit, train=train), schema=given)
+        self._run_table(X, label, schema, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                        privacy_unit=privacy_unit, train=train)
 
     def _check_table_settings(self) -> None:
         """The settings a table fit refuses before anything is read."""

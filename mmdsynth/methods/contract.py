@@ -154,6 +154,17 @@ class Method:
         stage = self._opening(**opening)
         return open_engine(stage.epsilon, stage.delta, stage.plan, shares=stage.shares, **stage.options)
 
+    def _run_table(self, X, label: str | None, schema, **fit) -> None:
+        """A table fit's one run: the schema given (None: table shards carry their own, the run reads it), a
+        DataFrame's columns matched to it by name, then the rows handed to
+        :func:`~mmdsynth.privacy.engine.run_plan` with :meth:`_table_run` as the planner (``fit``: its arguments)."""
+        from ..data.encoding import check_table_input
+        from ..privacy.engine import run_plan
+
+        given = given_schema(X, schema, label)
+        check_table_input(X, given)
+        run_plan(X, self._table_run(label, **fit), schema=given)
+
     def _table_run(self, label: str | None, **fit):
         """A table fit's whole planner, for :func:`~mmdsynth.privacy.engine.run_plan` on its rows: the table's public
         facts (its schema, given or the shards' own, with ``label``; its count), then the method's

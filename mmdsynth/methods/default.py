@@ -8,8 +8,7 @@ from ..choice import PublicFacts, choose_table_default
 from ..data.encoding import check_table_input
 from ..errors import InvalidParameterError
 from ..privacy.engine import Facts, run_plan
-from .base import as_schema
-from .contract import METHODS
+from .contract import METHODS, as_schema, given_schema
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
         return METHODS[method](epsilon, delta, **params).fit(data, label=label, schema=schema, out=out, budget=budget,
                                                               dataset=dataset)
     # the schema given (public: the user's declaration), with its label; table shards carry their own (the run's)
-    given = as_schema(schema, label) if schema is not None or not isinstance(data, ShardedTable) else None
+    given = given_schema(data, schema, label)
     check_table_input(data, given)                # a DataFrame's columns by name; its rows are the run's to read
     return run_plan(data, _table_fit(label, method, epsilon, delta, params,
                                      dict(out=out, budget=budget, dataset=dataset)), schema=given)

@@ -34,13 +34,12 @@ from ..data.private_schema import require_complete
 from ..data.schema import Schema
 from ..errors import ArtifactError, InvalidParameterError
 from ..privacy.budget import BudgetFile
-from ..data.encoding import check_table_input
-from ..privacy.engine import Facts, Sums, run_plan
+from ..privacy.engine import Facts, Sums
 from ..privacy.ledger import PRIVACY_UNIT
 from ..privacy.marginals import TREE_SCORES, Measure, Select, SelectTree
 from ..release import META_FILE, Release
 from ..validation import check_delta, check_epsilon, check_positive
-from .base import as_schema, given_schema, read_model_folder, write_model_folder
+from .base import as_schema, read_model_folder, write_model_folder
 from .contract import Method, register
 from .outline import BASE_BYTES, PlanOutline, release_words
 from ..runtime import phase
@@ -107,11 +106,10 @@ class MarginalMethod(Method):
             privacy_unit: str = PRIVACY_UNIT):
         """Fit on a table: ``fit(df, label=..., schema=...)``. ``out``: the model folder (release, model.json).
         Returns self."""
-        given = self._table_input(X, y, label, schema, resume)   # None: table shards carry their own
+        self._check_input(X, y, resume)
         self._check_settings()
-        check_table_input(X, given)                        # a DataFrame's columns by name
-        run_plan(X, self._table_run(label, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
-                                    privacy_unit=privacy_unit), schema=given)
+        self._run_table(X, label, schema, dataset=dataset, out=out, budget=budget, public_facts=public_facts,
+                        privacy_unit=privacy_unit)
         return self
 
     def table_planner(self, schema: Schema, *, dataset: str = "", out=None, budget: BudgetFile | None = None,
@@ -175,9 +173,8 @@ class MarginalMethod(Method):
             self.save(out)
         return self
 
-    def _table_input(self, X, y, label, schema, resume: bool) -> Schema | None:
-        """The schema a fit was given (None: table shards carry their own), its arguments each refused as the user
-        must fix it."""
+    def _check_input(self, X, y, resume: bool) -> None:
+        """A fit's arguments, each refused as the user must fix it."""
         from ..data.shards import ShardedTable
 
         if y is not None or not isinstance(X, (ShardedTable, pd.DataFrame)):
@@ -186,7 +183,6 @@ class MarginalMethod(Method):
         if resume:
             raise InvalidParameterError(f"{self.method} has no training to resume: its model is estimated from the "
                                         f"release when it is loaded.")
-        return given_schema(X, schema, label)
 
     def _marginal_release(self, measurements: list, domain: Domain) -> tuple[dict, dict]:
         """(tensors, spec) of the measured marginals: each measurement's noisy counts, and the domain and

@@ -114,10 +114,9 @@ class Open:
     far). ``domain``, ``encoder``, ``assumed``: what the marginal stages count in and their ledger entries assume;
     ``progress``: the marginal stages' bar (:meth:`PrivacyEngine.run`). ``engine``: an engine restored from an
     interrupted run's ledger (:meth:`PrivacyEngine.resume`: nothing is calibrated or charged again), used as it is.
-    ``check``: a table encoder whose check a
-    DataFrame's rows pass once here, after the calibration and before any release
-    (:meth:`~mmdsynth.engines.Source.checked_with`; its statistics then read the checked rows as they are; table
-    shards are checked as they are read); None: no such check."""
+    ``check``: a table encoder whose check a DataFrame's rows pass once here, after the calibration and before any
+    release (:meth:`~mmdsynth.engines.Source.checked_with`; its statistics then read the checked rows as they are;
+    table shards are checked as they are read); None: no such check."""
 
     epsilon: float
     delta: float

@@ -2,16 +2,13 @@
 wherever the rows live), and one feature block's sums over the records a subsampled step draws."""
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import torch
 
 from ..errors import InvalidParameterError
-
 from ..validation import check_features, check_labels
 from .bounds import bounded_rows
-from .rows import checked_rows, unweighted
+from .rows import checked_rows, kept, unweighted
 
 
 class ClassSums:
@@ -91,22 +88,17 @@ class SampledBlockSums:
                                   self.chunk)
 
 
-#: each in-memory source's checked records, kept while the source lives (a sampled embedding's steps read them)
-_CHECKED = weakref.WeakKeyDictionary()
-
-
 def checked_records(source, n_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(X float32, y int64) of an in-memory source of arrays, checked once per source: finite features, as many as
-    its public count, labels in 0..n_cols-1 (none given: every record in column 0)."""
-    got = _CHECKED.get(source)
-    if got is not None and got[0] == n_cols:
-        return got[1]
-    batch, _ = next(iter(source.batches(0)))
-    (X, y), _ = unweighted(batch)
+    """(X float32, y int64) of an in-memory source of arrays, checked once per source (:func:`~.rows.kept`): finite
+    features, as many as its public count, labels in 0..n_cols-1 (none given: every record in column 0)."""
     m = int(source.n_records)
-    Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
-    if Xt.shape[0] != m:
-        raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
-    yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else torch.zeros(m, dtype=torch.int64)
-    _CHECKED[source] = (n_cols, (Xt, yt))
-    return Xt, yt
+
+    def read(batch):
+        (X, y), _ = unweighted(batch)
+        Xt = torch.as_tensor(check_features(X), dtype=torch.float32)
+        if Xt.shape[0] != m:
+            raise InvalidParameterError(f"X has {Xt.shape[0]} records but len(X) said {m}.")
+        yt = torch.as_tensor(check_labels(y, m, n_classes=n_cols)) if y is not None else \
+            torch.zeros(m, dtype=torch.int64)
+        return Xt, yt
+    return kept(source, ("sampled", n_cols), read)

@@ -44,7 +44,6 @@ below u C / sqrt(TRUST), both negligible. Benign support sets never take the exp
 from __future__ import annotations
 
 import copy
-import weakref
 
 import numpy as np
 import torch
@@ -54,7 +53,7 @@ from ..kip.kernels import FCReLUKernel
 from ..kip.krr import centred_one_hot, krr_loss, ridge_cholesky, to_kernel_space
 from ..validation import check_features, check_labels
 from .bounds import bounded_rows
-from .rows import unweighted
+from .rows import kept, unweighted
 
 CHUNK_BYTES = 64 * 2 ** 20          # bound on the (records x m x m) float64 factors held at once
 #: |g|^2 below TRUST x (the magnitude of its terms)^2: the closed-form norm may have cancelled;
@@ -256,17 +255,10 @@ class KernelRecords:
         return {}
 
     def of(self, source) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x_all, y_all) of ``source``'s records, read once per source and kept with it (never with the planner)."""
-        key = (id(self.encoder), self.n_classes, str(self.device))
-        got = _READ.get(source)
-        if got is None or got[0] != key:
-            batch, _ = next(iter(source.batches(0)))
+        """(x_all, y_all) of ``source``'s records, read once per source and kept with it (:func:`~.rows.kept`), never
+        with the planner."""
+        def read(batch):
             Xa, ya = self._read(batch)
-            x_all = to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device)
-            y_all = centred_one_hot(torch.tensor(np.asarray(ya)), self.n_classes).to(self.device)
-            got = _READ[source] = (key, (x_all, y_all))
-        return got[1]
-
-
-#: each source's records as a DP-KIP run's steps read them, kept while the source lives
-_READ = weakref.WeakKeyDictionary()
+            return (to_kernel_space(torch.as_tensor(np.asarray(Xa, dtype=np.float32))).to(self.device),
+                    centred_one_hot(torch.tensor(np.asarray(ya)), self.n_classes).to(self.device))
+        return kept(source, ("kip", id(self.encoder), self.n_classes, str(self.device)), read)

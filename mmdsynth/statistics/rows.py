@@ -2,6 +2,8 @@
 import it)."""
 from __future__ import annotations
 
+import weakref
+
 
 class Weighted:
     """A batch of a table whose rows carry weights: one person's rows share a total weight of 1 (each 1 / their
@@ -31,6 +33,21 @@ def unweighted(batch):
     if isinstance(batch, Weighted):
         return batch.frame, batch.weights
     return batch, None
+
+
+def kept(source, key, read):
+    """``read(the rows of source's one shard)`` (an in-memory source's whole batch), computed once per ``source`` and
+    ``key`` and kept with the source while it lives (never with the planner that asked): how a step's statistic
+    reads the run's records (a subsampled embedding's arrays, DP-KIP's records in the kernel's space)."""
+    got = _KEPT.get(source)
+    if got is None or got[0] != key:
+        batch, _ = next(iter(source.batches(0)))
+        got = _KEPT[source] = (key, read(batch))
+    return got[1]
+
+
+#: :func:`kept`'s values, by source
+_KEPT = weakref.WeakKeyDictionary()
 
 
 def checked_batch(batch, signature: str) -> Checked:
