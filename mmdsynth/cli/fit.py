@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidParameterError, one_of
-from ..choice import (HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default, public_facts,
+from ..choice import (HYBRID_MIN_RECORDS_EPSILON, HYBRID_MIN_ROWS, PAPERS_DELTA, choose_table_default,
                       table_default)
 from . import _catalog
 from ._types import existing_file, positive_int
@@ -42,39 +42,101 @@ TESTING_ONLY = ("sampler_seed",)
 FIT_EPILOG = "{epilog}"
 
 
-def _choose_table_default(args, data, fit_kwargs, defaults, facts):
-    """The table default for the data's public facts (:func:`~mmdsynth.choice.public_facts`: the rows read, the
-    declared --n-records of shards, or under --privacy-unit the persons, never their rows; --epsilon, else the
-    --dataset preset's), chosen by :func:`~mmdsynth.choice.choose_table_default` as in Python; a --dataset preset's
-    settings are then the chosen method's (the rows read are the same for every method); the flags given are
-    checked against the chosen method and win. Says which method and why."""
-    epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")    # a --dataset preset's
-    public = public_facts(data[0], fit_kwargs.get("schema"), epsilon)
-    chosen = table_default(public.n_records, epsilon)
-    if chosen != args.method:
-        args.method = chosen
-        if args.dataset:
-            defaults = _method(args).dataset_defaults(args.dataset, "table")
-    given = _method_options(args, _catalog.methods()[chosen])
-    plan = choose_table_default(public, given)                # a flag given wins
-    defaults = {**defaults, **plan.params}
-    if not args.quiet:
-        print(f"method: {plan.method} (the table default for {plan.why}; --method chooses another)")
-    return data, fit_kwargs, defaults, facts
-
-
-def _default_delta(args, data, fit_kwargs, kind) -> float:
-    """The delta of a fit given none: a registered dataset's is the papers' (1e-5); any other data's is
-    :func:`~mmdsynth.choice.default_delta` of its public count (the rows, the declared --n-records of shards, the
-    persons under --privacy-unit; for images, the records)."""
+def _default_delta(args, data) -> float:
+    """The delta of a fit on arrays given none: a registered dataset's is the papers' (1e-5); other arrays' is
+    :func:`~mmdsynth.choice.default_delta` of their public count (the declared --n-records of shards, else the
+    records). A table's is settled inside its run from its public count (rows, declared, or persons)."""
     from ..choice import default_delta
 
     if args.dataset:
         return PAPERS_DELTA
-    if kind == "table":
-        return default_delta(public_facts(data[0], fit_kwargs.get("schema")).n_records)
     declared = getattr(data[0], "n_records", None)
     return default_delta(int(declared) if declared is not None else len(data[0]))
+
+
+def _budget(args, dataset: str, epsilon, delta):
+    """The --budget file: an existing one keeps its totals (a draft schema may have opened it); a new one holds
+    --budget-epsilon (else this fit's epsilon) and ``delta`` (None: the fit's own, settled inside its run from the
+    public count, :meth:`~mmdsynth.privacy.BudgetFile.new_for_fit`)."""
+    if not args.budget:
+        return None
+    from ..privacy import BudgetFile
+
+    if Path(args.budget).exists():
+        return BudgetFile.open(args.budget, dataset, args.budget_epsilon)     # a different total is refused
+    if delta is None:
+        return BudgetFile.new_for_fit(args.budget, dataset, args.budget_epsilon or epsilon)
+    return BudgetFile.open(args.budget, dataset, args.budget_epsilon or epsilon, delta)
+
+
+def _model(args, defaults: dict, from_folder: bool, chosen: dict | None = None):
+    """The model of --method: the dataset's (or release's) settings, ``chosen`` (the table default's sizing, its
+    parameters given left out), the flags given winning; the run's settings; every flag checked against the method,
+    before anything is read."""
+    from ..methods import METHODS
+
+    cls = METHODS[args.method]
+    given = _method_options(args, cls)
+    params = {**defaults, **(chosen or {}), **given}
+    if params.get("delta") is None and args.dataset and not from_folder:   # a registered dataset: the papers' delta
+        params["delta"] = PAPERS_DELTA
+    run = {"seed": args.seed, "noise_seed": args.noise_seed, "device": args.device,
+           "checkpoint_every": args.checkpoint_every, "progress": not args.quiet}
+    names = set(cls.param_names())
+    model = cls(**{k: v for k, v in run.items() if k in names}, **params)
+    if args.public_init is not None and "public_init" not in inspect.signature(cls.fit).parameters:
+        raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
+                                    f"run is --method {args.method}.")
+    if args.release_only:
+        if not cls.releases_once:
+            raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
+                                        f"{args.method} reads the data at every step, so it has none to stop at.")
+        if args.resume:
+            raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
+                                        "its release. Distill it (`mmdsynth distill`) or resume without "
+                                        "--release-only to train a generator.")
+    return model
+
+
+def _table_run(args, table, fit_kwargs: dict, defaults: dict, defaulted: bool, out: Path):
+    """A table's fit in one run (:func:`mmdsynth.methods.default.table_fit`): from the run's public facts (the count:
+    rows, the declared --n-records of shards, or under --privacy-unit the persons, never their rows), the method
+    (the table default where --method is left out: :func:`~mmdsynth.choice.choose_table_default` on the count and
+    --epsilon, else the --dataset preset's, as in Python; said unless --quiet; a --dataset preset's settings then
+    the chosen method's), its flags checked, its plan outlined (printed unless --quiet; a plan over the memory
+    refused), calibrated; a new --budget file's delta the fit's own. Returns the fitted model."""
+    from ..choice import PublicFacts
+    from ..methods.contract import run_table
+    from ..methods.default import table_fit
+
+    budget_epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")   # a preset's
+
+    def choose(facts: PublicFacts):
+        chosen, preset = None, defaults
+        if defaulted:
+            method = table_default(facts.n_records, budget_epsilon)
+            if method != args.method:
+                args.method = method
+                if args.dataset:
+                    preset = _method(args).dataset_defaults(args.dataset, "table")
+            plan = choose_table_default(PublicFacts(facts.n_records, facts.unit, budget_epsilon),
+                                        _method_options(args, _catalog.methods()[method]))     # a flag given wins
+            chosen = plan.params
+            if not args.quiet:
+                print(f"method: {plan.method} (the table default for {plan.why}; --method chooses another)")
+        model = _model(args, preset, False, chosen)
+        settings = model.settings_for("table")
+        # the budget file goes to the method's planner with the other fit options, which table_fit reads after this
+        fit["budget"] = _budget(args, fit_kwargs["dataset"], settings.epsilon, settings.delta)
+        return model
+
+    fit = {k: v for k, v in fit_kwargs.items() if k not in ("label", "schema")}
+    fit["out"] = out
+    if args.release_only:
+        fit["train"] = False                     # release-once methods only (checked by _model)
+    show = (lambda lines: None) if args.quiet else (lambda lines: print("\n".join(lines)))
+    label = fit_kwargs.get("label")
+    return run_table(table, label, fit_kwargs.get("schema"), table_fit(label, choose, fit, show=show))
 
 
 def _table_input(args) -> bool:
@@ -120,7 +182,6 @@ def cmd_fit(args) -> int:
     out = Path(args.out)
     _check_out_folder(out, args)
     from ..methods import METHODS
-    from ..privacy import BudgetFile
 
     from_folder = args.resume and not (args.dataset or args.csv or args.shards)   # settings and method: the release
     if from_folder:
@@ -134,52 +195,25 @@ def cmd_fit(args) -> int:
                                     f"DIR` reads it from the folder.")
     else:
         data, fit_kwargs, defaults, facts, kind = _fit_inputs(args)
-    if defaulted:
-        data, fit_kwargs, defaults, facts = _choose_table_default(args, data, fit_kwargs, defaults, facts)
-    cls = METHODS[args.method]
-    given = _method_options(args, cls)
-    # defaults hold only a preset's settings or the release's; a flag given overrides them; what neither sets
-    # the method resolves for the kind of data, as it does in Python (its kind_defaults)
-    params = {**defaults, **given}
-    if params.get("delta") is None and args.dataset and not from_folder:   # a registered dataset: the papers' delta
-        params["delta"] = PAPERS_DELTA
     if args.infer_schema is not None and not args.csv:
         raise InvalidParameterError("--infer-schema applies to --csv tables whose schema leaves out bounds or "
                                     "categories; built-in datasets come with a public schema.")
-    run = {"seed": args.seed, "noise_seed": args.noise_seed, "device": args.device,
-           "checkpoint_every": args.checkpoint_every, "progress": not args.quiet}
-    names = set(cls.param_names())
-    model = cls(**{k: v for k, v in run.items() if k in names}, **params)
-    settings = model.settings_for(kind)          # refuses a missing --epsilon where the kind has no default
     fit_kwargs["public_facts"] = facts
-    if kind == "table" and not from_folder:      # the plan and its cost, before anything is read or charged
-        outline = model.plan_outline(fit_kwargs["schema"], public_facts(data[0], fit_kwargs["schema"],
-                                                                        settings.epsilon, settings.delta))
-        if outline is not None:
-            if not args.quiet:
-                print("\n".join(outline.lines()))
-            outline.check_memory()
-    if args.public_init is not None:
-        if "public_init" not in inspect.signature(cls.fit).parameters:
-            raise InvalidParameterError(f"--public-init is a dp-kip option (its public starting support set); this "
-                                        f"run is --method {args.method}.")
-        fit_kwargs["public_init"] = _public_init(args.public_init)
-    # an existing budget file keeps its totals (a draft schema may have opened it); a new one: --budget-epsilon, else
-    # this fit's epsilon
-    eps_budget = args.budget_epsilon or (None if args.budget and Path(args.budget).exists() else settings.epsilon)
-    # a delta left out is the method's default for the public count, settled by the fit; the budget file's is the same
-    delta = settings.delta if settings.delta is not None else _default_delta(args, data, fit_kwargs, kind)
-    budget = BudgetFile.open(args.budget, fit_kwargs["dataset"], eps_budget, delta) if args.budget else None
-    if args.release_only:
-        if not cls.releases_once:
-            raise InvalidParameterError(f"--release-only stops after a release-once method's private release; "
-                                        f"{args.method} reads the data at every step, so it has none to stop at.")
-        if args.resume:
-            raise InvalidParameterError("--release-only with --resume would do nothing: the folder already holds "
-                                        "its release. Distill it (`mmdsynth distill`) or resume without "
-                                        "--release-only to train a generator.")
-        fit_kwargs["train"] = False          # release-once methods only (checked above)
-    model.fit(*data, out=out, budget=budget, resume=args.resume, **fit_kwargs)
+    if kind == "table" and not args.resume and hasattr(METHODS[args.method], "table_planner"):
+        # one run: the method (the table default where none is named), its flags and its plan's outline settled
+        # from the run's public facts (the count: rows, declared, or persons), before any row is read
+        model = _table_run(args, data[0], fit_kwargs, defaults, defaulted, out)
+    else:
+        model = _model(args, defaults, from_folder)
+        settings = model.settings_for(kind)
+        # a delta left out: a table's is settled inside its run (the budget file's with it), arrays' from their count
+        delta = settings.delta if settings.delta is not None or kind == "table" else _default_delta(args, data)
+        if args.public_init is not None:
+            fit_kwargs["public_init"] = _public_init(args.public_init)
+        if args.release_only:
+            fit_kwargs["train"] = False          # release-once methods only (checked by _model)
+        model.fit(*data, out=out, budget=_budget(args, fit_kwargs["dataset"], settings.epsilon, delta),
+                  resume=args.resume, **fit_kwargs)
     if args.release_only:
         eps, delta = model.release_.ledger.total()
         print(f"released {args.method} on {fit_kwargs['dataset'] or 'the data'}: epsilon={eps:g}, delta={delta:g}; "

@@ -158,12 +158,7 @@ class Method:
         """A table fit's one run: the schema given (None: table shards carry their own, the run reads it), a
         DataFrame's columns matched to it by name, then the rows handed to
         :func:`~mmdsynth.privacy.engine.run_plan` with :meth:`_table_run` as the planner (``fit``: its arguments)."""
-        from ..data.encoding import check_table_input
-        from ..privacy.engine import run_plan
-
-        given = given_schema(X, schema, label)
-        check_table_input(X, given)
-        run_plan(X, self._table_run(label, **fit), schema=given)
+        run_table(X, label, schema, self._table_run(label, **fit))
 
     def _table_run(self, label: str | None, **fit):
         """A table fit's whole planner, for :func:`~mmdsynth.privacy.engine.run_plan` on its rows: the table's public
@@ -431,3 +426,15 @@ def given_schema(data, schema, label):
     if schema is None and isinstance(data, ShardedTable):
         return None
     return as_schema(schema, label)
+
+
+def run_table(X, label: str | None, schema, planner):
+    """A table fit's one run: the schema given (None: table shards carry their own, which the run reads; a label
+    applied), a DataFrame's columns matched to it by name (its rows are the run's to read), then the rows handed to
+    :func:`~mmdsynth.privacy.engine.run_plan` with ``planner``. Returns what the planner returns."""
+    from ..data.encoding import check_table_input
+    from ..privacy.engine import run_plan
+
+    given = given_schema(X, schema, label)
+    check_table_input(X, given)
+    return run_plan(X, planner, schema=given)

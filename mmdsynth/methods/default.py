@@ -5,10 +5,9 @@ import logging
 import pandas as pd
 
 from ..choice import PublicFacts, choose_table_default
-from ..data.encoding import check_table_input
 from ..errors import InvalidParameterError
-from ..privacy.engine import Facts, run_plan
-from .contract import METHODS, as_schema, given_schema
+from ..privacy.engine import Facts
+from .contract import METHODS, as_schema, run_table
 
 logger = logging.getLogger(__name__)
 
@@ -49,31 +48,37 @@ def fit(data, y=None, *, label: str | None = None, schema=None, epsilon: float |
     if method is not None and not hasattr(METHODS[method], "table_planner"):   # a method with its own runs
         return METHODS[method](epsilon, delta, **params).fit(data, label=label, schema=schema, out=out, budget=budget,
                                                               dataset=dataset)
-    # the schema given (public: the user's declaration), with its label; table shards carry their own (the run's)
-    given = given_schema(data, schema, label)
-    check_table_input(data, given)                # a DataFrame's columns by name; its rows are the run's to read
-    return run_plan(data, _table_fit(label, method, epsilon, delta, params,
-                                     dict(out=out, budget=budget, dataset=dataset)), schema=given)
+    return run_table(data, label, schema, table_fit(label, chooser(method, epsilon, delta, params),
+                                                    dict(out=out, budget=budget, dataset=dataset)))
 
 
-def _table_fit(label: str | None, method: str | None, epsilon, delta, params: dict, fit: dict):
+def chooser(method: str | None, epsilon, delta, params: dict):
+    """The model of a table fit from the run's public facts (``facts``: :class:`~mmdsynth.choice.PublicFacts`, the
+    count and the privacy unit): ``method`` with ``params``, or, where none is named, the table default
+    (:func:`~mmdsynth.choice.choose_table_default`, a parameter given winning), said in the log. Returns
+    ``choose(facts) -> model``."""
+    def choose(facts: PublicFacts):
+        name, chosen = method, params
+        if name is None:
+            plan = choose_table_default(PublicFacts(facts.n_records, facts.unit, epsilon, delta), params)
+            name, chosen = plan.method, {**plan.params, **params}
+            logger.info("method: %s (the table default for %s)", name, plan.why)
+        return METHODS[name](epsilon, delta, **chosen)
+    return choose
+
+
+def table_fit(label: str | None, choose, fit: dict, show=None):
     """The planner of a table's fit (run by :func:`~mmdsynth.privacy.engine.run_plan`): the table's public facts
-    (its schema, its count), the method (the table default where none is named,
-    :func:`~mmdsynth.choice.choose_table_default`), its plan outlined, then the method's own planner
-    (:meth:`table_planner`). Returns the fitted model."""
+    (its schema, its count), the model ``choose`` makes from them (:func:`chooser`; the CLI's names the method and its
+    flags), its plan outlined (``show``: the outline's lines, logged when None; a plan over the memory refused), then
+    the method's own planner (:meth:`table_planner`) with the ``fit`` options. Returns the fitted model. Nothing here
+    reads a row: the facts are the run's public ones."""
     facts = yield Facts()
     schema = as_schema(facts.schema, label)
-    public = PublicFacts(facts.n_records, schema.privacy_unit, epsilon, delta)
-    if method is None:
-        plan = choose_table_default(public, params)   # the public count only: rows, declared, or persons
-        method, params = plan.method, {**plan.params, **params}
-        logger.info("method: %s (the table default for %s)", method, plan.why)
-    model = METHODS[method](epsilon, delta, **params)
-    outline = model.plan_outline(schema, public)
+    model = choose(PublicFacts(facts.n_records, schema.privacy_unit))
+    outline = model.plan_outline(schema, PublicFacts(facts.n_records, schema.privacy_unit, model.epsilon, model.delta))
     if outline is not None:                          # the plan and its cost, before anything is read or charged
-        logger.info("%s", "\n".join(outline.lines()))
+        (show or (lambda lines: logger.info("%s", "\n".join(lines))))(outline.lines())
         outline.check_memory()
     yield from model.table_planner(schema, facts=facts, **fit)
     return model
-
-

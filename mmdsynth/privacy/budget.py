@@ -32,6 +32,19 @@ class BudgetFile:
 
     # -- persistence -------------------------------------------------------
     @classmethod
+    def new_for_fit(cls, path, dataset: str, epsilon: float) -> "BudgetFile":
+        """A new budget file whose total delta is the delta of the fit checked against it first (a delta left out is
+        settled inside the fit's run from its public count, :func:`~mmdsynth.choice.default_delta`): written at that
+        check, when the fit's engine is calibrated, before any row is read; nothing is written by a fit refused
+        before."""
+        if Path(path).exists():
+            return cls.open(path, dataset, epsilon)
+        budget = cls.__new__(cls)
+        budget.path, budget.dataset, budget.delta, budget.charges = Path(path), dataset, None, []
+        budget.epsilon = check_epsilon(epsilon, "total epsilon")
+        return budget
+
+    @classmethod
     def open(cls, path, dataset: str | None = None, epsilon: float | None = None,
              delta: float | None = None) -> "BudgetFile":
         """Open an existing file, or create one when ``epsilon`` and ``delta`` are given."""
@@ -90,7 +103,11 @@ class BudgetFile:
         return max(self.epsilon - eps, 0.0), max(self.delta - delta, 0.0)
 
     def check(self, epsilon: float, delta: float) -> None:
-        """Raise ``PrivacyBudgetError`` if a charge of (epsilon, delta) would not fit."""
+        """Raise ``PrivacyBudgetError`` if a charge of (epsilon, delta) would not fit. A file made by
+        :meth:`new_for_fit` takes ``delta`` as its total and is written now."""
+        if self.delta is None:
+            self.delta = check_delta(delta, "total delta")
+            self.save()
         eps_spent, delta_spent = self.spent
         if eps_spent + epsilon > self.epsilon + _SLACK or delta_spent + delta > self.delta + _SLACK:
             rem_eps, rem_delta = self.remaining

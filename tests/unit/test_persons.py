@@ -222,8 +222,11 @@ def test_cli_fit_with_a_privacy_unit(tmp_path, capsys):
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
     code, _, err = run_cli(capsys, "fit", "--method", "dp-merf", "--csv", tmp_path / "visits.csv", "--schema",
                            tmp_path / "s.json", "--label", "y", "--privacy-unit", "patient", "--epsilon", "1",
-                           "--iterations", "20", "--out", tmp_path / "run", "--quiet")
+                           "--iterations", "20", "--out", tmp_path / "run", "--quiet", "--budget", tmp_path / "b.json")
     assert code == 0, err[-1500:]
+    # a new budget file given no --delta holds the fit's own, settled in its run from the public count (300 persons)
+    budget = json.loads((tmp_path / "b.json").read_text())
+    assert budget["delta"] == 1e-5 and budget["epsilon"] == 1.0 and budget["charges"][0]["delta"] == 1e-5
     _, out, _ = run_cli(capsys, "inspect", tmp_path / "run")
     text = " ".join(out.split())
     assert "(300 persons, 2 classes)" in text and "one record = one person (all rows with the same patient)" in text
@@ -239,6 +242,11 @@ def test_cli_fit_with_a_privacy_unit(tmp_path, capsys):
                            "--out", tmp_path / "r2")
     assert code != 0 and "--privacy-unit names a column of your table" in err
     assert not (tmp_path / "r2").exists()
+    code, _, err = run_cli(capsys, "fit", "--csv", tmp_path / "visits.csv", "--schema", tmp_path / "s.json",
+                           "--privacy-unit", "patient", "--marginal-share", "0.3", "--budget", tmp_path / "b2.json",
+                           "--out", tmp_path / "r3")           # 300 persons: dp-merf, which takes no --marginal-share
+    assert code == 2 and "--marginal-share" in err, err[-800:]
+    assert not (tmp_path / "b2.json").exists() and not (tmp_path / "r3" / "release").exists()
 
 
 def test_a_person_is_read_by_their_checked_id():
