@@ -3,7 +3,8 @@ public facts only, importable without torch (the command line decides before it 
 
 Every decision of a plan is a function of one :class:`PublicFacts` value: the public count of records (rows under a
 row unit; **persons** under a person unit, never their rows), the unit, epsilon and delta (issue 80). The command line
-and Python build it with :func:`public_facts` and choose with :func:`choose_table_default`: one rule, one place.
+and Python build it from the fit's run's public facts (:class:`~mmdsynth.engines.SourceFacts`: nothing counts the data
+before the run) and choose with :func:`choose_table_default`: one rule, one place.
 """
 from __future__ import annotations
 
@@ -164,26 +165,6 @@ def check_enough(facts: "PublicFacts") -> None:
             f"the table holds {facts.records}; a fit needs at least {MIN_RECORDS}: one record would move every "
             f"released statistic by about 2/{facts.n_records} of its range, so the noise that hides it would be all "
             f"the release holds. Fit on more records.")
-
-
-def public_facts(data, schema=None, epsilon: float | None = None, delta: float | None = None) -> PublicFacts:
-    """The :class:`PublicFacts` of a table given to a fit: ``data`` a DataFrame or table shards (whose ``n_records``
-    is declared by the user), ``schema`` its schema (a privacy unit there makes the count the persons: the distinct
-    IDs of the person column, each read by itself as the schema reads IDs). The row count of a person table is never
-    used: it is not public (one person's rows change it)."""
-    unit = getattr(schema, "privacy_unit", None)
-    declared = getattr(data, "n_records", None)
-    if declared is not None:                       # shards: the declared count (persons under a unit)
-        return PublicFacts(int(declared), unit, epsilon, delta)
-    if unit is None:
-        return PublicFacts(len(data), None, epsilon, delta)
-    import pandas as pd
-
-    if unit not in data.columns:
-        from .errors import InvalidParameterError
-        raise InvalidParameterError(f"the privacy unit's column {unit!r} is not in the data; its columns are "
-                                    f"{[str(c) for c in data.columns]}.")
-    return PublicFacts(int(pd.unique(schema.person_ids(data)).size), unit, epsilon, delta)
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,17 @@ def cmd_schema(args) -> int:
         raise InvalidParameterError(f"no file {path}.")
     sep = args.sep or csv_delimiter(path, encoding=args.encoding)      # no schema yet: the header's widest split
     df = read_csv_text(path, args.encoding, sep=sep)
-    if args.delta is None:                    # a public function of the public count, as a fit's
-        from ..choice import default_delta, public_facts
-        from ..data.schema import Column, Schema
-        unit = args.privacy_unit if args.privacy_unit in df.columns else None
-        ids = Schema([Column(unit, "id")], privacy_unit=unit) if unit else None   # persons counted as a fit counts them
-        args.delta = default_delta(public_facts(df, ids).n_records)
     budget, fit_room = None, None
     if args.budget:
         from ..privacy import BudgetFile
         new = not Path(args.budget).exists()
         total = args.budget_epsilon or args.epsilon + FIT_EPSILON
-        budget = BudgetFile.open(args.budget, f"user:{path.name}", total, args.budget_delta or 2 * args.delta)
+        if new and args.budget_delta is None and args.delta is None:
+            # twice the draft's delta, settled in its run from the public count (rows, or persons), as a fit's
+            budget = BudgetFile.new_for_fit(args.budget, f"user:{path.name}", total, delta_times=2)
+        else:
+            budget = BudgetFile.open(args.budget, f"user:{path.name}", total, args.budget_delta or
+                                     (2 * args.delta if args.delta is not None else None))
         if new:
             fit_room = total - args.epsilon
     markers = args.missing_values.split(",") if args.missing_values else []

@@ -32,10 +32,10 @@ import torch
 
 from .._io import LEDGER_SUFFIX, SCHEMA_LEDGER_FORMAT, atomic_write, sealed
 from ..errors import SchemaError
-from ..engines import SourceFacts
-from ..engines.persons import person_source, unit_text
+from ..choice import default_delta
+from ..engines.persons import unit_text
 from ..privacy.calibration import compose_plan
-from ..privacy.engine import GaussianRelease, Sums, open_engine
+from ..privacy.engine import Facts, GaussianRelease, Open, Sums, run_plan
 from ..privacy.ledger import PRIVACY_UNIT
 from ..statistics.tables import ValueKinds
 from ..statistics.values import KINDS, category_texts, dates, marked_missing, numbers
@@ -96,14 +96,16 @@ def _tolerant(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     return pd.DataFrame(out, index=df.index)
 
 
-def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label: str | None = None,
+def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float | None = 1e-5, label: str | None = None,
                  privacy_unit: str | None = None, missing_values=(), budget=None, noise_seed: int | None = None,
                  dataset: str = ""):
     """(the drafted :class:`~mmdsynth.data.schema.Schema`, its :class:`~mmdsynth.privacy.ledger.Ledger`) of a table
     of text cells (``pd.read_csv(..., dtype=str)``): see the module. ``label``: the label column (its classes are
     released as categories); ``privacy_unit``: the person column (an id column, never read beyond grouping rows);
     ``missing_values``: cell texts that mean missing. ``budget``: a :class:`~mmdsynth.privacy.BudgetFile`, checked
-    before any row is read and charged once. ``noise_seed``: tests only (the ledger says it voids the guarantee)."""
+    before any row is read and charged once. ``delta`` None: :func:`~mmdsynth.choice.default_delta` of the public count
+    (the rows, or the persons under a unit), settled in the draft's run. ``noise_seed``: tests only (the ledger says
+    it voids the guarantee)."""
 
     names = [str(c) for c in df.columns]
     for given, what in ((label, "label"), (privacy_unit, "privacy unit")):
@@ -115,16 +117,21 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
     if not typed:
         raise SchemaError("the table has no column to draft besides the label and the privacy unit.")
     plan, mults = compose_plan({"schema": 1.0}, {"types": TYPES_SHARE})
-    reserved = 0.5 * float(delta)                 # the categories' thresholds: reserved whatever release 1 says
     unit = PRIVACY_UNIT if privacy_unit is None else unit_text(privacy_unit)
-    engine = open_engine(epsilon, delta, plan, multipliers=mults, budget=budget, noise_seed=noise_seed,
-                         dataset=dataset, privacy_unit=unit, reserved_delta=reserved)
-    # -- the source: rows, or persons (public: their number) -----------------------------------------------
+    # the source: rows, or persons (public: their number), read only by the run
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
-    source = person_source(df, id_schema) if privacy_unit else person_source(df, None)
-    learned, stats, std2, tau = engine.run(source, _draft_stages(engine, SourceFacts.of(source, df), typed, label,
-                                                                privacy_unit, id_schema, missing_values))
-    engine.charge(f"schema draft of {dataset or 'a table'}")
+
+    def draft():
+        facts = yield Facts()
+        d = default_delta(facts.n_records) if delta is None else float(delta)     # the public count: rows or persons
+        engine = yield Open(epsilon, d, plan, options=dict(
+            multipliers=mults, budget=budget, noise_seed=noise_seed, dataset=dataset, privacy_unit=unit,
+            reserved_delta=0.5 * d))              # the categories' thresholds: reserved whatever release 1 says
+        found = yield from _draft_stages(engine, facts, typed, label, privacy_unit, id_schema, missing_values)
+        engine.charge(f"schema draft of {dataset or 'a table'}")
+        return engine.ledger, found
+
+    ledger, (learned, stats, std2, tau) = run_plan(df, draft(), schema=id_schema)
     done = complete_schema(learned, stats, std2, tau)
     cols = [c for c in done.columns if c.name != label]
     label_categories = None
@@ -143,7 +150,7 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float = 1e-5, label
              "dp_inferred_columns": [c for c in done.notes.get("dp_inferred_columns", []) if c != label]}
     schema = Schema(cols, label, label_categories, "mmdsynth schema (dp draft)", notes,
                     missing_values=list(missing_values), privacy_unit=privacy_unit)
-    return schema, engine.ledger
+    return schema, ledger
 
 
 def _draft_stages(engine, facts, typed: list, label, privacy_unit, id_schema, missing_values):

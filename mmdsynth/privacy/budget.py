@@ -32,15 +32,16 @@ class BudgetFile:
 
     # -- persistence -------------------------------------------------------
     @classmethod
-    def new_for_fit(cls, path, dataset: str, epsilon: float) -> "BudgetFile":
-        """A new budget file whose total delta is the delta of the fit checked against it first (a delta left out is
-        settled inside the fit's run from its public count, :func:`~mmdsynth.choice.default_delta`): written at that
-        check, when the fit's engine is calibrated, before any row is read; nothing is written by a fit refused
-        before."""
+    def new_for_fit(cls, path, dataset: str, epsilon: float, *, delta_times: float = 1.0) -> "BudgetFile":
+        """A new budget file whose total delta is ``delta_times`` the delta of the fit checked against it first (a
+        delta left out is settled inside the fit's run from its public count, :func:`~mmdsynth.choice.default_delta`):
+        written at that check, when the fit's engine is calibrated, before any row is read; nothing is written by a
+        fit refused before."""
         if Path(path).exists():
             return cls.open(path, dataset, epsilon)
         budget = cls.__new__(cls)
         budget.path, budget.dataset, budget.delta, budget.charges = Path(path), dataset, None, []
+        budget._delta_times = float(delta_times)
         budget.epsilon = check_epsilon(epsilon, "total epsilon")
         return budget
 
@@ -106,7 +107,7 @@ class BudgetFile:
         """Raise ``PrivacyBudgetError`` if a charge of (epsilon, delta) would not fit. A file made by
         :meth:`new_for_fit` takes ``delta`` as its total and is written now."""
         if self.delta is None:
-            self.delta = check_delta(delta, "total delta")
+            self.delta = check_delta(self._delta_times * delta, "total delta")
             self.save()
         eps_spent, delta_spent = self.spent
         if eps_spent + epsilon > self.epsilon + _SLACK or delta_spent + delta > self.delta + _SLACK:

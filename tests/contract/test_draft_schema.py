@@ -130,6 +130,8 @@ def test_the_command_writes_the_draft_and_its_ledger_charges_the_budget_and_insp
     # a new budget file leaves room for one fit at a table's default epsilon, and the next step says so
     budget = json.loads((tmp_path / "b.json").read_text())
     assert [c["epsilon"] for c in budget["charges"]] == [0.5] and budget["epsilon"] == 1.5
+    # its delta twice the draft's, settled in the draft's run from the public count (no --delta given)
+    assert budget["delta"] == 2 * budget["charges"][0]["delta"] == 2e-5
     assert "--epsilon 1 --budget" in out
     assert main(["inspect", str(tmp_path / "s.json")]) == 0
     assert "privacy spent: epsilon=0.5" in capsys.readouterr().out
