@@ -128,21 +128,34 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         return engine.run(source, embedding_stages(feature_map, SourceFacts.of(source, X), engine, **options))
     if epsilon is None or delta is None:
         raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
-    plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if proxy_map else None,
-                               shares={"class_proportions": proportions_share})
-    opened = Open(epsilon, delta, plan, options=dict(multipliers=mults, accountant=accountant, budget=budget,
-                                                      noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit))
-    return run_plan(X, opened_stages(opened, lambda facts, eng: embedding_stages(feature_map, facts, eng, **options)),
-                    y=y if conditional else None)
+    options.pop("proportions_share")
+
+    def opening(plan, mults):
+        return Open(epsilon, delta, plan, options=dict(multipliers=mults, accountant=accountant, budget=budget,
+                                                       noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit))
+    return run_plan(X, _with_facts(lambda facts: mean_embedding_part(
+        feature_map, facts, opening, proxy_multiplier=proxy_multiplier, proportions_share=proportions_share,
+        **options)), y=y if conditional else None)
 
 
-def opened_stages(opened: Open, part):
+def _with_facts(part):
     """A run's whole plan (:func:`~mmdsynth.privacy.engine.run_plan`) of one ``part``, a function of the input's
-    public facts and the engine that returns its stages: the facts asked, the engine ``opened``, then the part's
-    stages; returns what they return."""
+    public facts that returns its stages (the engine opened first); returns what they return."""
     facts = yield Facts()
-    engine = yield opened
-    return (yield from part(facts, engine))
+    return (yield from part(facts))
+
+
+def mean_embedding_part(feature_map: FeatureMap, facts, opening, *, proxy_multiplier: float | None = None,
+                        proportions_share: float | None = None, **options):
+    """The one-shot mean embedding as a planner's part (:func:`release_mean_embedding`, a kernel method's fit): its
+    plan (:func:`release_plan`: the blocks, the proxy at ``proxy_multiplier`` times the base noise where
+    ``options`` has a ``proxy_map``, the class proportions at ``proportions_share``) opened by ``opening(plan,
+    multipliers)`` (the :class:`~mmdsynth.privacy.engine.Open` stage of the caller's engine), then
+    :func:`embedding_stages` with ``options``. Returns the :class:`~mmdsynth.release.Release`."""
+    plan, mults = release_plan(feature_map, proxy_multiplier=proxy_multiplier if options.get("proxy_map") else None,
+                               shares={"class_proportions": proportions_share})
+    engine = yield opening(plan, mults)
+    return (yield from embedding_stages(feature_map, facts, engine, proportions_share=proportions_share, **options))
 
 
 def embedding_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, conditional: bool,
@@ -289,14 +302,24 @@ def release_sampled_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: fl
     if isinstance(X, Source):
         raise InvalidParameterError("a subsampled release reads records in memory; pass arrays, or use "
                                     "release_mean_embedding (sample_rate=None) for shards.")
-    plan = PrivacyPlan((), q, n_blocks, neighbouring)
-    opened = Open(epsilon, delta, plan, options=dict(accountant=accountant, budget=budget, noise_seed=seed,
-                                                     sampler_seed=sampler_seed, dataset=dataset,
-                                                     privacy_unit=privacy_unit))
-    n_cols = int(n_classes) if conditional else 1
-    return run_plan(X, opened_stages(opened, lambda facts, engine: sampled_stages(
-        feature_map, facts, engine, n_cols=n_cols, q=q, n_classes=n_classes if conditional else None,
+
+    def opening(plan, _):
+        return Open(epsilon, delta, plan, options=dict(accountant=accountant, budget=budget, noise_seed=seed,
+                                                       sampler_seed=sampler_seed, dataset=dataset,
+                                                       privacy_unit=privacy_unit))
+    return run_plan(X, _with_facts(lambda facts: sampled_embedding_part(
+        feature_map, facts, opening, q=q, neighbouring=neighbouring, n_classes=n_classes if conditional else None,
         dataset=dataset, public_facts=public_facts)), y=y)
+
+
+def sampled_embedding_part(feature_map: FeatureMap, facts, opening, *, q: float, neighbouring: str,
+                           n_classes: int | None, dataset: str = "", public_facts: dict | None = None):
+    """The subsampled release as a planner's part (:func:`release_sampled_embedding`, dp-randconv's fit): its plan
+    (one Poisson-subsampled step at rate ``q`` per block, under ``neighbouring``) opened by ``opening(plan, None)``,
+    then :func:`sampled_stages`. Returns the :class:`~mmdsynth.release.Release`."""
+    engine = yield opening(PrivacyPlan((), q, int(feature_map.n_blocks), neighbouring), None)
+    return (yield from sampled_stages(feature_map, facts, engine, n_cols=int(n_classes or 1), q=q,
+                                      n_classes=n_classes, dataset=dataset, public_facts=public_facts))
 
 
 def sampled_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, n_cols: int, q: float,

@@ -36,7 +36,7 @@ from ..data.numeric_sketch import DEFAULT_SHARE as DEFAULT_SKETCH_SHARE
 from ..data.private_schema import SchemaInference
 from ..data.schema import Schema
 from ..data.shards import ShardedTable
-from ..embedding import check_embedding_args, embedding_stages, release_plan
+from ..embedding import check_embedding_args, embedding_stages, mean_embedding_part, release_plan
 from ..errors import ArtifactError, InvalidParameterError, unknown_name
 from ..features.base import FeatureMap, build_feature_map
 from ..generators import GENERATORS, build_generator, default_generator_spec
@@ -402,12 +402,11 @@ class KernelGeneratorMethod(Method):
         (dp-randconv's ``sample_rate``) overrides this."""
         conditional = n_classes is not None
         check_embedding_args(conditional, n_classes, None)
-        plan, mults = release_plan(fmap, proxy_multiplier=self._s.proxy_multiplier if proxy else None,
-                                   shares={"class_proportions": None})
-        engine = yield self._opening(plan=plan, multipliers=mults, budget=budget, dataset=dataset,
-                                     privacy_unit=self._privacy_unit)
-        return (yield from embedding_stages(fmap, facts, engine, conditional=conditional, n_classes=n_classes,
-                                            public_facts=public_facts, proxy_map=proxy, dataset=dataset))
+        return (yield from mean_embedding_part(
+            fmap, facts, lambda plan, mults: self._opening(plan=plan, multipliers=mults, budget=budget,
+                                                           dataset=dataset, privacy_unit=self._privacy_unit),
+            proxy_multiplier=self._s.proxy_multiplier, conditional=conditional, n_classes=n_classes,
+            public_facts=public_facts, proxy_map=proxy, dataset=dataset))
 
     def _table_plan(self, schema):
         """The plan of a table's releases and each one's noise multiplier (public: the schema and the settings):

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import logging
 
-from ..embedding import check_embedding_args, sampled_stages
+from ..embedding import check_embedding_args, sampled_embedding_part
 from ..errors import InvalidParameterError
 from ..features import ENTKFeatures, HermiteFeatures, MixedRFF, RandomConvFeatures, RandomFourierFeatures
 from ..features.hermite import hermite_noise_multipliers
 from ..features.networks import ARCHS
-from ..privacy.calibration import PrivacyPlan
 from ..validation import check_probability
 from . import presets
 from .base import KernelGeneratorMethod, register
@@ -274,12 +273,12 @@ class DPRandConv(KernelGeneratorMethod):
         if not facts.in_memory:
             raise InvalidParameterError("sample_rate releases read the images in memory, not shards: load them as "
                                         "an array, or use sample_rate=None.")
-        q = float(self._s.sample_rate)
         check_embedding_args(n_classes is not None, n_classes, None)
-        engine = yield self._opening(plan=PrivacyPlan((), q, int(fmap.n_blocks), self._s.neighbouring), budget=budget,
-                                     dataset=dataset, privacy_unit=self._privacy_unit)
-        return (yield from sampled_stages(fmap, facts, engine, n_cols=int(n_classes or 1), q=q, n_classes=n_classes,
-                                          dataset=dataset, public_facts=public_facts))
+        return (yield from sampled_embedding_part(
+            fmap, facts, lambda plan, _: self._opening(plan=plan, budget=budget, dataset=dataset,
+                                                       privacy_unit=self._privacy_unit),
+            q=float(self._s.sample_rate), neighbouring=self._s.neighbouring, n_classes=n_classes, dataset=dataset,
+            public_facts=public_facts))
 
     def feature_map(self, input_dim: int, n_classes: int):
         raise InvalidParameterError(f"{self.method} features images (n, channels, height, width); these records are "
