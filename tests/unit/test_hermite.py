@@ -236,8 +236,12 @@ def test_cli_fit_uses_the_whole_dp_hp_preset(monkeypatch, tmp_path, dataset):
     class Stop(Exception):
         pass
 
-    def fake_fit_inputs(a):
-        return ((None,), {"dataset": "adult"}, preset, {}, "table" if dataset == "adult" else "image")
+    def fake_fit_inputs(a):                  # a table's model is made in its run, from the run's facts: a toy table
+        from support import SCHEMA, toy_table
+        if dataset != "adult":
+            return ((None,), {"dataset": dataset}, preset, {}, "image")
+        return ((toy_table(20),), {"dataset": "adult", "schema": Schema.from_dict(SCHEMA), "label": "y"}, preset,
+                {}, "table")
 
     def fake_init(self, **kwargs):
         captured.update(kwargs)
