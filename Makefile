@@ -24,11 +24,15 @@ demo: $(STAMP)
 	$(BIN)/mmdsynth inspect runs/demo
 
 # two pytest-xdist workers, one compute thread each (tests/conftest.py), a test file per worker at a
-# time (module fixtures such as the PostgreSQL server and the Ray cluster start once)
+# time (module fixtures such as the PostgreSQL server and the Ray cluster start once); the package's byte
+# code compiled first, so that the suite's many Python processes (workers, command-line and docs runs)
+# load it instead of each compiling the package again (they write none where PYTHONDONTWRITEBYTECODE is set)
 test: $(STAMP)
+	$(BIN)/python -m compileall -q mmdsynth
 	MMDSYNTH_DATA_DIR=$${MMDSYNTH_DATA_DIR:-../shared/datasets} $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
+	$(BIN)/python -m compileall -q mmdsynth
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 docs: $(STAMP)
