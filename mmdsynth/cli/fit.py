@@ -893,7 +893,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue from the folder's release and checkpoint "
                    "(spends no privacy budget, reads no data: `fit --resume --out DIR` is enough; a larger "
                    "--iterations trains longer)")
-    s.add_argument("--budget", default=None, help="budget file to charge (created with --budget-epsilon)")
+    s.add_argument("--budget", default=None, help="budget file to charge (a new one holds --budget-epsilon, else "
+                   "this fit's epsilon, and --delta, else this fit's own, settled from the public count when the "
+                   "fit's engine is calibrated)")
     s.add_argument("--budget-epsilon", type=float, default=None, help="total epsilon of a new budget file")
     s.add_argument("--data-dir", default=None, help="extra folder holding the dataset's files (besides "
                    "MMDSYNTH_DATA_DIR)")

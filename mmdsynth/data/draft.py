@@ -120,18 +120,9 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float | None = 1e-5
     unit = PRIVACY_UNIT if privacy_unit is None else unit_text(privacy_unit)
     # the source: rows, or persons (public: their number), read only by the run
     id_schema = Schema([Column(privacy_unit, "id")], privacy_unit=privacy_unit) if privacy_unit else None
-
-    def draft():
-        facts = yield Facts()
-        d = default_delta(facts.n_records) if delta is None else float(delta)     # the public count: rows or persons
-        engine = yield Open(epsilon, d, plan, options=dict(
-            multipliers=mults, budget=budget, noise_seed=noise_seed, dataset=dataset, privacy_unit=unit,
-            reserved_delta=0.5 * d))              # the categories' thresholds: reserved whatever release 1 says
-        found = yield from _draft_stages(engine, facts, typed, label, privacy_unit, id_schema, missing_values)
-        engine.charge(f"schema draft of {dataset or 'a table'}")
-        return engine.ledger, found
-
-    ledger, (learned, stats, std2, tau) = run_plan(df, draft(), schema=id_schema)
+    opening = dict(multipliers=mults, budget=budget, noise_seed=noise_seed, dataset=dataset, privacy_unit=unit)
+    ledger, (learned, stats, std2, tau) = run_plan(df, _draft_run(epsilon, delta, plan, opening, (
+        typed, label, privacy_unit, id_schema, missing_values)), schema=id_schema)
     done = complete_schema(learned, stats, std2, tau)
     cols = [c for c in done.columns if c.name != label]
     label_categories = None
@@ -151,6 +142,19 @@ def draft_schema(df: pd.DataFrame, *, epsilon: float, delta: float | None = 1e-5
     schema = Schema(cols, label, label_categories, "mmdsynth schema (dp draft)", notes,
                     missing_values=list(missing_values), privacy_unit=privacy_unit)
     return schema, ledger
+
+
+def _draft_run(epsilon: float, delta: float | None, plan, opening: dict, parts: tuple):
+    """The draft's whole run (:func:`~mmdsynth.privacy.engine.run_plan`): the rows' public facts, the delta left out
+    settled from their count (rows, or persons), the engine opened (``opening``: its options; half the delta reserved
+    for the categories' thresholds, whatever release 1 says), the two releases (:func:`_draft_stages` with
+    ``parts``), the charge. Returns (the ledger, what the releases found)."""
+    facts = yield Facts()
+    d = default_delta(facts.n_records) if delta is None else float(delta)
+    engine = yield Open(epsilon, d, plan, options=dict(opening, reserved_delta=0.5 * d))
+    found = yield from _draft_stages(engine, facts, *parts)
+    engine.charge(f"schema draft of {opening['dataset'] or 'a table'}")
+    return engine.ledger, found
 
 
 def _draft_stages(engine, facts, typed: list, label, privacy_unit, id_schema, missing_values):
