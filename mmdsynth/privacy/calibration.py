@@ -22,19 +22,22 @@ import logging
 import math
 from dataclasses import dataclass
 
-import dp_accounting
-from dp_accounting import pld, rdp
-from dp_accounting.mechanism_calibration import ExplicitBracketInterval, LowerEndpointAndGuess
-
 from ..errors import InvalidParameterError, unknown_name
 from ..validation import check_delta, check_epsilon, check_positive, check_probability
 from . import analytic
 
 ACCOUNTANTS = ("pld", "rdp", "exact")
-NEIGHBOURING = {
-    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
-}
+#: the neighbouring relations a plan may name (dp-accounting's, imported only when a plan is priced: :func:`_relation`;
+#: a process that prices nothing, such as ``mmdsynth sample``, never loads it)
+NEIGHBOURING = ("add_remove", "replace_one")
+
+
+def _relation(name: str):
+    """dp-accounting's neighbouring relation of ``name``."""
+    import dp_accounting
+
+    return {"add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+            "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}[name]
 #: PLD discretisation of the privacy loss; 1e-4 keeps sigma within ~1e-5 of exact. Above epsilon 1 it grows with
 #: epsilon (the same relative precision): the PLD's size, hence its cost, grows like 1 / (interval x sigma^2), and
 #: sigma^2 shrinks like 1 / epsilon, so a fixed interval made `budget --epsilon 1000` take six minutes
@@ -94,7 +97,10 @@ class PrivacyPlan:
     def subsampled(self) -> bool:
         return self.sample_rate is not None
 
-    def event(self, sigma: float) -> dp_accounting.DpEvent:
+    def event(self, sigma: float):
+        """The plan as a dp-accounting event at noise multiplier ``sigma`` (dp-accounting imported here, when priced)."""
+        import dp_accounting
+
         # one-shot releases declare the whole replace-one difference as their sensitivity; an accountant
         # run under dp-accounting's REPLACE_ONE relation (a subsampled replace-one plan) prices a Gaussian
         # event as a shift of 2 units, so such events get twice the multiplier: the same mechanism
@@ -143,7 +149,9 @@ def _check_accountant(name: str, plan: PrivacyPlan) -> str:
 
 
 def _accountant(name: str, plan: PrivacyPlan, epsilon: float = 1.0):
-    relation = NEIGHBOURING[plan.neighbouring] if plan.subsampled else NEIGHBOURING["add_remove"]
+    from dp_accounting import pld, rdp
+
+    relation = _relation(plan.neighbouring if plan.subsampled else "add_remove")
     if name == "pld":
         return pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon))
     # RDP drops orders whose series does not converge (a valid, looser bound) and
@@ -215,6 +223,9 @@ def calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan | None = Non
 
 @functools.lru_cache(maxsize=512)
 def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant: str) -> float:
+    import dp_accounting
+    from dp_accounting.mechanism_calibration import ExplicitBracketInterval, LowerEndpointAndGuess
+
     gaussian_only = not plan.subsampled
     if gaussian_only:
         guess = analytic.sigma_for(epsilon, delta) / analytic.effective_multiplier(plan.multipliers)
@@ -273,11 +284,13 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     )
 
 
-def _bracket_below(eps_of, epsilon: float, upper: float, step: float = 1.25) -> ExplicitBracketInterval:
+def _bracket_below(eps_of, epsilon: float, upper: float, step: float = 1.25):
     """A bracket of the sigma that spends ``epsilon``, found walking down from ``upper`` (a sigma that spends at most
     ``epsilon``) by factors of ``step``: every evaluation but the last is at a sigma above the answer, where the PLD
     is narrow and quick (the bracket of a subsampled plan was [upper / 2, upper] and missed its answer under
     replace-one, then a search from upper / 10 built wide PLDs: 49 s for 100 steps at q = 0.01, now 23 s)."""
+    from dp_accounting.mechanism_calibration import ExplicitBracketInterval
+
     high = upper
     for _ in range(40):
         low = high / step
