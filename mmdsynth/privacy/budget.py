@@ -105,20 +105,26 @@ class BudgetFile:
 
     def check(self, epsilon: float, delta: float) -> None:
         """Raise ``PrivacyBudgetError`` if a charge of (epsilon, delta) would not fit. A file made by
-        :meth:`new_for_fit` takes ``delta`` as its total and is written now."""
-        if self.delta is None:
+        :meth:`new_for_fit` takes ``delta_times`` x ``delta`` as its total and is written now, unless the charge would
+        not fit (then nothing is written and its total stays unsettled)."""
+        settling = self.delta is None
+        if settling:
             self.delta = check_delta(self._delta_times * delta, "total delta")
-            self.save()
         eps_spent, delta_spent = self.spent
         if eps_spent + epsilon > self.epsilon + _SLACK or delta_spent + delta > self.delta + _SLACK:
-            rem_eps, rem_delta = self.remaining
+            total_delta = self.delta
+            if settling:
+                self.delta = None
+            rem_eps, rem_delta = max(self.epsilon - eps_spent, 0.0), max(total_delta - delta_spent, 0.0)
             raise PrivacyBudgetError(
                 f"release at epsilon={epsilon:g}, delta={delta:g} would exceed the budget of dataset "
-                f"{self.dataset!r} ({self.path}): total epsilon={self.epsilon:g}, delta={self.delta:g}; "
+                f"{self.dataset!r} ({self.path}): total epsilon={self.epsilon:g}, delta={total_delta:g}; "
                 f"already spent epsilon={eps_spent:g}, delta={delta_spent:g} in {len(self.charges)} "
                 f"release(s); remaining epsilon={rem_eps:g}, delta={rem_delta:g}. Ask for at most the "
                 f"remaining budget, or reuse an existing release (training on it costs nothing)."
             )
+        if settling:
+            self.save()
 
     def charge(self, epsilon: float, delta: float, description: str, budget_id: str = "") -> None:
         """Record a release; refuses (and writes nothing) if it would exceed the total."""

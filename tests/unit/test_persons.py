@@ -247,6 +247,11 @@ def test_cli_fit_with_a_privacy_unit(tmp_path, capsys):
                            "--out", tmp_path / "r3")           # 300 persons: dp-merf, which takes no --marginal-share
     assert code == 2 and "--marginal-share" in err, err[-800:]
     assert not (tmp_path / "b2.json").exists() and not (tmp_path / "r3" / "release").exists()
+    code, _, err = run_cli(capsys, "fit", "--csv", tmp_path / "visits.csv", "--schema", tmp_path / "s.json",
+                           "--privacy-unit", "patient", "--epsilon", "1", "--budget-epsilon", "0.5", "--budget",
+                           tmp_path / "b3.json", "--out", tmp_path / "r4")     # over the new file's own total
+    assert code != 0 and "would exceed the budget" in err, err[-800:]
+    assert not (tmp_path / "b3.json").exists() and not (tmp_path / "r4" / "release").exists()
 
 
 def test_a_person_is_read_by_their_checked_id():
