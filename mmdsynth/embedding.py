@@ -128,14 +128,12 @@ def release_mean_embedding(feature_map: FeatureMap, X, y=None, *, epsilon: float
         return engine.run(source, embedding_stages(feature_map, SourceFacts.of(source, X), engine, **options))
     if epsilon is None or delta is None:
         raise InvalidParameterError("epsilon and delta are required (or an engine calibrated for a larger plan).")
-    options.pop("proportions_share")
 
     def opening(plan, mults):
         return Open(epsilon, delta, plan, options=dict(multipliers=mults, accountant=accountant, budget=budget,
                                                        noise_seed=seed, dataset=dataset, privacy_unit=privacy_unit))
     return run_plan(X, _with_facts(lambda facts: mean_embedding_part(
-        feature_map, facts, opening, proxy_multiplier=proxy_multiplier, proportions_share=proportions_share,
-        **options)), y=y if conditional else None)
+        feature_map, facts, opening, proxy_multiplier=proxy_multiplier, **options)), y=y if conditional else None)
 
 
 def _with_facts(part):

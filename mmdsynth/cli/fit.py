@@ -109,17 +109,17 @@ def _table_run(args, table, fit_kwargs: dict, defaults: dict, defaulted: bool, o
     from ..methods.contract import run_table
     from ..methods.default import table_fit
 
-    budget_epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")   # a preset's
+    epsilon = args.epsilon if args.epsilon is not None else defaults.get("epsilon")   # else a preset's, else None
 
     def choose(facts: PublicFacts):
         chosen, preset = None, defaults
         if defaulted:
-            method = table_default(facts.n_records, budget_epsilon)
+            method = table_default(facts.n_records, epsilon)
             if method != args.method:
                 args.method = method
                 if args.dataset:
                     preset = _method(args).dataset_defaults(args.dataset, "table")
-            plan = choose_table_default(PublicFacts(facts.n_records, facts.unit, budget_epsilon),
+            plan = choose_table_default(PublicFacts(facts.n_records, facts.unit, epsilon),
                                         _method_options(args, _catalog.methods()[method]))     # a flag given wins
             chosen = plan.params
             if not args.quiet:

@@ -32,12 +32,10 @@ def cmd_schema(args) -> int:
         from ..privacy import BudgetFile
         new = not Path(args.budget).exists()
         total = args.budget_epsilon or args.epsilon + FIT_EPSILON
-        if new and args.budget_delta is None and args.delta is None:
-            # twice the draft's delta, settled in its run from the public count (rows, or persons), as a fit's
-            budget = BudgetFile.new_for_fit(args.budget, f"user:{path.name}", total, delta_times=2)
-        else:
-            budget = BudgetFile.open(args.budget, f"user:{path.name}", total, args.budget_delta or
-                                     (2 * args.delta if args.delta is not None else None))
+        total_delta = args.budget_delta or (2 * args.delta if args.delta is not None else None)
+        # no delta given: a new file holds twice the draft's, settled in its run from the public count (rows or persons)
+        budget = BudgetFile.new_for_fit(args.budget, f"user:{path.name}", total, delta_times=2) if total_delta is None \
+            else BudgetFile.open(args.budget, f"user:{path.name}", total, total_delta)
         if new:
             fit_room = total - args.epsilon
     markers = args.missing_values.split(",") if args.missing_values else []

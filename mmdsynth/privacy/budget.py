@@ -107,14 +107,9 @@ class BudgetFile:
         """Raise ``PrivacyBudgetError`` if a charge of (epsilon, delta) would not fit. A file made by
         :meth:`new_for_fit` takes ``delta_times`` x ``delta`` as its total and is written now, unless the charge would
         not fit (then nothing is written and its total stays unsettled)."""
-        settling = self.delta is None
-        if settling:
-            self.delta = check_delta(self._delta_times * delta, "total delta")
+        total_delta = self.delta if self.delta is not None else check_delta(self._delta_times * delta, "total delta")
         eps_spent, delta_spent = self.spent
-        if eps_spent + epsilon > self.epsilon + _SLACK or delta_spent + delta > self.delta + _SLACK:
-            total_delta = self.delta
-            if settling:
-                self.delta = None
+        if eps_spent + epsilon > self.epsilon + _SLACK or delta_spent + delta > total_delta + _SLACK:
             rem_eps, rem_delta = max(self.epsilon - eps_spent, 0.0), max(total_delta - delta_spent, 0.0)
             raise PrivacyBudgetError(
                 f"release at epsilon={epsilon:g}, delta={delta:g} would exceed the budget of dataset "
@@ -123,7 +118,8 @@ class BudgetFile:
                 f"release(s); remaining epsilon={rem_eps:g}, delta={rem_delta:g}. Ask for at most the "
                 f"remaining budget, or reuse an existing release (training on it costs nothing)."
             )
-        if settling:
+        if self.delta is None:                       # a new file's total settled by the fit it admits
+            self.delta = total_delta
             self.save()
 
     def charge(self, epsilon: float, delta: float, description: str, budget_id: str = "") -> None:
