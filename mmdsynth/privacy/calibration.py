@@ -234,13 +234,20 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     else:
         guess = None
 
-    def make_accountant():
-        return _accountant(accountant, plan, epsilon)
+    known: dict[float, float] = {}
 
     def eps_of(s: float) -> float:
-        acc = make_accountant()
-        acc.compose(plan.event(s))
-        return float(acc.get_epsilon(delta))
+        """The plan's epsilon at sigma ``s``, each sigma priced once per calibration (the bracket's ends, the search's
+        last point and the final check ask again: a third of a subsampled plan's accountings were repeats)."""
+        s = float(s)
+        if s not in known:
+            acc = _accountant(accountant, plan, epsilon)
+            acc.compose(plan.event(s))
+            known[s] = float(acc.get_epsilon(delta))
+        return known[s]
+
+    def make_accountant():
+        return _Priced(eps_of)
 
     brackets = []
     if guess is not None:
@@ -264,7 +271,7 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     for bracket in brackets:
         try:
             sigma = dp_accounting.calibrate_dp_mechanism(
-                make_accountant, plan.event, epsilon, delta, bracket,
+                make_accountant, float, epsilon, delta, bracket,
                 tol=1e-7 * (guess or 1.0) if guess else 1e-5,
             )
             break
@@ -282,6 +289,23 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     raise InvalidParameterError(  # pragma: no cover
         f"calibration did not converge for epsilon={epsilon}, delta={delta}"
     )
+
+
+class _Priced:
+    """What ``dp_accounting.calibrate_dp_mechanism`` asks of a fresh accountant, for an "event" that is the sigma
+    itself: its epsilon comes from the calibration's ``eps_of`` (the real accountant, each sigma priced once)."""
+
+    def __init__(self, eps_of):
+        from dp_accounting import NoOpDpEvent
+
+        self.ledger, self._eps_of, self._sigma = NoOpDpEvent(), eps_of, None
+
+    def compose(self, sigma: float) -> "_Priced":
+        self._sigma = float(sigma)
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        return self._eps_of(self._sigma)
 
 
 def _bracket_below(eps_of, epsilon: float, upper: float, step: float = 1.25):
