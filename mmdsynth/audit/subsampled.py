@@ -222,8 +222,9 @@ class _SampledReleaseTarget(Target):
     #: the power simulation: audits per noise level, how many must flag it, the noise divisors tried
     SIM_AUDITS, SIM_FLAGGED, SIM_SEED = 20, 18, 2024
     SIM_DIVISORS = tuple(float(2 ** (k / 4)) for k in range(1, 29))      # 1.19 .. 128
-    #: a step weighs in the test where its ratio differed between D and D' by more than this many standard errors
-    SIGNIFICANT = 3.0
+    #: the test's kinds of step weights (:meth:`statistic`), and the standard errors a step's ratio must differ by
+    #: between D and D' to weigh in the last kind
+    WEIGHTS, SIGNIFICANT = ("alike", "clipped", "significant"), 3.0
 
     mechanism, stage = "sampled-release", SubsampledSteps
     neighbourings = ("replace_one", "add_remove")
@@ -293,11 +294,14 @@ class _SampledReleaseTarget(Target):
     def statistic(self, neg: np.ndarray, pos: np.ndarray):
         """The test, fitted on the selection runs' per-step projections: each step's log-likelihood ratio of the
         two Poisson mixtures at the noise level the runs show (not the claimed one: too little noise is what
-        the audit must see). The steps whose ratio differed between D and D' by more than ``SIGNIFICANT`` standard
-        errors (a public sample: the steps that always hold record 0) are weighted by that difference and the others
-        left out; where none did (a secret sample: record 0 in any step alike), every step counts alike. Leaving out
-        the steps that differ by noise alone raised the bound a public sample proves from 1.21-2.15 to 1.68-2.49 at
-        600 runs (10 simulated audits each; their sum of clipped noise had diluted the few steps that tell)."""
+        the audit must see), the steps weighted by one of :attr:`WEIGHTS`: every step alike (the mixtures' own
+        ratio, best where the sample is secret), by how much its ratio differed between D and D' (clipped at 0), or
+        that only where it differed by more than ``SIGNIFICANT`` standard errors (a public sample: the few steps that
+        always hold record 0, which the clipped noise of the others dilutes). The kind is chosen on the second half of
+        the selection runs by how far it separates D from D' when fitted on the first half, then fitted on all of
+        them (the held-out runs are never seen). Measured on simulated runs of this target (against the clipped
+        weights alone): a public sample's bound at 600 runs 1.99 median (1.68), the stated power at 300 runs noise /
+        5.66 (6.73), at 20,000 runs noise / 2.83 (the same)."""
         q = self.RATE
         sd = float(np.sqrt(np.mean((neg - neg.mean(0)) ** 2))) or 1.0
         a, b = (np.array(v) for v in zip(*self._shifts))
@@ -306,10 +310,28 @@ class _SampledReleaseTarget(Target):
             no = np.log1p(-q) - x ** 2 / (2 * sd ** 2)
             return (np.logaddexp(no, np.log(q) - (x - b) ** 2 / (2 * sd ** 2))
                     - np.logaddexp(no, np.log(q) - (x - a) ** 2 / (2 * sd ** 2)))
-        on_neg, on_pos = llr(neg), llr(pos)
-        diff = on_pos.mean(0) - on_neg.mean(0)
-        se = np.sqrt(on_pos.var(0, ddof=1) / len(pos) + on_neg.var(0, ddof=1) / len(neg))
-        w = np.where(diff > self.SIGNIFICANT * se, diff, 0.0)
+
+        def weights(kind: str, on_neg: np.ndarray, on_pos: np.ndarray) -> np.ndarray:
+            diff = on_pos.mean(0) - on_neg.mean(0)
+            if kind == "alike":
+                return np.ones_like(diff)
+            if kind == "clipped":
+                return np.clip(diff, 0, None)
+            se = np.sqrt(on_pos.var(0, ddof=1) / len(on_pos) + on_neg.var(0, ddof=1) / len(on_neg))
+            return np.where(diff > self.SIGNIFICANT * se, diff, 0.0)
+
+        on_neg, on_pos, half = llr(neg), llr(pos), len(neg) // 2
+        best, separation = "alike", -np.inf
+        for kind in self.WEIGHTS:
+            w = weights(kind, on_neg[:half], on_pos[:half])
+            if w.sum() <= 0:
+                continue
+            s_neg, s_pos = on_neg[half:] @ w, on_pos[half:] @ w
+            z = (s_pos.mean() - s_neg.mean()) / np.sqrt(s_pos.var(ddof=1) / len(s_pos) + s_neg.var(ddof=1) / len(s_neg)
+                                                        + 1e-300)
+            if z > separation:
+                best, separation = kind, z
+        w = weights(best, on_neg, on_pos)
         w = w if w.sum() > 0 else np.ones_like(w)
         return lambda runs: llr(runs) @ w
 

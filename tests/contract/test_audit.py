@@ -181,9 +181,11 @@ def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_samp
     assert r.passed and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.sensitivity_ok
     assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
     monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
-    # 600 runs: since the test weighs only the steps that differ significantly between D and D', the public sample's
-    # bound is 1.82-2.36 in four runs (was 1.26-1.60 at 600, and a full-suite run failed here once)
-    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=600)
+    # 800 runs: since the test may weigh only the steps that differ significantly between D and D', the public
+    # sample's bound is 1.86-2.81 in three runs (1 in 300 simulated audits at 600 runs stayed below the claim, none of
+    # 300 at 800: bound 1.62 at their first percentile); before, with the clipped weights alone, 1,200 runs were
+    # needed (at 600: 1.26-1.60 in three runs, and a full-suite run failed here once)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=800)
     assert "fixed-seed" in r.noise_source and r.epsilon_lower > 1.0 and not r.passed
     monkeypatch.undo()
     break_noise(monkeypatch, 20)
