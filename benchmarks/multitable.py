@@ -74,8 +74,8 @@ def run(name: str, epsilon: float, seed: int, layout: str, data_dir: Path) -> di
     db = DatabaseSchema.from_dict(d)
     train, test = split_roots(read(name, db, data_dir), db, 0.2, seed=0)
     start = time.perf_counter()
-    model = mmdsynth.fit_tables(train, d, epsilon=epsilon, dataset=name, layout=layout,
-                                max_children=MAX_CHILDREN.get(name, 100))
+    bound = {} if layout == "flat" else {"max_children": MAX_CHILDREN.get(name, 100)}   # the flat join has none
+    model = mmdsynth.fit_tables(train, d, epsilon=epsilon, dataset=name, layout=layout, **bound)
     fit_s = time.perf_counter() - start
     synth = model.sample(len(train[db.privacy_unit]), seed=seed)
     scores = database_scores(train, synth, db, test=test, seed=seed)
