@@ -299,9 +299,9 @@ class _SampledReleaseTarget(Target):
         that only where it differed by more than ``SIGNIFICANT`` standard errors (a public sample: the few steps that
         always hold record 0, which the clipped noise of the others dilutes). The kind is chosen on the second half of
         the selection runs by how far it separates D from D' when fitted on the first half, then fitted on all of
-        them (every step alike where those weights sum to 0; the held-out runs are never seen). Measured on simulated runs of this target (against the clipped
-        weights alone): a public sample's bound at 600 runs 1.99 median (1.68), the stated power at 300 runs noise /
-        5.66 (6.73), at 20,000 runs noise / 2.83 (the same)."""
+        them (every step alike where those weights sum to 0; the held-out runs are never seen). Measured on simulated
+        runs of this target (against the clipped weights alone): a public sample's bound at 600 runs 1.99 median
+        (1.68), the stated power at 300 runs noise / 5.66 (6.73), at 20,000 runs noise / 2.83 (the same)."""
         q = self.RATE
         sd = float(np.sqrt(np.mean((neg - neg.mean(0)) ** 2))) or 1.0
         a, b = (np.array(v) for v in zip(*self._shifts))
