@@ -249,6 +249,10 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     def make_accountant():
         return _Priced(eps_of)
 
+    if guess is None and accountant == "pld":
+        found = _subsampled_pld_sigma(epsilon, delta, plan, eps_of)
+        if found is not None:
+            return found
     brackets = []
     if guess is not None:
         # PLD is pessimistic and RDP looser, so the answer lies at or above the exact one.
@@ -289,6 +293,79 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     raise InvalidParameterError(  # pragma: no cover
         f"calibration did not converge for epsilon={epsilon}, delta={delta}"
     )
+
+
+#: a subsampled plan's sigma is first searched on a PLD this many times coarser than the final one (its epsilon within
+#: about 1e-3 of the fine one's at a tenth to a thirtieth of the cost), then refined on the fine PLD from there
+COARSE_PLD = 10
+#: the refinement stops at a sigma whose (fine) epsilon lies within this relative distance below the target
+REFINED = 1e-6
+
+
+def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_of) -> float | None:
+    """The smallest sigma for which the subsampled ``plan`` spends at most ``epsilon`` under the PLD accountant
+    (``eps_of``: the fine PLD, each sigma priced once), or None where the refinement does not settle (the caller's
+    bracketed search then runs). Three steps, each costing less than the last one it replaces:
+
+    1. an upper end without accounting: every step reading every record (sampling rate 1) is a Gaussian release, so the
+       plan at the analytic Gaussian's sigma for their composition spends at most ``epsilon``;
+    2. the coarse search: down from there by halves, then Brent's method, on a PLD ``COARSE_PLD`` times coarser
+       (every evaluation but the last of the walk at a sigma above the answer, where the PLD is narrow);
+    3. the refinement on the fine PLD: its epsilon at the coarse answer, then secant steps (the first along the coarse
+       search's slope) until a sigma spends at most ``epsilon`` and within ``REFINED`` of it (two or three fine PLDs
+       where the bracketed search built ten: 100 steps at q = 0.01 in about a third of the time)."""
+    from dp_accounting import pld
+    from scipy.optimize import brentq
+
+    relation = _relation(plan.neighbouring)
+    coarse_known: dict[float, float] = {}
+
+    def coarse(s: float) -> float:
+        s = float(s)
+        if s not in coarse_known:
+            acc = pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon) * COARSE_PLD)
+            acc.compose(plan.event(s))
+            coarse_known[s] = float(acc.get_epsilon(delta))
+        return coarse_known[s]
+
+    shift = 2.0 if plan.neighbouring == "replace_one" else 1.0      # a step's shift in the accountant's units
+    high = analytic.sigma_for(epsilon, delta) * math.sqrt(plan.steps * shift ** 2 +
+                                                          sum(1.0 / m ** 2 for m in plan.multipliers))
+    for _ in range(60):                     # (the upper end holds; a coarse grid a hair above it is stepped past)
+        if coarse(high) <= epsilon:
+            break
+        high *= 2.0
+    else:  # pragma: no cover - 2^60 times the analytic sigma
+        return None
+    low = high / 2.0
+    for _ in range(60):
+        if coarse(low) > epsilon:
+            break
+        high, low = low, low / 2.0
+    else:  # pragma: no cover - 2^-60 of the upper end
+        return None
+    s0 = brentq(lambda s: coarse(s) - epsilon, low, high, xtol=1e-5 * high, rtol=1e-10)
+    # the coarse slope near its root, for the refinement's first step
+    h = 1e-4 * s0
+    slope = (coarse(s0 + h) - coarse(s0 - h)) / (2 * h)
+    points = [(s0, eps_of(s0))]
+    s = s0
+    for _ in range(8):
+        e = points[-1][1]
+        if epsilon * (1 - REFINED) <= e <= epsilon:
+            return s
+        if len(points) >= 2 and points[-1][1] != points[-2][1]:
+            (sa, ea), (sb, eb) = points[-2], points[-1]
+            slope = (eb - ea) / (sb - sa)
+        if not slope < 0:
+            return None
+        # aim a hair below the target's epsilon (a step that lands just above it costs another PLD)
+        s = s + (epsilon * (1 - REFINED / 2) - e) / slope
+        if not s > 0:
+            return None
+        points.append((s, eps_of(s)))
+    ok = [p for p in points if p[1] <= epsilon]
+    return min(ok)[0] if ok and epsilon - max(p[1] for p in ok) <= 1e-4 * epsilon else None
 
 
 class _Priced:

@@ -73,6 +73,19 @@ def test_dpsgd_calibration_round_trip_and_monotone():
     assert dpsgd_sigma(1.0, 1e-5, 0.01, 1000, neighbouring="add_remove") < s
 
 
+@pytest.mark.parametrize("plan, eps", [
+    (PrivacyPlan((), sample_rate=0.125, steps=256), 1.0), (PrivacyPlan((), sample_rate=0.125, steps=256), 10.0),
+    (PrivacyPlan((2.0,), sample_rate=0.3, steps=3, neighbouring="add_remove"), 3.0),
+    (PrivacyPlan((), sample_rate=1.0, steps=10), 1.0)])
+def test_a_subsampled_plan_gets_the_least_noise_that_holds(plan, eps):
+    """The subsampled search (a coarse PLD, then the fine one from its answer) returns a sigma that spends at most
+    epsilon and is the smallest that does to 1e-5: a search that stopped at any valid sigma (its upper end, the
+    coarse answer) would add noise for nothing."""
+    s = calibrate_sigma(eps, 1e-5, plan)
+    assert epsilon_for_sigma(s, 1e-5, plan, epsilon_hint=eps) <= eps
+    assert epsilon_for_sigma(s * (1 - 1e-5), 1e-5, plan, epsilon_hint=eps) > eps
+
+
 def test_subsampling_amplifies():
     # one step at q=0.01 costs far less than an unsampled release at the same sigma
     plan = PrivacyPlan((), sample_rate=0.01, steps=1)
