@@ -305,28 +305,34 @@ REFINED = 1e-6
 def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_of) -> float | None:
     """The smallest sigma for which the subsampled ``plan`` spends at most ``epsilon`` under the PLD accountant
     (``eps_of``: the fine PLD, each sigma priced once), or None where the refinement does not settle (the caller's
-    bracketed search then runs). Three steps, each costing less than the last one it replaces:
-
-    1. an upper end without accounting: every step reading every record (sampling rate 1) is a Gaussian release, so the
-       plan at the analytic Gaussian's sigma for their composition spends at most ``epsilon``;
-    2. the coarse search: down from there by halves, then Brent's method, on a PLD ``COARSE_PLD`` times coarser
-       (every evaluation but the last of the walk at a sigma above the answer, where the PLD is narrow);
-    3. the refinement on the fine PLD: its epsilon at the coarse answer, then secant steps (the first along the coarse
-       search's slope) until a sigma spends at most ``epsilon`` and within ``REFINED`` of it (two or three fine PLDs
-       where the bracketed search built ten: 100 steps at q = 0.01 in about a third of the time)."""
+    bracketed search then runs): the coarse search's answer (:func:`_coarse_sigma`) refined on the fine PLD
+    (:func:`_refined_sigma`): two or three fine PLDs where the bracketed search built about ten."""
     from dp_accounting import pld
-    from scipy.optimize import brentq
 
     relation = _relation(plan.neighbouring)
-    coarse_known: dict[float, float] = {}
+    known: dict[float, float] = {}
 
     def coarse(s: float) -> float:
         s = float(s)
-        if s not in coarse_known:
+        if s not in known:
             acc = pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon) * COARSE_PLD)
             acc.compose(plan.event(s))
-            coarse_known[s] = float(acc.get_epsilon(delta))
-        return coarse_known[s]
+            known[s] = float(acc.get_epsilon(delta))
+        return known[s]
+
+    s0 = _coarse_sigma(epsilon, delta, plan, coarse)
+    if s0 is None:  # pragma: no cover - a plan 2^60 times off its analytic sigma
+        return None
+    h = 1e-4 * s0                                   # the coarse slope near its root, for the first refining step
+    return _refined_sigma(epsilon, eps_of, s0, (coarse(s0 + h) - coarse(s0 - h)) / (2 * h))
+
+
+def _coarse_sigma(epsilon: float, delta: float, plan: PrivacyPlan, coarse) -> float | None:
+    """The sigma at which ``coarse`` (the plan's epsilon on a PLD ``COARSE_PLD`` times coarser) reaches ``epsilon``:
+    from an upper end found without accounting (every step reading every record, sampling rate 1, is a Gaussian
+    release, so the plan at the analytic Gaussian's sigma for their composition spends at most ``epsilon``) down by
+    halves, every evaluation but the last at a sigma above the answer, where the PLD is narrow; then Brent's method."""
+    from scipy.optimize import brentq
 
     shift = 2.0 if plan.neighbouring == "replace_one" else 1.0      # a step's shift in the accountant's units
     high = analytic.sigma_for(epsilon, delta) * math.sqrt(plan.steps * shift ** 2 +
@@ -344,12 +350,15 @@ def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_o
         high, low = low, low / 2.0
     else:  # pragma: no cover - 2^-60 of the upper end
         return None
-    s0 = brentq(lambda s: coarse(s) - epsilon, low, high, xtol=1e-5 * high, rtol=1e-10)
-    # the coarse slope near its root, for the refinement's first step
-    h = 1e-4 * s0
-    slope = (coarse(s0 + h) - coarse(s0 - h)) / (2 * h)
-    points = [(s0, eps_of(s0))]
-    s = s0
+    return float(brentq(lambda s: coarse(s) - epsilon, low, high, xtol=1e-5 * high, rtol=1e-10))
+
+
+def _refined_sigma(epsilon: float, eps_of, s: float, slope: float) -> float | None:
+    """From ``s`` (the coarse answer) and ``slope`` (the coarse epsilon's per unit of sigma there), secant steps on
+    the fine PLD (``eps_of``) until a sigma spends at most ``epsilon`` and within ``REFINED`` of it (each step aimed a
+    hair below the target, as one landing just above it costs another PLD); None where eight steps do not settle and
+    none came within 1e-4 of the target."""
+    points = [(s, eps_of(s))]
     for _ in range(8):
         e = points[-1][1]
         if epsilon * (1 - REFINED) <= e <= epsilon:
@@ -359,7 +368,6 @@ def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_o
             slope = (eb - ea) / (sb - sa)
         if not slope < 0:
             return None
-        # aim a hair below the target's epsilon (a step that lands just above it costs another PLD)
         s = s + (epsilon * (1 - REFINED / 2) - e) / slope
         if not s > 0:
             return None
