@@ -148,12 +148,14 @@ def _check_accountant(name: str, plan: PrivacyPlan) -> str:
     return name
 
 
-def _accountant(name: str, plan: PrivacyPlan, epsilon: float = 1.0):
+def _accountant(name: str, plan: PrivacyPlan, epsilon: float = 1.0, coarser: float = 1.0):
+    """A fresh accountant for ``plan``; a PLD one discretised for ``epsilon`` (:func:`pld_interval`), ``coarser``
+    times that where a search only needs an approximate answer (:func:`_subsampled_pld_sigma`)."""
     from dp_accounting import pld, rdp
 
     relation = _relation(plan.neighbouring if plan.subsampled else "add_remove")
     if name == "pld":
-        return pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon))
+        return pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon) * coarser)
     # RDP drops orders whose series does not converge (a valid, looser bound) and
     # says so through absl at WARNING for every call: keep that out of user logs.
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -234,23 +236,14 @@ def _calibrate_sigma(epsilon: float, delta: float, plan: PrivacyPlan, accountant
     else:
         guess = None
 
-    known: dict[float, float] = {}
-
-    def eps_of(s: float) -> float:
-        """The plan's epsilon at sigma ``s``, each sigma priced once per calibration (the bracket's ends, the search's
-        last point and the final check ask again: a third of a subsampled plan's accountings were repeats)."""
-        s = float(s)
-        if s not in known:
-            acc = _accountant(accountant, plan, epsilon)
-            acc.compose(plan.event(s))
-            known[s] = float(acc.get_epsilon(delta))
-        return known[s]
+    eps_of = _priced(accountant, plan, epsilon, delta)
 
     def make_accountant():
         return _Priced(eps_of)
 
     if guess is None and accountant == "pld":
-        found = _subsampled_pld_sigma(epsilon, delta, plan, eps_of)
+        coarse = _priced(accountant, plan, epsilon, delta, COARSE_PLD)
+        found = _subsampled_pld_sigma(epsilon, delta, plan, eps_of, coarse)
         if found is not None:
             return found
     brackets = []
@@ -302,24 +295,28 @@ COARSE_PLD = 10
 REFINED = 1e-6
 
 
-def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_of) -> float | None:
-    """The smallest sigma for which the subsampled ``plan`` spends at most ``epsilon`` under the PLD accountant
-    (``eps_of``: the fine PLD, each sigma priced once), or None where the refinement does not settle (the caller's
-    bracketed search then runs): the coarse search's answer (:func:`_coarse_sigma`) refined on the fine PLD
-    (:func:`_refined_sigma`): two or three fine PLDs where the bracketed search built about ten."""
-    from dp_accounting import pld
-
-    relation = _relation(plan.neighbouring)
+def _priced(accountant: str, plan: PrivacyPlan, epsilon: float, delta: float, coarser: float = 1.0):
+    """The plan's epsilon at a sigma, as a function pricing each sigma once per calibration (the bracket's ends, the
+    search's last point and the final check ask again: a third of a subsampled plan's accountings were repeats), on a
+    fresh accountant of :func:`_accountant`'s (``coarser``: its PLD's discretisation, times)."""
     known: dict[float, float] = {}
 
-    def coarse(s: float) -> float:
+    def eps_of(s: float) -> float:
         s = float(s)
         if s not in known:
-            acc = pld.PLDAccountant(relation, value_discretization_interval=pld_interval(epsilon) * COARSE_PLD)
+            acc = _accountant(accountant, plan, epsilon, coarser)
             acc.compose(plan.event(s))
             known[s] = float(acc.get_epsilon(delta))
         return known[s]
+    return eps_of
 
+
+def _subsampled_pld_sigma(epsilon: float, delta: float, plan: PrivacyPlan, eps_of, coarse) -> float | None:
+    """The smallest sigma for which the subsampled ``plan`` spends at most ``epsilon`` under the PLD accountant
+    (``eps_of``: the fine PLD, ``coarse``: one ``COARSE_PLD`` times coarser, each pricing a sigma once), or None where
+    the refinement does not settle (the caller's bracketed search then runs): the coarse search's answer
+    (:func:`_coarse_sigma`) refined on the fine PLD (:func:`_refined_sigma`): two or three fine PLDs where the
+    bracketed search built about ten."""
     s0 = _coarse_sigma(epsilon, delta, plan, coarse)
     if s0 is None:  # pragma: no cover - a plan 2^60 times off its analytic sigma
         return None
@@ -331,7 +328,8 @@ def _coarse_sigma(epsilon: float, delta: float, plan: PrivacyPlan, coarse) -> fl
     """The sigma at which ``coarse`` (the plan's epsilon on a PLD ``COARSE_PLD`` times coarser) reaches ``epsilon``:
     from an upper end found without accounting (every step reading every record, sampling rate 1, is a Gaussian
     release, so the plan at the analytic Gaussian's sigma for their composition spends at most ``epsilon``) down by
-    halves, every evaluation but the last at a sigma above the answer, where the PLD is narrow; then Brent's method."""
+    halves (:func:`_bracket_below`), every evaluation but the last at a sigma above the answer, where the PLD is
+    narrow; then Brent's method."""
     from scipy.optimize import brentq
 
     shift = 2.0 if plan.neighbouring == "replace_one" else 1.0      # a step's shift in the accountant's units
@@ -343,13 +341,8 @@ def _coarse_sigma(epsilon: float, delta: float, plan: PrivacyPlan, coarse) -> fl
         high *= 2.0
     else:  # pragma: no cover - 2^60 times the analytic sigma
         return None
-    low = high / 2.0
-    for _ in range(60):
-        if coarse(low) > epsilon:
-            break
-        high, low = low, low / 2.0
-    else:  # pragma: no cover - 2^-60 of the upper end
-        return None
+    bracket = _bracket_below(coarse, epsilon, high, step=2.0)
+    low, high = bracket.endpoint_1, bracket.endpoint_2
     return float(brentq(lambda s: coarse(s) - epsilon, low, high, xtol=1e-5 * high, rtol=1e-10))
 
 
