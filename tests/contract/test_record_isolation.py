@@ -38,6 +38,7 @@ from mmdsynth import Schema
 from mmdsynth.data import ShardedTable, read_sql, read_table
 from mmdsynth.data.encoding import TableEncoder
 from mmdsynth.data.private_schema import OTHER, SchemaInference
+from mmdsynth.statistics.rows import checked_batch, checked_rows
 from mmdsynth.statistics.tables import SchemaCounts
 from mmdsynth.engines import add_partials
 from mmdsynth.errors import DataValidationError, SchemaError
@@ -311,9 +312,10 @@ def store(path, case, data, where):
 
 
 def read(path, case, stored) -> list[pd.DataFrame]:
-    """The batches of rows a fit reads from ``stored``."""
+    """The batches of rows a fit reads from ``stored``, each checked once against the declared schema as its source
+    checks them (a DataFrame as :meth:`~mmdsynth.engines.InMemory.validated` does, the others as they are read)."""
     if path == "dataframe":
-        return [stored]
+        return [case.declared.validate(stored)]
     if path in ("csv", "parquet"):
         return [read_table(stored[0], case.declared)]
     if path.endswith("shards"):
@@ -332,13 +334,17 @@ class Seen:
 
 
 def fit_view(case, batches) -> Seen:
+    """What a fit computes from the source's checked batches: schema inference's counts of them as they are, then
+    the encoder's features of them as the statistics read them (:func:`~mmdsynth.statistics.rows.checked_rows`: as
+    they are under the declared schema's check, checked again against a schema completed by inference)."""
     counts, texts, inference = {}, {}, SchemaInference.of(case.declared)
-    if inference:                            # as prepare_table: the validated rows' counts, then the encoder
-        checked = [case.declared.validate(b) for b in batches]
-        counts = reduce(add_partials, [SchemaCounts(inference)(c) for c in checked])
-        texts = {name: [None if missing(v) else v for c in checked for v in c[name]] for name in inference.categorical}
+    if inference:
+        counts = reduce(add_partials, [SchemaCounts(inference)(b) for b in batches])
+        texts = {name: [None if missing(v) else v for b in batches for v in b[name]] for name in inference.categorical}
     encoder, label = TableEncoder(case.completed), case.declared.label is not None
-    encoded = [encoder.encode(b, with_label=label) for b in batches]
+    signature = TableEncoder.signature_of(case.declared)
+    encoded = [encoder.encode(checked_rows(checked_batch(b, signature), encoder)[0], with_label=label, checked=True)
+               for b in batches]
     return Seen(counts, texts, np.concatenate([X for X, _ in encoded]),
                 np.concatenate([y for _, y in encoded]) if label else None)
 

@@ -229,6 +229,34 @@ def test_files_people_have_are_read_as_the_plain_csv(tmp_path):
     assert read_table(tmp_path / "semi.csv", schema, sep=";").equals(plain)
 
 
+def test_the_delimiter_is_read_off_the_header_record_alone(tmp_path):
+    """csv_delimiter reads the header record once (not a pandas parse per delimiter): a quoted name may hold a
+    delimiter or a line break, a byte order mark and blank lines before it are skipped, compressed files are read
+    by their suffix, and no data row sways the choice (rows full of semicolons under a comma header)."""
+    import gzip
+
+    from mmdsynth.data.user import csv_delimiter
+
+    def written(name, text, encoding="utf-8"):
+        path = tmp_path / name
+        if name.endswith(".gz"):
+            with gzip.open(path, "wt", encoding=encoding, newline="") as fh:
+                fh.write(text)
+        else:
+            path.write_bytes(text.encode(encoding))
+        return path
+
+    rows = "".join("1;2;3;4;5;6\n" for _ in range(50))
+    assert csv_delimiter(written("comma.csv", "a,b,c\n" + rows), ["a", "b", "c"]) == ","
+    assert csv_delimiter(written("quoted.csv", '"a,b";"multi\nline";c\n1;2;3\n'), ["a,b", "multi\nline", "c"]) == ";"
+    assert csv_delimiter(written("bom.csv", "\ufeffa\tb\tc\n1\t2\t3\n"), ["a", "b", "c"]) == "\t"
+    assert csv_delimiter(written("blank.csv", "\n\na|b|c\n1|2|3\n"), None) == "|"
+    assert csv_delimiter(written("t.csv.gz", "a;b;c\n1;2;3\n"), ["a", "b", "c"]) == ";"
+    assert csv_delimiter(written("latin.csv", "\u00e9;b;c\n1;2;3\n", "latin-1"), ["\u00e9", "b"], "latin-1") == ";"
+    assert csv_delimiter(written("bad.csv", "\u00e9;b;c\n1;2;3\n", "latin-1"), ["b", "c"]) == ","   # not utf-8
+    assert csv_delimiter(written("empty.csv", ""), ["a"]) == ","
+
+
 def test_a_misspelled_keyword_names_the_method_and_the_closest_parameter():
     from mmdsynth.errors import InvalidParameterError
     from mmdsynth.methods import DPMERF
