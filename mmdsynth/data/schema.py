@@ -364,7 +364,7 @@ class Schema:
                 f"column(s) {missing} declared in the schema are missing from the data "
                 f"(data has {list(df.columns)[:20]}{'...' if df.shape[1] > 20 else ''})."
             )
-        out = checked_columns(df[wanted].copy(), self.columns + (
+        out = checked_columns(df, self.columns + (
             [Column(self.label, "categorical", categories=self.label_categories)] if self.label and require_label
             else []), self.missing_values)
         for k in self.constraints:

@@ -266,13 +266,13 @@ def date_text(seconds: float) -> str:
 
 
 def checked_columns(df: pd.DataFrame, columns: list, missing_values=()) -> pd.DataFrame:
-    """``df`` (its declared columns, in order) with every column's values read and checked
+    """A new frame of ``df``'s declared ``columns``, in order, on its index, each column's values read and checked
     (:func:`checked_values`): a cell is missing iff it is NaN / None or its own canonical text is a declared marker
     (``missing_values``): per value, never by the column's dtype (an int64 -1 and a text "-1" are one marker); a
-    column that is not nullable is refused with the count of its missing cells."""
-    out = df
+    column that is not nullable is refused with the count of its missing cells. ``df`` is not changed."""
+    out = {}
     for col in columns:
-        s = out[col.name]
+        s = df[col.name]
         missing = s.isna() | marked_missing(s, missing_values) if missing_values else s.isna()
         if missing.any():
             if not col.nullable:
@@ -288,7 +288,9 @@ def checked_columns(df: pd.DataFrame, columns: list, missing_values=()) -> pd.Da
             out[col.name] = full
         else:
             out[col.name] = checked_values(col, s)
-    return out
+    # built once from the checked columns (each on df's index, its dtype kept), not set one by one on a copy of the
+    # frame's selection (three quarters of a small batch's check)
+    return pd.DataFrame(out, index=df.index) if out else df.iloc[:, :0].copy()
 
 
 def checked_values(col, s: pd.Series) -> pd.Series:
