@@ -138,6 +138,36 @@ def test_cifar_jpeg_zip_fixture(tmp_path):
     assert abs(d.x_train[1].mean().item() * 255 - 200) < 3
 
 
+def test_cifar_jpeg_members_read_as_pil_reads_them_and_a_damaged_one_is_refused(tmp_path):
+    """The export's members are sliced from the archive and decoded straight into 32 x 32 RGB: stored and deflated
+    members, colour, greyscale and progressive JPEGs give PIL's own ``Image.open(...).convert("RGB")`` pixels; a
+    stored member whose bytes no longer match its CRC-32 is refused, never decoded."""
+    from PIL import Image
+
+    g = np.random.default_rng(3)
+    folder = tmp_path / "cifar10"
+    folder.mkdir()
+    files = {}
+    for idx, (mode, how) in enumerate([("RGB", {}), ("L", {}), ("RGB", {"progressive": True}), ("RGB", {})]):
+        buf = io.BytesIO()
+        pixels = g.integers(0, 256, (32, 32, 3) if mode == "RGB" else (32, 32)).astype(np.uint8)
+        Image.fromarray(pixels, mode).save(buf, "JPEG", quality=75, **how)
+        files[f"train/dog/{idx:04d}.jpg"] = buf.getvalue()
+    zipped = folder / "cifar10_jpeg_q75.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for k, (name, data) in enumerate(files.items()):
+            z.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if k == 3 else zipfile.ZIP_STORED)
+        z.writestr("test/cat/0000.jpg", files["train/dog/0000.jpg"])
+    d = load_dataset("cifar10", data_dir=tmp_path)
+    want = np.stack([np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in files.values()])
+    np.testing.assert_array_equal((d.x_train.numpy() * 255).round().astype(np.uint8), want.transpose(0, 3, 1, 2))
+    raw = bytearray(zipped.read_bytes())
+    raw[raw.index(files["train/dog/0001.jpg"]) + 200] ^= 0xFF          # one byte of a stored member's image data
+    zipped.write_bytes(bytes(raw))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        load_dataset("cifar10", data_dir=tmp_path)
+
+
 def test_unavailable_tables_load_from_user_folders(tmp_path):
     g = np.random.default_rng(2)
     (tmp_path / "credit").mkdir()
