@@ -8,15 +8,13 @@ flagged.
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _revision import in_turn, paired
+
+#: the calibration module's relative imports, pointed at the installed package in the version at --base
+IMPORTS = {"from ..errors": "from mmdsynth.errors", "from ..validation": "from mmdsynth.validation",
+           "from . import analytic": "from mmdsynth.privacy import analytic"}
 #: (one-shot multipliers, sample rate, steps, neighbouring, epsilon): the library's own subsampled plans (DP-KIP's 100
 #: steps at q = 0.01; the sampled release's 256 networks at q = 0.125 and NDPDC's 32 at q = 0.5, add/remove), a plan
 #: with one-shot releases beside its steps, and a long one
@@ -28,36 +26,13 @@ PLANS = [((), 0.01, 100, "replace_one", 1.0), ((), 0.01, 100, "replace_one", 10.
          ((), 0.004, 1000, "replace_one", 1.0), ((), 0.004, 1000, "replace_one", 10.0)]
 
 
-def module_at(rev: str | None):
-    """`mmdsynth.privacy.calibration` as this checkout has it (None) or as it was at ``rev`` (its relative imports
-    pointed at the installed package)."""
-    if rev is None:
-        import mmdsynth.privacy.calibration as here
-        return here
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:mmdsynth/privacy/calibration.py"],
-                          capture_output=True, text=True, check=True).stdout
-    text = (text.replace("from ..errors", "from mmdsynth.errors").replace("from ..validation", "from mmdsynth.validation")
-            .replace("from . import analytic", "from mmdsynth.privacy import analytic"))
-    path = Path(tempfile.mkdtemp()) / f"calibration_{rev}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base", required=True, help="the revision to compare with")
-    p.add_argument("--rounds", type=int, default=2)
-    args = p.parse_args()
-    here, base = module_at(None), module_at(args.base)
+    args, here, base = paired(__doc__, "mmdsynth.privacy.calibration", IMPORTS)
     times = {"here": 0.0, "base": 0.0}
     for r in range(args.rounds):
         for m, q, steps, relation, eps in PLANS:
             sig = {}
-            for name, mod in (("base", base), ("here", here)) if r % 2 == 0 else (("here", here), ("base", base)):
+            for name, mod in in_turn(r, here, base):
                 plan = mod.PrivacyPlan(m, q, steps, relation)
                 t = time.perf_counter()
                 sig[name] = mod._calibrate_sigma.__wrapped__(eps, 1e-5, plan, "pld")
