@@ -170,6 +170,20 @@ def test_cli_audit_exits_1_when_the_bound_exceeds_the_claim(monkeypatch, capsys)
     assert json.loads(capsys.readouterr().out)["passed"] is False
 
 
+def test_an_ideal_attack_on_a_subsampled_plan_is_priced_on_the_grid_of_what_it_spends():
+    """A leaky fit's canary (17 x the clip) makes the ideal attack's epsilon about 600: priced on the grid for
+    epsilon 1 it took 39 s of a 60 s audit. Priced on the grid of what a coarse first pass finds, it is the same
+    number: here against the fine grid's own answer, on a plan small enough to price that way."""
+    from mmdsynth.audit.subsampled import _ideal_epsilon
+    from mmdsynth.privacy.calibration import PrivacyPlan, calibrate_sigma, epsilon_for_sigma
+
+    plan = PrivacyPlan((), 0.1, 10, "replace_one")
+    sigma = calibrate_sigma(1.0, 1e-5, plan)
+    assert _ideal_epsilon(sigma, 4.0, 1e-5, plan) == pytest.approx(epsilon_for_sigma(sigma / 4, 1e-5, plan), rel=1e-5)
+    assert _ideal_epsilon(sigma, 1.0, 1e-5, plan) == pytest.approx(1.0, abs=1e-5)
+    assert _ideal_epsilon(sigma, 0.0, 1e-5, plan) == 0.0
+
+
 def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_sample(monkeypatch):
     """dp-randconv's subsampled release, audited whole: the honest one stays below the claim with the canary at the
     full measured sensitivity; the same release with the sample drawn from a public seed (the issue-30 leak class:

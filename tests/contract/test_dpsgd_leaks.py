@@ -262,6 +262,7 @@ def test_release_audit_fails_a_map_over_its_declared_bound():
 def test_fit_audit_passes_the_fixed_code():
     r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=100, duplicate_start=True)
     assert r.sensitivity_ok and r.canary_gap == pytest.approx(1.0, abs=1e-6) and r.passed
+    assert r.optimal_epsilon == pytest.approx(1.0, abs=1e-3)
     assert "records per step: secure" in r.noise_source and r.neighbouring == "replace_one"
     # its steps read a secret Poisson sample: no Gaussian-shaped power promise it has not been shown to keep
     assert r.detectable_epsilon == float("inf") and "power: not stated: every step reads a secret Poisson" in r.format()
@@ -271,6 +272,7 @@ def test_fit_audit_catches_the_old_clipping(monkeypatch):
     monkeypatch.setattr(gradients, "factored_clipped_sum", leaky_per_record.factored_clipped_sum)
     r = audit(1.0, 1e-5, mechanism="dpsgd-fit", trials=100, duplicate_start=True)
     assert r.canary_gap > 5 and not r.passed and "SENSITIVITY EXCEEDED" in r.format()
+    assert r.optimal_epsilon > 100                  # the ideal attack on a canary at 17 x the clip: about 600
 
 
 # -- 5. a model pins its release -------------------------------------------------------------------------
