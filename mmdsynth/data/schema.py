@@ -463,7 +463,12 @@ def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: l
                 hi = lo + 1.0
             cols.append(Column(name, "numeric", (lo, hi), integer=name in integer))
         elif name in categorical:
-            cats = sorted(category_texts(full[name].dropna()).unique().tolist())
+            values = full[name].dropna()
+            if pd.api.types.infer_dtype(values, skipna=False) == "string":
+                # texts only: equal texts are one category, so each distinct text is read once (a mix of types
+                # is read value by value: 1, 1.0 and True compare equal but are other texts)
+                values = pd.Series(pd.unique(values.to_numpy(dtype=object)), dtype=object)
+            cats = sorted(category_texts(values).unique().tolist())
             cols.append(Column(name, "categorical", categories=cats))
     return Schema(cols, label, list(label_categories), source)
 
