@@ -202,13 +202,20 @@ def test_unconditional_variant(digits):
 
 
 def test_frechet_distance_closed_form_and_named_network(digits):
-    from mmdsynth.evaluation.frechet import frechet_distance, frechet_report
+    from mmdsynth.evaluation.frechet import frechet_distance, frechet_report, trace_sqrt_product
 
     g = np.random.default_rng(0)
     a = g.normal(size=(4000, 3))
     assert frechet_distance(a, a) == pytest.approx(0, abs=1e-6)
     # equal covariances: the distance is the squared mean shift
     assert frechet_distance(a, a + [1.0, 2.0, 0.0]) == pytest.approx(5.0, rel=1e-6)
+    # the trace term against a general eigensolver on S1 S2: covariances of full rank, and singular ones (fewer
+    # samples than features, on one side or both), where a matrix square root of S1 S2 is ill-conditioned
+    for n1, n2 in ((500, 400), (12, 9), (12, 400), (400, 7)):
+        f1, f2 = g.normal(size=(n1, 20)) ** 2, g.normal(size=(n2, 20)) @ g.normal(size=(20, 20))
+        s1, s2 = np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
+        direct = np.sqrt(np.clip(np.linalg.eigvals(s1 @ s2).real, 0, None)).sum()
+        assert trace_sqrt_product(f1, f2, s1, s2) == pytest.approx(direct, rel=1e-6)
     real = frechet_report(digits, digits.x_train.numpy())
     noise = frechet_report(digits, np.random.default_rng(1).random((1437, 1, 8, 8)).astype(np.float32))
     assert real["fd_network"] == "mmdsynth-cnn/digits"
