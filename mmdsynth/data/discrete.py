@@ -25,7 +25,7 @@ from ..errors import InvalidParameterError
 from .encoding import TableEncoder
 from .numeric_sketch import ColumnGrid
 from .schema import Schema
-from ..statistics.values import category_text, category_texts
+from ..statistics.values import category_indices, category_text
 
 #: numeric columns get at most this many cells by default (the peers' public grid: issue 47)
 DEFAULT_CELLS = 32
@@ -130,7 +130,7 @@ class Domain:
                 cats = self.schema.label_categories if name == self.schema.label else \
                     self.schema.column(name).categories
                 lookup = {category_text(c): i for i, c in enumerate(cats)}
-                out[:, j] = category_texts(s).map(lookup).fillna(len(cats)).to_numpy(dtype=np.int64)
+                out[:, j] = category_indices(s, lookup, len(cats))
         return out
 
     def _fine_cells(self, name: str, coarse: np.ndarray, p_fine: np.ndarray, rng) -> np.ndarray:

@@ -183,6 +183,13 @@ def category_texts(s: pd.Series, boolean: bool = False) -> pd.Series:
     return pd.Series(_each(s, boolean_text if boolean else category_text), index=s.index, dtype=object)
 
 
+def category_indices(s: pd.Series, lookup: dict, default: int) -> np.ndarray:
+    """``lookup.get(category_text(v), default)`` of every value v of ``s`` as int64: each value's index among
+    categories given by their texts (``default``: not one of them, or missing), read value by value as
+    :func:`category_texts` reads them (a text column's distinct texts once each), without a Series of texts between."""
+    return np.asarray(_each(s, lambda v: lookup.get(category_text(v), default)), dtype=np.int64)
+
+
 def _floats(read: list) -> np.ndarray:
     return np.asarray([np.nan if v is None else v for v in read], dtype=np.float64)
 

@@ -545,7 +545,7 @@ def test_text_columns_read_once_per_distinct_text_read_each_value_alike(boolean)
     """A column of texts is read once per distinct text and spread back (the fast path); the result is, value by
     value, what reading that value alone gives, also where the column holds one non-text value (the general path)
     and where equal texts come as str and numpy str."""
-    from mmdsynth.statistics.values import boolean_text, category_text, category_texts
+    from mmdsynth.statistics.values import boolean_text, category_indices, category_text, category_texts
 
     read = boolean_text if boolean else category_text
     texts = ["true", " False ", "1", "0", "yes", "no", "a b", "1.0", "x"] if boolean else \
@@ -567,6 +567,9 @@ def test_text_columns_read_once_per_distinct_text_read_each_value_alike(boolean)
                 category_texts(s, boolean=boolean)
         else:
             assert category_texts(s, boolean=boolean).tolist() == expected
+            if not boolean:             # a value's index among categories given as texts (clique counts' codes)
+                lookup = {t: i for i, t in enumerate(sorted(set(expected))[:4])}
+                assert category_indices(s, lookup, 9).tolist() == [lookup.get(t, 9) for t in expected]
 
 
 # -- issue 80, leak 1: missing-value markers per value, never by the column's dtype ------------------------
