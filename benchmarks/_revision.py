@@ -1,5 +1,5 @@
 """A module of this checkout beside the same file at another revision, for the paired speed scripts
-(`calibration_speed.py`, `audit_power_speed.py`): both versions run in one process, in turn."""
+(`calibration_speed.py`, `audit_power_speed.py`, `frechet_speed.py`): both versions run in one process, in turn."""
 from __future__ import annotations
 
 import argparse
