@@ -4,7 +4,7 @@ from __future__ import annotations
 #: image scores shown, in this order, with their labels
 IMAGE_SCORES = (("logreg_acc", "LogisticRegression accuracy"), ("mlp_acc", "MLP accuracy"),
                 ("krr_acc", "KRR accuracy (the support set)"), ("cnn_acc", "CNN accuracy"),
-                ("fid", "FID (Inception-v3)"), ("frechet_distance", "Frechet distance (CNN features)"))
+                ("fid", "FID (Inception-v3)"), ("fd", "Frechet distance (CNN features)"))
 
 
 def _f(v) -> str:

@@ -69,6 +69,11 @@ def test_cli_evaluate_adds_the_inception_fid(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(InceptionV3, "features", lambda self, x: np.asarray(x).reshape(len(x), -1)[:, :20]
                         .astype(np.float64))
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "m"), "--n", "200", "--inception-weights", str(path), "--json"]) == 0
+    args = ["evaluate", str(tmp_path / "m"), "--n", "200", "--inception-weights", str(path), "--frechet"]
+    assert main(args + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["fid_network"] == "inception-v3/fid" and out["fid"] > 0
+    assert out["fid_network"] == "inception-v3/fid" and out["fid"] > 0 and out["fd_network"] == "mmdsynth-cnn/digits"
+    # the summary a person reads shows both distances (the CNN's was computed and never printed before)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert f"FID (Inception-v3) {out['fid']:.3f}" in text and f"Frechet distance (CNN features) {out['fd']:.3f}" in text
