@@ -105,17 +105,19 @@ def trace_sqrt_product(f1: np.ndarray, f2: np.ndarray, s1: np.ndarray, s2: np.nd
     R S2 R, real and >= 0 (below 0 by rounding they count as 0)."""
     d = s1.shape[0]
     if len(f1) > d and len(f2) > d:
-        w, v = np.linalg.eigh(s1)
-        r = (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+        r = _psd_sqrt(s1)
         m = r @ s2 @ r
         return float(np.sqrt(np.clip(np.linalg.eigvalsh((m + m.T) / 2.0), 0.0, None)).sum())
 
     def factor(f, s):
-        if len(f) <= d:
-            return (f - f.mean(0)).T / np.sqrt(max(len(f) - 1, 1))
-        w, v = np.linalg.eigh(s)
-        return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+        return (f - f.mean(0)).T / np.sqrt(max(len(f) - 1, 1)) if len(f) <= d else _psd_sqrt(s)
     return float(np.linalg.svd(factor(f1, s1).T @ factor(f2, s2), compute_uv=False).sum())
+
+
+def _psd_sqrt(s: np.ndarray) -> np.ndarray:
+    """The symmetric square root of a covariance (eigenvalues below 0 by rounding taken as 0)."""
+    w, v = np.linalg.eigh(s)
+    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
 
 
 def frechet_distance_of(feature_fn, x_real, x_fake) -> float:
