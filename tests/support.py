@@ -47,6 +47,26 @@ WIDE = {"columns": [{"name": "amount", "type": "numeric", "bounds": [-1e6, 2e6]}
         "label": "y", "label_categories": ["a", "b"]}
 
 
+def visits(n_persons=400, seed=0, mean_rows=4.0):
+    """A table of visits: each person 1 + Poisson(mean_rows - 1) rows (public made-up numbers)."""
+    g = np.random.default_rng(seed)
+    counts = 1 + g.poisson(mean_rows - 1, n_persons)
+    df = toy_table(int(counts.sum()), seed)
+    df["patient"] = np.repeat([f"P{i:05d}" for i in range(n_persons)], counts)
+    return df, counts
+
+
+def visit_shards(tmp_path, df, k=3, seed=0):
+    """``df``'s rows shuffled into ``k`` CSV shards: most persons' rows sit in several shards."""
+    from mmdsynth.data import ShardedTable
+
+    perm = np.random.default_rng(seed).permutation(len(df))
+    for i, part in enumerate(np.array_split(perm, k)):
+        df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
+    return lambda n, **kw: ShardedTable(tmp_path / "part*.csv", Schema.from_dict(SCHEMA).with_privacy_unit("patient"),
+                                        n_records=n, **kw)
+
+
 def heavy_table(n=2000, seed=0):
     """Half the amounts exactly 0, the rest log-normal (median ~3,000), months bunched at 12-24,
     rates mostly exactly 0 or 1: what wide public bounds make hard."""

@@ -203,7 +203,8 @@ def test_sampled_release_audit_passes_the_real_release_and_catches_a_public_samp
     assert "fixed-seed" in r.noise_source and r.epsilon_lower > 1.0 and not r.passed
     monkeypatch.undo()
     break_noise(monkeypatch, 20)
-    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    # 150 runs: a twentieth of the noise gave bounds 1.66-3.40 in 13 runs at 150 (1.02-2.98 in 4 at 100)
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=150)
     assert r.epsilon_lower > 1.0 and not r.passed
 
 
@@ -216,7 +217,9 @@ def test_sampled_release_does_not_promise_power_it_lacks(monkeypatch):
     from mmdsynth.privacy.calibration import PrivacyPlan, epsilon_for_sigma
 
     break_noise(monkeypatch, 4)
-    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=300)
+    # 150 runs: their simulated power is noise / 6.73 (accounted epsilon 78.9), three runs alike; the statement
+    # checked is the same at any number of runs
+    r = audit(1.0, 1e-5, mechanism="sampled-release", trials=150)
     injected = epsilon_for_sigma(r.sigma / 4, 1e-5, PrivacyPlan((), 0.02, 100, "replace_one"))
     assert injected == pytest.approx(21.04, abs=0.01)
     assert r.epsilon_lower > 1.0 or (r.detectable_epsilon > injected and r.detectable_noise_divisor > 4)

@@ -21,8 +21,10 @@ def test_learns_digits_and_is_reproducible(digits):
     kw = dict(n_classes=10, seeds=(0,), epochs=40, width=32, device="cpu")
     res = cnn_scores(digits.x_train, digits.y_train, digits.x_test, digits.y_test, **kw)
     assert res["cnn_acc"] > 0.85, res
-    again = cnn_scores(digits.x_train, digits.y_train, digits.x_test, digits.y_test, **kw)
-    assert again["cnn_accs"] == res["cnn_accs"]
+    short = dict(kw, epochs=8)      # reproducible: the same start and batch order give the same accuracy bit for bit
+    once = cnn_scores(digits.x_train, digits.y_train, digits.x_test, digits.y_test, **short)
+    assert cnn_scores(digits.x_train, digits.y_train, digits.x_test, digits.y_test, **short) == once
+    assert 0.2 < once["cnn_acc"] < res["cnn_acc"]   # 8 epochs learn part of it: the comparison can tell runs apart
     assert res["cnn_protocol"] == {"name": "fixed", "epochs": 40, "faithful": False, "width": 32, "seeds": [0], "n_train": len(digits.y_train),
                                    "device": "cpu"}
 

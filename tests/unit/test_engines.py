@@ -19,7 +19,7 @@ from mmdsynth.engines import add_partials, get_engine
 from mmdsynth.errors import DataValidationError, InvalidParameterError, SchemaError, UnknownNameError
 from mmdsynth.features import RandomFourierFeatures
 
-from support import SCHEMA, toy_table
+from support import SCHEMA, toy_table, visit_shards, visits
 
 TINY = dict(iterations=2, batch_size=50, noise_seed=0, n_features=100, epsilon=1.0, delta=1e-5)
 
@@ -232,6 +232,18 @@ def test_ray_release_equals_streamed_and_records_the_engine(tmp_path, ray_cluste
     releases_close(streamed.release_, on_ray.release_)
     assert on_ray.release_.ledger.entries[-1].computation == {"engine": "ray", "shards": 5, "m": 500}
     assert engine.last_run["shards"] == 5 and engine.last_run["peak_worker_rss_mib"] > 0
+
+
+def test_persons_across_shards_on_ray(tmp_path, ray_cluster):
+    """A person's rows spread over shards, read by Ray's workers: the release is the in-memory one (same noise)."""
+    df, _ = visits(200)
+    shards = visit_shards(tmp_path, df)
+    kw = dict(epsilon=1.0, noise_seed=0, iterations=3, n_features=100)
+    mem = DPMERF(**kw).fit(df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient")).release_
+    got = DPMERF(**kw).fit(shards(200, engine=get_engine("ray", workers=2)), label="y").release_
+    assert got.ledger.entries[0].computation["engine"] == "ray"
+    for k in mem.tensors:
+        np.testing.assert_allclose(got.tensors[k].double().numpy(), mem.tensors[k].double().numpy(), atol=1e-9)
 
 
 def test_ray_names_a_bad_shard_and_releases_nothing(tmp_path, ray_cluster):

@@ -13,16 +13,7 @@ from mmdsynth.errors import DataValidationError, InvalidParameterError, SchemaEr
 from mmdsynth.methods import DPKIP, DPMERF, MST
 from mmdsynth.privacy.budget import BudgetFile
 
-from support import SCHEMA, run_cli, toy_table
-
-
-def visits(n_persons=400, seed=0, mean_rows=4.0):
-    """A table of visits: each person 1 + Poisson(mean_rows - 1) rows (public made-up numbers)."""
-    g = np.random.default_rng(seed)
-    counts = 1 + g.poisson(mean_rows - 1, n_persons)
-    df = toy_table(int(counts.sum()), seed)
-    df["patient"] = np.repeat([f"P{i:05d}" for i in range(n_persons)], counts)
-    return df, counts
+from support import SCHEMA, run_cli, visit_shards, visits
 
 
 def test_the_declaration():
@@ -134,17 +125,6 @@ def test_a_method_that_cannot_protect_a_person_refuses_before_the_charge(tmp_pat
     assert BudgetFile.open(tmp_path / "b.json").spent == (0.0, 0.0)
 
 
-def visit_shards(tmp_path, df, k=3, seed=0):
-    """``df``'s rows shuffled into ``k`` CSV shards: most persons' rows sit in several shards."""
-    from mmdsynth.data import ShardedTable
-
-    perm = np.random.default_rng(seed).permutation(len(df))
-    for i, part in enumerate(np.array_split(perm, k)):
-        df.iloc[part].to_csv(tmp_path / f"part{i}.csv", index=False)
-    return lambda n, **kw: ShardedTable(tmp_path / "part*.csv", Schema.from_dict(SCHEMA).with_privacy_unit("patient"),
-                                        n_records=n, **kw)
-
-
 SHARD_METHODS = [(DPMERF, dict(iterations=3, n_features=100)), (MST, dict(iters=20))]
 
 
@@ -166,20 +146,6 @@ def test_persons_across_shards_release_exactly_what_memory_releases(cls, kw, tmp
     e = got.ledger.entries[0]
     assert e.n_records == 200 and e.privacy_unit == "one person (all rows with the same patient)"
     assert "exact" in e.computation["persons across shards"] and e.computation["shards"] == 3
-
-
-def test_persons_across_shards_on_ray(tmp_path):
-    pytest.importorskip("ray")
-    from mmdsynth.engines import get_engine
-
-    df, _ = visits(200)
-    shards = visit_shards(tmp_path, df)
-    kw = dict(epsilon=1.0, noise_seed=0, iterations=3, n_features=100)
-    mem = DPMERF(**kw).fit(df, label="y", schema=Schema.from_dict(SCHEMA).with_privacy_unit("patient")).release_
-    got = DPMERF(**kw).fit(shards(200, engine=get_engine("ray", workers=2)), label="y").release_
-    assert got.ledger.entries[0].computation["engine"] == "ray"
-    for k in mem.tensors:
-        np.testing.assert_allclose(got.tensors[k].double().numpy(), mem.tensors[k].double().numpy(), atol=1e-9)
 
 
 @pytest.mark.parametrize("cls,kw", SHARD_METHODS)
