@@ -50,7 +50,8 @@ def plant(bug: str) -> None:
         dates = values.dates
 
         def columnwide(s, fmt=None):
-            if fmt is None and s.dtype == object and all(isinstance(v, str) or pd.isna(v) for v in s):
+            text = s.dtype == object or pd.api.types.is_string_dtype(s.dtype)     # pandas 3 infers "str"
+            if fmt is None and text and all(isinstance(v, str) or pd.isna(v) for v in s):
                 t = pd.to_datetime(s, errors="coerce", utc=True)
                 read = np.where(t.isna(), np.nan, (t - pd.Timestamp(0, tz="UTC")).dt.total_seconds())
                 return pd.Series(read, index=s.index, dtype="float64"), ~np.isfinite(read)
