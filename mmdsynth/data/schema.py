@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..errors import DataValidationError, SchemaError
 from ..statistics.values import (category_text, category_texts, checked_columns, checked_ids,  # noqa: F401
-                                 combinations_held, conformed, date_seconds, date_text, datetime_seconds)
+                                 combinations_held, conformed, date_seconds, date_text, datetime_seconds,
+                                 distinct_category_texts)
 
 
 #: the resolutions a datetime column may declare (pandas frequency aliases)
@@ -463,13 +464,7 @@ def public_schema(frames: list[pd.DataFrame], numeric: list[str], categorical: l
                 hi = lo + 1.0
             cols.append(Column(name, "numeric", (lo, hi), integer=name in integer))
         elif name in categorical:
-            values = full[name].dropna()
-            if pd.api.types.infer_dtype(values, skipna=False) == "string":
-                # texts only: equal texts are one category, so each distinct text is read once (a mix of types
-                # is read value by value: 1, 1.0 and True compare equal but are other texts)
-                values = pd.Series(pd.unique(values.to_numpy(dtype=object)), dtype=object)
-            cats = sorted(category_texts(values).unique().tolist())
-            cols.append(Column(name, "categorical", categories=cats))
+            cols.append(Column(name, "categorical", categories=distinct_category_texts(full[name])))
     return Schema(cols, label, list(label_categories), source)
 
 

@@ -183,6 +183,16 @@ def category_texts(s: pd.Series, boolean: bool = False) -> pd.Series:
     return pd.Series(_each(s, boolean_text if boolean else category_text), index=s.index, dtype=object)
 
 
+def distinct_category_texts(s: pd.Series) -> list:
+    """The sorted distinct category texts of the non-missing values of ``s`` (:func:`category_text` of each). A
+    column of texts only is read once per distinct text (equal texts are one category); a mix of types value by
+    value (1, 1.0 and True compare equal but may be other texts)."""
+    values = s.dropna()
+    if pd.api.types.infer_dtype(values, skipna=False) == "string":
+        values = pd.Series(pd.unique(values.to_numpy(dtype=object)), dtype=object)
+    return sorted(category_texts(values).unique().tolist())
+
+
 def category_indices(s: pd.Series, lookup: dict, default: int) -> np.ndarray:
     """``lookup.get(category_text(v), default)`` of every value v of ``s`` as int64: each value's index among
     categories given by their texts (``default``: not one of them, or missing), read value by value as
