@@ -25,11 +25,15 @@ each cell's verdict; ``--tried`` lines of the hybrid's variants, named where a c
 benchmarks/RESULTS.md`` replaces its block there (the command RESULTS.md's table is built with):
 
     python benchmarks/suite.py --goal-table benchmarks/out/suite.jsonl benchmarks/out/suite_opendp_authors_grid.jsonl \
-        benchmarks/out/suite_opendp_cells.jsonl \
+        benchmarks/out/suite_opendp_cells.jsonl benchmarks/out/suite_opendp_replace_one.jsonl \
         --tried benchmarks/out/suite_released_grid.jsonl \
         benchmarks/out/suite_small_hybrid.jsonl benchmarks/out/suite_pairs_all.jsonl benchmarks/out/suite_share.jsonl \
         benchmarks/out/suite_hybrid_aim_inside.jsonl benchmarks/out/suite_stall_off.jsonl \
-        benchmarks/out/suite_unstratified.jsonl benchmarks/out/suite_jax_estimate.jsonl --write benchmarks/RESULTS.md
+        benchmarks/out/suite_unstratified.jsonl benchmarks/out/suite_jax_estimate.jsonl \
+        benchmarks/out/suite_public_grid.jsonl --write benchmarks/RESULTS.md
+
+OpenDP's lines with one row replaced (the relation of mmdsynth's releases): ``--methods opendp-aim --opendp-unit
+changes``.
 """
 from __future__ import annotations
 
@@ -122,7 +126,8 @@ def opendp_cuts(schema) -> dict:
     return out
 
 
-def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: float, seed: int):
+def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: float, seed: int,
+               unit: str = "contributions"):
     """OpenDP's AIM or MST on ``train`` in its own virtualenv: (synthetic rows, fit seconds, version, delta, rows
     dropped, rho used). The privacy loss is the zCDP rho that mmdsynth's own zCDP plans convert (epsilon, delta) to,
     delta as the table default sets it for this count. OpenDP 0.16's MST can refuse its own plan by a rounding error
@@ -149,7 +154,7 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
             run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
                                   "--train", f"{tmp}/train.csv", "--schema",
                                   str(ROOT / name.split("@")[0] / "schema.json"), "--cuts", f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho",
-                                  repr(rho), "--rows", str(len(train)), "--seed", str(seed), "--out",
+                                  repr(rho), "--rows", str(len(train)), "--seed", str(seed), "--unit", unit, "--out",
                                   f"{tmp}/synth.csv"], capture_output=True, text=True)
             if run.returncode == 0:
                 break
@@ -215,6 +220,8 @@ def run(args) -> None:
     # run paid them)
     mbi()
     params = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    # OpenDP's neighbour relation, kept in its lines when it is not its default (add/remove one row)
+    unit = {"unit": f"{args.opendp_unit}=1"} if args.opendp_unit != "contributions" else {}
     for name in args.tables:
         schema, train, test = split(name)
         if args.rows:                           # a smaller table: a fixed sample of the training part, the test kept
@@ -225,16 +232,16 @@ def run(args) -> None:
                 if method.startswith("opendp-"):
                     try:
                         synth, fit_s, version, delta, dropped, rho = run_opendp(
-                            name, method.split("-", 1)[1], train, schema, args.epsilon, seed)
+                            name, method.split("-", 1)[1], train, schema, args.epsilon, seed, args.opendp_unit)
                     except PeerFailed as failed:
                         line = {"table": name, "method": method, "chose": method, "epsilon": args.epsilon,
                                 "seed": seed, "rows": len(train), "failed": str(failed),
-                                "date": time.strftime("%Y-%m-%d")}
+                                "date": time.strftime("%Y-%m-%d"), **unit}
                         emit(line, args.out)
                         continue
                     line = {"table": name, "method": method, "chose": method, "variant": f"opendp {version}",
                             "set": {}, "params": {}, "epsilon": args.epsilon, "delta": delta, "seed": seed,
-                            "dropped_null_rows": dropped, "rho": rho,
+                            "dropped_null_rows": dropped, "rho": rho, **unit,
                             "rows": len(train), "fit_s": fit_s, **score(train, test, synth, schema),
                             "date": time.strftime("%Y-%m-%d"), "threads": os.environ.get("OMP_NUM_THREADS")}
                     emit(line, args.out)
@@ -315,6 +322,14 @@ def _stats(ds: list[dict], key: str):
 #: the goal table's roles for OpenDP's earlier lines, run on the authors' 32-cell grid without the bounds as cuts
 #: (benchmarks/log/2026-12-05.md#opendp-cuts: spam7's zeros lost; kept as a configuration a user may choose)
 ODP_AUTHORS_AIM, ODP_AUTHORS_MST = "opendp-aim (authors' grid)", "opendp-mst (authors' grid)"
+#: the roles of OpenDP's lines with one row replaced (``--opendp-unit changes``): the neighbours of mmdsynth's own
+#: releases, so the same guarantee at the same epsilon; its add/remove lines (the roles above and "opendp-aim" /
+#: "opendp-mst") protect a weaker relation at the same epsilon (a count's noise 1/sqrt(2) of the replace-one one's)
+ODP_R1_AIM, ODP_R1_MST = "opendp-aim (replace-one)", "opendp-mst (replace-one)"
+#: the peers that give the guarantee mmdsynth's releases give (one record replaced, at the same epsilon and delta):
+#: the verdict; the add/remove peers' verdict is said beside it where it differs
+SAME_GUARANTEE = ("aim", "mst", ODP_R1_AIM, ODP_R1_MST)
+ADD_REMOVE = ("opendp-aim", "opendp-mst", ODP_AUTHORS_AIM, ODP_AUTHORS_MST)
 
 
 def goal_rows(lines: list[dict]) -> list[dict]:
@@ -335,8 +350,12 @@ def goal_rows(lines: list[dict]) -> list[dict]:
         pick = lambda method, params: [d for d in here if d["chose"] == method and _params(d) == params]  # noqa: E731
         # OpenDP's lines on mmdsynth's public cells (opendp_cuts), and its earlier lines on the authors' grid without
         # the bounds (marked "cuts"): both real configurations of the peer, each a role; the verdict takes the best
-        odp = lambda method, earlier: [d for d in pick(method, {}) if bool(d.get("cuts")) == earlier]  # noqa: E731
+        # (add/remove neighbours, OpenDP's default), and its lines with one row replaced ("unit": the relation of
+        # mmdsynth's releases, the same guarantee)
+        odp = lambda method, earlier, unit=None: [d for d in pick(method, {})  # noqa: E731
+                                                  if bool(d.get("cuts")) == earlier and d.get("unit") == unit]
         roles = {"default": pick(rule.method, rule.params), "aim": pick("aim", {}), "mst": pick("mst", {}),
+                 ODP_R1_AIM: odp("opendp-aim", False, "changes=1"), ODP_R1_MST: odp("opendp-mst", False, "changes=1"),
                  "opendp-aim": odp("opendp-aim", False), "opendp-mst": odp("opendp-mst", False),
                  ODP_AUTHORS_AIM: odp("opendp-aim", True), ODP_AUTHORS_MST: odp("opendp-mst", True),
                  "dp-merf": pick("dp-merf", {})}
@@ -378,7 +397,10 @@ def tried(lines: list[dict]) -> dict:
     for d in lines:
         if d.get("chose") != "hybrid" or "@" in d["table"]:
             continue
-        name = d.get("variant") or ",".join(f"{k}={v}" for k, v in (d.get("set") or {}).items()) or "hybrid"
+        # "tried_as": the name a default's lines take once a rule change makes them a variant (the code ran as the
+        # default then; its other fields as they were written)
+        name = d.get("tried_as") or d.get("variant") or ",".join(
+            f"{k}={v}" for k, v in (d.get("set") or {}).items()) or "hybrid"
         out.setdefault((d["table"], d["epsilon"]), {}).setdefault(name, []).append(d)
     return {key: {name: {k: _stats(ds, k) for k in ("ml_efficacy", "tvd_2way")} for name, ds in variants.items()}
             for key, variants in out.items()}
@@ -393,35 +415,46 @@ def _best_tried(variants: dict, key: str, lower: bool) -> str:
     return f"; best tried: {name} {mean:.3f} ({n} seed{'s' if n > 1 else ''})"
 
 
+def _gap(r: dict, metric: str, names, lower: bool):
+    """The default's gap to the best of ``names`` on ``metric`` beyond the seeds' spread: (gap, peer) where it
+    misses, (None, peer) where it meets, None where none of them has a line."""
+    d = r["default"][metric]
+    peers = [(name, r[name][metric]) for name in names if r[name][metric]]
+    if not peers:
+        return None
+    name, best = (min if lower else max)(peers, key=lambda p: p[1][0])
+    gap = (d[0] - best[0]) if lower else (best[0] - d[0])
+    return (gap if gap > max(d[1], best[1]) else None), name
+
+
 def _verdict(row: dict, variants: dict | None = None) -> str:
+    """The cell's verdict against the peers of the same guarantee (:data:`SAME_GUARANTEE`, DP-MERF for the
+    classifiers), and beside it, where it differs, against OpenDP's add/remove lines (a weaker relation)."""
     variants = variants or {}
     r = row["roles"]
-    d = r["default"]
-    if d["tvd_2way"] is None:
+    if r["default"]["tvd_2way"] is None:
         return "the default not measured"
     out = []
-    tv_peers = [(name, r[name]["tvd_2way"]) for name in ("aim", "mst", "opendp-aim", "opendp-mst", ODP_AUTHORS_AIM,
-                                                           ODP_AUTHORS_MST) if r[name]["tvd_2way"]]
-    if tv_peers:
-        name, best = min(tv_peers, key=lambda p: p[1][0])
-        slack = max(d["tvd_2way"][1], best[1])
-        gap = d["tvd_2way"][0] - best[0]
-        out.append("2-way met" if gap <= slack else f"2-way misses by {gap:.3f} ({name})"
-                   + _best_tried(variants, "tvd_2way", lower=True))
-    ml_peers = [(name, r[name]["ml_efficacy"]) for name in ("aim", "mst", "opendp-aim", "opendp-mst", ODP_AUTHORS_AIM,
-                                                            ODP_AUTHORS_MST, "dp-merf") if r[name]["ml_efficacy"]]
-    if ml_peers:
-        name, best = max(ml_peers, key=lambda p: p[1][0])
-        slack = max(d["ml_efficacy"][1], best[1])
-        gap = best[0] - d["ml_efficacy"][0]
-        out.append("ML met" if gap <= slack else f"ML misses by {gap:.3f} ({name})"
-                   + _best_tried(variants, "ml_efficacy", lower=False))
-    if r["aim"]["fit_s"] and d["fit_s"]:
-        ratio = d["fit_s"][0] / r["aim"]["fit_s"][0]
+    for metric, word, lower, extra in (("tvd_2way", "2-way", True, ()), ("ml_efficacy", "ML", False, ("dp-merf",))):
+        same = _gap(r, metric, SAME_GUARANTEE + extra, lower)
+        every = _gap(r, metric, SAME_GUARANTEE + extra + ADD_REMOVE, lower)
+        if same is None and every is None:
+            continue
+        text = (f"{word} met" if same is None or same[0] is None else
+                f"{word} misses by {same[0]:.3f} ({same[1]})" + _best_tried(variants, metric, lower=lower))
+        if every is not None and every[0] is not None and (same is None or every[0] != same[0]):
+            text += f" (against OpenDP's add/remove lines: misses by {every[0]:.3f}, {every[1]})"
+        out.append(text)
+    if r["aim"]["fit_s"] and r["default"]["fit_s"]:
+        ratio = r["default"]["fit_s"][0] / r["aim"]["fit_s"][0]
         out.append(f"time {ratio:.2f} of AIM's" + (" met" if ratio <= 0.1 else " (goal 0.1)"))
     else:
         why = AIM_NOT_RUN.get((row["table"], row["epsilon"]))
         out.append("AIM not run" + (f": {why}" if why else ""))
+    # beside it, the AIM a user installs (OpenDP's; its same-guarantee line where there is one)
+    odp_aim = next((r[name]["fit_s"] for name in (ODP_R1_AIM, "opendp-aim", ODP_AUTHORS_AIM) if r[name]["fit_s"]), None)
+    if odp_aim and r["default"]["fit_s"]:
+        out[-1] += f" ({r['default']['fit_s'][0] / odp_aim[0]:.2f} of OpenDP's)"
     return "; ".join(out)
 
 
@@ -461,6 +494,9 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="KEY=JSON parameters for every method named")
     ap.add_argument("--rows", type=int, help="fit on a fixed sample of this many training rows (the line's table is "
                                              "NAME@ROWS; keep such lines out of suite.jsonl's goal table)")
+    ap.add_argument("--opendp-unit", choices=["contributions", "changes"], default="contributions",
+                    help="OpenDP's neighbours (peers/run_opendp.py --unit): one row added or removed (its default), "
+                         "or one row replaced, the relation of mmdsynth's releases")
     ap.add_argument("--variant", default="", help="a name for this code's or setting's variant in the lines")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these stored lines and stop")

@@ -9,7 +9,9 @@ The configuration, from the public schema only: every categorical column and the
 as ``keys``; every numeric column cut (``--cuts``, written by ``suite.opendp_cuts``) into the public cells mmdsynth's own
 AIM and MST use (:class:`mmdsynth.data.discrete.Domain` of the schema: at most 32 cells from the declared bounds, the
 bounds and 0 cells of their own), so that the two libraries' AIM are compared on the same cells; ``privacy_unit=dp.unit_of(contributions=1)`` (OpenDP's default: one row added
-or removed); the privacy loss as zCDP ``rho`` (all keys known, so OpenDP asks for delta 0; the caller converts
+or removed), or with ``--unit changes`` ``dp.unit_of(changes=1)`` (one row replaced: the relation of mmdsynth's own
+releases, as OpenDP accounts for it: a count's sensitivity 2 where one row changes, so its noise is twice the
+add/remove one's, where mmdsynth's exact replace-one Gaussian pays sqrt(2)); the privacy loss as zCDP ``rho`` (all keys known, so OpenDP asks for delta 0; the caller converts
 (epsilon, delta) to rho as mmdsynth's own zCDP plans do); the algorithm at its defaults. Synthetic rows:
 ``ContingencyTable.synthesize(rows, method="sample")``; a numeric cell is written as the value OpenDP gives it.
 Prints one JSON line: the fit and synthesis times and the package version.
@@ -33,6 +35,9 @@ def main() -> None:
     ap.add_argument("--rho", type=float, required=True)
     ap.add_argument("--rows", type=int, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--unit", choices=["contributions", "changes"], default="contributions",
+                    help="contributions: one row added or removed (OpenDP's default); changes: one row replaced, the "
+                         "relation mmdsynth's table releases use (OpenDP's own accounting of it)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -55,7 +60,7 @@ def main() -> None:
     np.random.seed(args.seed)                                # mbi's sampling draws from numpy's global generator
 
     t = time.perf_counter()
-    context = dp.Context.compositor(data=frame.lazy(), privacy_unit=dp.unit_of(contributions=1),
+    context = dp.Context.compositor(data=frame.lazy(), privacy_unit=dp.unit_of(**{args.unit: 1}),
                                     privacy_loss=dp.loss_of(rho=args.rho), split_evenly_over=1)
     algorithm = dp.mbi.AIM() if args.algorithm == "aim" else dp.mbi.MST()
     table = context.query().select(columns).contingency_table(keys=keys, cuts=cuts, algorithm=algorithm).release()
