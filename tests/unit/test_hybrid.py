@@ -311,7 +311,7 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path, capsys):
 
     assert SHORT_TRAINING_ROWS == 1_000
     assert [table_default_params(n) for n in (None, 999, 1_000, 2_999, 4_999)] == [
-        {}, {"iterations": 250}, {"iterations": 500}, {"iterations": 500}, {}]
+        {"grid": "released"}, {"iterations": 250}, {"iterations": 500}, {"iterations": 500}, {"grid": "released"}]
     assert table_default_params(2_000, 1.0) == {"iterations": 500} and "iterations" not in table_default_params(2_000, 1.5)
     small = toy_table(300)
     model = mmdsynth.fit(small, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, n_features=200)
@@ -335,33 +335,34 @@ def test_the_default_on_a_small_table_trains_250_iterations(tmp_path, capsys):
 
 
 def test_the_hybrid_default_puts_numeric_columns_on_coarse_cells_where_rows_x_epsilon_is_small():
-    """The rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS_EPSILON): 16 cells cut at equal released
-    mass where rows x epsilon is under 15,000 (from 3,000 rows, where the hybrid starts), the marginal methods' 32 on
-    the public grid otherwise or with no epsilon known; a max_cells or grid given wins; the line that says which
-    method a table got says so."""
+    """The rule for the hybrid's grid (mmdsynth.choice.COARSE_CELLS_ROWS_EPSILON, GRID): 16 cells cut at equal
+    released mass where rows x epsilon is under 15,000 (from 3,000 rows, where the hybrid starts), the marginal
+    methods' 32 cut the same way otherwise or with no epsilon known; a max_cells or grid given wins; the line that
+    says which method a table got says so."""
     from mmdsynth.choice import COARSE_CELLS_ROWS_EPSILON, sized_settings, table_default_params
     from mmdsynth.data.discrete import DEFAULT_CELLS
 
     assert COARSE_CELLS_ROWS_EPSILON == 15_000 and DEFAULT_CELLS == 32
     coarse = {"max_cells": 16, "grid": "released"}
-    assert [table_default_params(n, 1.0) for n in (5_000, 14_999, 15_000, 80_000)] == [coarse, coarse, {}, {}]
-    assert [table_default_params(8_000, e) for e in (0.5, 1.0, 1.9, 10.0, None)] == [coarse, coarse, {}, {}, {}]
+    fine = {"grid": "released"}
+    assert [table_default_params(n, 1.0) for n in (5_000, 14_999, 15_000, 80_000)] == [coarse, coarse, fine, fine]
+    assert [table_default_params(8_000, e) for e in (0.5, 1.0, 1.9, 10.0, None)] == [coarse, coarse, fine, fine, fine]
     assert table_default_params(20_000, 0.5) == coarse
     assert sized_settings(coarse) == ("numeric columns on 16 cells cut at equal mass of the released 1-way marginals "
                                       "where records x epsilon is under 15,000: finer cells would hold fewer rows than "
                                       "their noise")
     assert sized_settings({"iterations": 250}).startswith("250 generator iterations under 1,000 records")
     assert sized_settings({"iterations": 500}).startswith("500 generator iterations under 3,000 records")
-    assert sized_settings({"grid": "released"}) == ("numeric columns' cells cut at equal mass of the released 1-way "
-                                                    "marginals where records x epsilon is under 15,000")
+    assert sized_settings(fine) == "numeric columns' cells cut at equal mass of the released 1-way marginals"
     big = toy_table(5_000, seed=3)
     given = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, max_cells=8, grid="public", **FAST)
     assert given.get_params()["max_cells"] == 8 and given.get_params()["grid"] == "public"
     chosen = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=1.0, noise_seed=0, **FAST)
     assert chosen.get_params()["grid"] == "released" and chosen.domain_().grid == "released"
-    looser = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=3.0, noise_seed=0, **FAST)     # 5,000 x 3: not
-    assert looser.get_params()["max_cells"] == 32 and looser.get_params()["grid"] == "public"
-    assert Hybrid().get_params()["max_cells"] == 32                 # the method named keeps its own default
+    looser = mmdsynth.fit(big, label="y", schema=SCHEMA, epsilon=3.0, noise_seed=0, **FAST)     # 5,000 x 3: 32
+    assert looser.get_params()["max_cells"] == 32 and looser.get_params()["grid"] == "released"
+    assert looser.domain_().grid == "released"
+    assert Hybrid().get_params()["max_cells"] == 32 and Hybrid().get_params()["grid"] == "public"   # named: its own
 
 
 def test_the_table_default_in_python_and_on_the_command_line(tmp_path, capsys):
