@@ -221,7 +221,7 @@ def run(args) -> None:
     mbi()
     params = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     # OpenDP's neighbour relation, kept in its lines when it is not its default (add/remove one row)
-    unit = {"unit": f"{args.opendp_unit}=1"} if args.opendp_unit != "contributions" else {}
+    unit = {"unit": ODP_REPLACE_ONE} if args.opendp_unit == "changes" else {}
     for name in args.tables:
         schema, train, test = split(name)
         if args.rows:                           # a smaller table: a fixed sample of the training part, the test kept
@@ -326,6 +326,8 @@ ODP_AUTHORS_AIM, ODP_AUTHORS_MST = "opendp-aim (authors' grid)", "opendp-mst (au
 #: releases, so the same guarantee at the same epsilon; its add/remove lines (the roles above and "opendp-aim" /
 #: "opendp-mst") protect a weaker relation at the same epsilon (a count's noise 1/sqrt(2) of the replace-one one's)
 ODP_R1_AIM, ODP_R1_MST = "opendp-aim (replace-one)", "opendp-mst (replace-one)"
+#: the "unit" field of those lines (``--opendp-unit changes``: ``dp.unit_of(changes=1)``)
+ODP_REPLACE_ONE = "changes=1"
 #: the peers that give the guarantee mmdsynth's releases give (one record replaced, at the same epsilon and delta):
 #: the verdict; the add/remove peers' verdict is said beside it where it differs
 SAME_GUARANTEE = ("aim", "mst", ODP_R1_AIM, ODP_R1_MST)
@@ -355,7 +357,8 @@ def goal_rows(lines: list[dict]) -> list[dict]:
         odp = lambda method, earlier, unit=None: [d for d in pick(method, {})  # noqa: E731
                                                   if bool(d.get("cuts")) == earlier and d.get("unit") == unit]
         roles = {"default": pick(rule.method, rule.params), "aim": pick("aim", {}), "mst": pick("mst", {}),
-                 ODP_R1_AIM: odp("opendp-aim", False, "changes=1"), ODP_R1_MST: odp("opendp-mst", False, "changes=1"),
+                 ODP_R1_AIM: odp("opendp-aim", False, ODP_REPLACE_ONE),
+                 ODP_R1_MST: odp("opendp-mst", False, ODP_REPLACE_ONE),
                  "opendp-aim": odp("opendp-aim", False), "opendp-mst": odp("opendp-mst", False),
                  ODP_AUTHORS_AIM: odp("opendp-aim", True), ODP_AUTHORS_MST: odp("opendp-mst", True),
                  "dp-merf": pick("dp-merf", {})}

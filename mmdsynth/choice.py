@@ -96,10 +96,8 @@ COARSE_CELLS = 16
 #: a release the plan makes anyway). Measured (benchmarks/log/2026-11-29.md#coarse-released-grid, 6 fresh releases,
 #: 3 seeds): on epileptic at eps 1, with the tree scored by dependence, 2-way TVD 0.324 (0.317-0.337) against 0.331
 #: on the public grid's 16 cells, ROC AUC 0.765 against 0.756, 3-way 0.537 against 0.548. (With MST's tree score
-#: the released grid had made epileptic worse, 0.359 at 32 cells: its trees had hubs.)
-COARSE_GRID = "released"
-#: and everywhere else the hybrid is the default its numeric cells are cut the same way (the marginal methods' 32 of
-#: them): the cut is post-processing of the 1-way marginals the plan releases anyway. Measured
+#: the released grid had made epileptic worse, 0.359 at 32 cells: its trees had hubs.) Since 2026-12-07 the cells are
+#: cut the same way everywhere else the hybrid is the default (the marginal methods' 32 of them). Measured
 #: (benchmarks/log/2026-12-07.md#released-grid-everywhere, 3 fresh releases each, against the public grid's lines of
 #: the goal table): on the 23 table x epsilon cells of the suite and the papers' tables where rows x epsilon reaches
 #: 15,000, classifiers better on 13 (cps1988 +0.028 / +0.015, flights +0.012 / +0.011), level on 5, worse on 5 (by up
@@ -114,12 +112,10 @@ def table_default_params(n_records: int | None, epsilon: float | None = None) ->
     ``SHORT_TRAINING_ROWS`` rows, ``SMALL_TRAINING_ITERATIONS`` above; the hybrid cuts its numeric columns' cells at
     equal released mass (``GRID``), ``COARSE_CELLS`` of them where rows x epsilon is under ``COARSE_CELLS_ROWS_EPSILON``
     (an unknown epsilon: not), its own 32 otherwise."""
-    if n_records is None:
-        return {"grid": GRID}
-    if table_default(n_records, epsilon) == "dp-merf":
+    if n_records is not None and table_default(n_records, epsilon) == "dp-merf":
         return {"iterations": SHORT_TRAINING_ITERATIONS if n_records < SHORT_TRAINING_ROWS else SMALL_TRAINING_ITERATIONS}
-    coarse = epsilon is not None and n_records * epsilon < COARSE_CELLS_ROWS_EPSILON
-    return {"max_cells": COARSE_CELLS, "grid": COARSE_GRID} if coarse else {"grid": GRID}
+    coarse = n_records is not None and epsilon is not None and n_records * epsilon < COARSE_CELLS_ROWS_EPSILON
+    return {**({"max_cells": COARSE_CELLS} if coarse else {}), "grid": GRID}
 
 
 def sized_settings(sized: dict) -> str:
