@@ -30,16 +30,21 @@ benchmarks/RESULTS.md`` replaces its block there (the command RESULTS.md's table
         benchmarks/out/suite_small_hybrid.jsonl benchmarks/out/suite_pairs_all.jsonl benchmarks/out/suite_share.jsonl \
         benchmarks/out/suite_hybrid_aim_inside.jsonl benchmarks/out/suite_stall_off.jsonl \
         benchmarks/out/suite_unstratified.jsonl benchmarks/out/suite_jax_estimate.jsonl \
-        benchmarks/out/suite_public_grid.jsonl --write benchmarks/RESULTS.md
+        benchmarks/out/suite_public_grid.jsonl benchmarks/out/suite_pairs_all_released.jsonl \
+        --write benchmarks/RESULTS.md
 
 OpenDP's lines with one row replaced (the relation of mmdsynth's releases): ``--methods opendp-aim --opendp-unit
-changes``.
+changes``. A peer that may not finish: ``--peer-timeout SECONDS`` stops its fit there (OpenDP's process, or mmdsynth's
+own AIM, MST or DP-MERF in this one) and writes a line with ``failed`` ("no model within ..."), which the goal table's
+cell states where the peer has no scored line.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -98,6 +103,10 @@ def chosen_params(train: pd.DataFrame, schema, epsilon: float) -> dict:
 OPENDP_PYTHON = os.environ.get("OPENDP_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-opendp/bin/python"))
 
 
+#: the start of a failed line's words when the peer was stopped at ``--peer-timeout``
+NO_MODEL = "no model within"
+
+
 class PeerFailed(RuntimeError):
     """A peer's run ended in its own error (recorded in the suite's line, not scored)."""
 
@@ -127,13 +136,15 @@ def opendp_cuts(schema) -> dict:
 
 
 def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: float, seed: int,
-               unit: str = "contributions"):
+               unit: str = "contributions", timeout: float | None = None):
     """OpenDP's AIM or MST on ``train`` in its own virtualenv: (synthetic rows, fit seconds, version, delta, rows
     dropped, rho used). The privacy loss is the zCDP rho that mmdsynth's own zCDP plans convert (epsilon, delta) to,
     delta as the table default sets it for this count. OpenDP 0.16's MST can refuse its own plan by a rounding error
     ("insufficient budget for query: 0.0015278297598811717 > 0.001527829759881171" on college, nmes and benefits at
     eps 1); a careful user then asks for a hair less, as this does: rho rounded down to 3, then 2 significant digits
-    (0.2 % and 2 % less on college), the one used recorded in the line."""
+    (0.2 % and 2 % less on college), the one used recorded in the line. ``timeout``: seconds after which the peer's
+    fit is stopped and the run recorded as "no model within ..." (a failed line the goal table states in its cell).
+    The schema the peer reads is the suite's own public schema object, written out (a paper's table has no file)."""
     import math
     import subprocess
     import tempfile
@@ -148,14 +159,18 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     tries = [full] + [float(f"{math.floor(full / 10 ** (top - k)) * 10 ** (top - k):.{k + 1}g}") for k in (2, 1)]
     with tempfile.TemporaryDirectory() as tmp:
         train.to_csv(f"{tmp}/train.csv", index=False)
+        schema.to_json(f"{tmp}/schema.json")
         with open(f"{tmp}/cuts.json", "w") as f:
             json.dump(opendp_cuts(schema), f)
         for attempt, rho in enumerate(tries):
-            run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
-                                  "--train", f"{tmp}/train.csv", "--schema",
-                                  str(ROOT / name.split("@")[0] / "schema.json"), "--cuts", f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho",
-                                  repr(rho), "--rows", str(len(train)), "--seed", str(seed), "--unit", unit, "--out",
-                                  f"{tmp}/synth.csv"], capture_output=True, text=True)
+            try:
+                run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
+                                      "--train", f"{tmp}/train.csv", "--schema", f"{tmp}/schema.json", "--cuts",
+                                      f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho", repr(rho), "--rows",
+                                      str(len(train)), "--seed", str(seed), "--unit", unit, "--out",
+                                      f"{tmp}/synth.csv"], capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise PeerFailed(f"{NO_MODEL} {timeout:,.0f} s on one thread (stopped)") from None
             if run.returncode == 0:
                 break
             # the peer's own failure, recorded in the line (its last words)
@@ -176,6 +191,26 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
             values = pd.to_numeric(raw[col.name]).clip(*col.bounds)
             raw[col.name] = (values.round().astype("int64") if col.integer else values).astype(str)
     return schema.validate(raw), facts["fit_s"], facts["opendp"], delta, int(empty.sum()), rho
+
+
+@contextlib.contextmanager
+def stopped_after(seconds: float | None):
+    """A peer's fit in this process stopped after ``seconds`` (SIGALRM; None: no cap): :class:`PeerFailed` with the
+    words a stopped OpenDP run gets, so the goal table states the cell the same way."""
+    if not seconds:
+        yield
+        return
+
+    def stop(*_):
+        raise PeerFailed(f"{NO_MODEL} {seconds:,.0f} s on one thread (stopped)")
+
+    before = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def emit(line: dict, out: Path) -> None:
@@ -232,7 +267,8 @@ def run(args) -> None:
                 if method.startswith("opendp-"):
                     try:
                         synth, fit_s, version, delta, dropped, rho = run_opendp(
-                            name, method.split("-", 1)[1], train, schema, args.epsilon, seed, args.opendp_unit)
+                            name, method.split("-", 1)[1], train, schema, args.epsilon, seed, args.opendp_unit,
+                            args.peer_timeout)
                     except PeerFailed as failed:
                         line = {"table": name, "method": method, "chose": method, "epsilon": args.epsilon,
                                 "seed": seed, "rows": len(train), "failed": str(failed),
@@ -247,8 +283,14 @@ def run(args) -> None:
                     emit(line, args.out)
                     continue
                 t = time.perf_counter()
-                model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon, seed=seed,
-                                     method=None if method == "default" else method, **params)
+                try:
+                    with stopped_after(args.peer_timeout if method != "default" else None):
+                        model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon,
+                                             seed=seed, method=None if method == "default" else method, **params)
+                except PeerFailed as failed:
+                    emit({"table": name, "method": method, "chose": method, "epsilon": args.epsilon, "seed": seed,
+                          "rows": len(train), "failed": str(failed), "date": time.strftime("%Y-%m-%d")}, args.out)
+                    continue
                 fit_s = time.perf_counter() - t
                 synth = model.sample(len(train), seed=seed)
                 line = {"table": name, "method": method, "chose": model.method, "variant": args.variant,
@@ -334,11 +376,13 @@ SAME_GUARANTEE = ("aim", "mst", ODP_R1_AIM, ODP_R1_MST)
 ADD_REMOVE = ("opendp-aim", "opendp-mst", ODP_AUTHORS_AIM, ODP_AUTHORS_MST)
 
 
-def goal_rows(lines: list[dict]) -> list[dict]:
+def goal_rows(lines: list[dict], failed: list[dict] = ()) -> list[dict]:
     """Per (table, epsilon): the table default as the current rule chooses it (its lines: that method with those
     settings), mmdsynth's AIM and MST, OpenDP's AIM and MST and DP-MERF at their defaults, and the verdicts of issue
     81's goal: the default's 2-way TVD <= the best AIM or MST and its ML efficacy >= the best peer, each within the
-    seeds' spread (the larger of the two standard deviations), in <= 1/10 of (mmdsynth's) AIM's time."""
+    seeds' spread (the larger of the two standard deviations), in <= 1/10 of (mmdsynth's) AIM's time. ``failed``
+    (:func:`failures`): a peer's runs that gave no model in the cell (stopped at ``--peer-timeout``, or its own
+    error), kept as ``row["failed"]`` {method: the latest one's words} so the cell can say why it has no line."""
     from mmdsynth.choice import PublicFacts, choose_table_default
 
     rows = []
@@ -363,7 +407,9 @@ def goal_rows(lines: list[dict]) -> list[dict]:
                  ODP_AUTHORS_AIM: odp("opendp-aim", True), ODP_AUTHORS_MST: odp("opendp-mst", True),
                  "dp-merf": pick("dp-merf", {})}
         row = {"table": table, "epsilon": eps, "rows": n, "default_is": rule.method + (
-            " (" + ", ".join(f"{k}={v}" for k, v in rule.params.items()) + ")" if rule.params else ""), "roles": {}}
+            " (" + ", ".join(f"{k}={v}" for k, v in rule.params.items()) + ")" if rule.params else ""), "roles": {},
+            "failed": {d["method"]: f"{d['failed']}, seed {d['seed']}, {d['date']}" for d in failed
+                       if d["table"] == table and d["epsilon"] == eps}}
         for role, ds in roles.items():
             row["roles"][role] = {k: _stats(ds, k) for k in ("ml_efficacy", "tvd_1way", "tvd_2way", "tvd_3way", "fit_s")}
         rows.append(row)
@@ -393,6 +439,10 @@ AIM_NOT_RUN = {
 }
 
 
+#: why OpenDP's AIM has no line in a cell where no run of it was stopped or failed (one measured here beside it)
+ODP_AIM_NOT_RUN: dict = {}
+
+
 def tried(lines: list[dict]) -> dict:
     """The hybrid's variants measured apart from the default (``--tried`` files: other settings, or the default's
     code before a change), per (table, epsilon): {variant: {metric: (mean, sd, n)}}."""
@@ -419,15 +469,20 @@ def _best_tried(variants: dict, key: str, lower: bool) -> str:
 
 
 def _gap(r: dict, metric: str, names, lower: bool):
-    """The default's gap to the best of ``names`` on ``metric`` beyond the seeds' spread: (gap, peer) where it
-    misses, (None, peer) where it meets, None where none of them has a line."""
+    """The default's gap to the best of ``names`` on ``metric``: (gap, peer, spread), the gap positive where the
+    default is behind, the spread the larger of the two seeds' standard deviations (it misses where gap > spread);
+    None where none of them has a line."""
     d = r["default"][metric]
     peers = [(name, r[name][metric]) for name in names if r[name][metric]]
     if not peers:
         return None
     name, best = (min if lower else max)(peers, key=lambda p: p[1][0])
     gap = (d[0] - best[0]) if lower else (best[0] - d[0])
-    return (gap if gap > max(d[1], best[1]) else None), name
+    return gap, name, max(d[1], best[1])
+
+
+def _missed(gap) -> bool:
+    return gap is not None and gap[0] > gap[2]
 
 
 def _verdict(row: dict, variants: dict | None = None) -> str:
@@ -443,32 +498,38 @@ def _verdict(row: dict, variants: dict | None = None) -> str:
         every = _gap(r, metric, SAME_GUARANTEE + extra + ADD_REMOVE, lower)
         if same is None and every is None:
             continue
-        text = (f"{word} met" if same is None or same[0] is None else
-                f"{word} misses by {same[0]:.3f} ({same[1]})" + _best_tried(variants, metric, lower=lower))
-        if every is not None and every[0] is not None and (same is None or every[0] != same[0]):
+        if _missed(same):
+            text = f"{word} misses by {same[0]:.3f} ({same[1]})" + _best_tried(variants, metric, lower=lower)
+        else:           # met; a gap inside the seeds' spread is said, not hidden
+            text = f"{word} met" + (f" inside the seeds' spread ({same[0]:.3f} behind {same[1]}, sd {same[2]:.3f})"
+                                    if same is not None and round(same[0], 3) > 0 else "")
+        if _missed(every) and not (_missed(same) and every[:2] == same[:2]):
             text += f" (against OpenDP's add/remove lines: misses by {every[0]:.3f}, {every[1]})"
         out.append(text)
     if r["aim"]["fit_s"] and r["default"]["fit_s"]:
         ratio = r["default"]["fit_s"][0] / r["aim"]["fit_s"][0]
         out.append(f"time {ratio:.2f} of AIM's" + (" met" if ratio <= 0.1 else " (goal 0.1)"))
     else:
-        why = AIM_NOT_RUN.get((row["table"], row["epsilon"]))
+        why = row.get("failed", {}).get("aim") or AIM_NOT_RUN.get((row["table"], row["epsilon"]))
         out.append("AIM not run" + (f": {why}" if why else ""))
-    # beside it, the AIM a user installs (OpenDP's; its same-guarantee line where there is one)
+    # beside it, the AIM a user installs (OpenDP's; its same-guarantee line where there is one), or why it has none
     odp_aim = next((r[name]["fit_s"] for name in (ODP_R1_AIM, "opendp-aim", ODP_AUTHORS_AIM) if r[name]["fit_s"]), None)
     if odp_aim and r["default"]["fit_s"]:
         out[-1] += f" ({r['default']['fit_s'][0] / odp_aim[0]:.2f} of OpenDP's)"
+    elif not odp_aim:
+        why = row.get("failed", {}).get("opendp-aim") or ODP_AIM_NOT_RUN.get((row["table"], row["epsilon"]))
+        out.append("OpenDP's AIM: " + (why or "not run"))
     return "; ".join(out)
 
 
-def goal_table(lines: list[dict], variants: dict | None = None) -> str:
+def goal_table(lines: list[dict], variants: dict | None = None, failed: list[dict] = ()) -> str:
     """Issue 81's goal table of ``lines``; ``variants`` (:func:`tried`) name the best variant tried where a cell
-    misses."""
+    misses; ``failed`` (:func:`failures`) say why a peer has no line where it gave no model."""
     variants = variants or {}
     head = ("| table (training rows), eps | the default | role | seeds | ML efficacy | 1-way TVD | 2-way TVD | 3-way TVD "
             "| fit s | verdict |\n|---|---|---|---|---|---|---|---|---|---|")
     out = [head]
-    for row in goal_rows(lines):
+    for row in goal_rows(lines, failed):
         first = True
         for role, stats in row["roles"].items():
             if all(v is None for v in stats.values()):
@@ -500,6 +561,9 @@ def main() -> None:
     ap.add_argument("--opendp-unit", choices=["contributions", "changes"], default="contributions",
                     help="OpenDP's neighbours (peers/run_opendp.py --unit): one row added or removed (its default), "
                          "or one row replaced, the relation of mmdsynth's releases")
+    ap.add_argument("--peer-timeout", type=float, help="seconds after which a peer's fit (any method but the default; "
+                                                         "OpenDP's in its process) is stopped and recorded as a failed "
+                                                         "line (\"no model within ...\")")
     ap.add_argument("--variant", default="", help="a name for this code's or setting's variant in the lines")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these stored lines and stop")
@@ -509,10 +573,11 @@ def main() -> None:
     ap.add_argument("--write", type=Path, help="with --goal-table: replace its block in this file (RESULTS.md)")
     args = ap.parse_args()
     if args.goal_table:
-        text = goal_table(_lines(args.goal_table), tried(_lines(args.tried)) if args.tried else None)
         failed = failures(args.goal_table)
+        text = goal_table(_lines(args.goal_table), tried(_lines(args.tried)) if args.tried else None, failed)
         if failed:
-            text += "\n\nPeer runs that ended in the peer's own error (not scored): " + "; ".join(
+            text += ("\n\nPeer runs that gave no model (the peer's own error, or stopped at the run's cap; not "
+                     "scored): ") + "; ".join(
                 f"{d['method']} on {d['table']} at eps {d['epsilon']:g}, seed {d['seed']} ({d['failed']})" for d in failed)
         refused = {_run_key(f) for f in _stored(args.goal_table) if "failed" in f}
         shaved = [d for d in _lines(args.goal_table) if d.get("rho") and d["method"] == "opendp-mst"

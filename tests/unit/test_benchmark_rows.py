@@ -179,3 +179,34 @@ def test_the_goal_verdict_judges_against_the_same_guarantee_and_says_the_add_rem
     assert verdict.startswith("2-way misses by 0.006 (opendp-aim (replace-one)) (against OpenDP's add/remove lines: "
                               "misses by 0.011, opendp-aim)"), verdict
     assert "(0.03 of OpenDP's)" in verdict                       # its same-guarantee AIM's time: 2 / 64
+
+    # behind inside the seeds' spread: met, and the gap said
+    lines = lines[:3] + [line("aim", s, 0.041, ml, 3.0) for s, ml in enumerate((0.42, 0.44, 0.45))]
+    (row,) = suite.goal_rows(lines)
+    assert "ML met inside the seeds' spread (0.007 behind aim, sd 0.015);" in suite._verdict(row), suite._verdict(row)
+
+
+def test_a_goal_cell_without_an_aim_line_says_why():
+    """benchmarks/suite.py: a cell where OpenDP's or mmdsynth's AIM gave no model (stopped at ``--peer-timeout``) says
+    so with its cap, seed and date instead of leaving the peer silently absent; a scored line of it in the cell wins."""
+    import suite  # noqa: E402  (benchmarks/suite.py)
+
+    def line(method, seed, **extra):
+        return {"table": "resume", "epsilon": 10.0, "rows": 3896, "method": method, "seed": seed, "fit_s": 5.0,
+                "ml_efficacy": 0.5, "tvd_1way": 0.01, "tvd_2way": 0.02, "tvd_3way": 0.04, "date": "2026-12-07",
+                "chose": "hybrid" if method == "default" else method, **extra}
+
+    from mmdsynth.choice import PublicFacts, choose_table_default
+    params = choose_table_default(PublicFacts(3896, None, 10.0, 1e-5)).params
+    stopped = {**line("opendp-aim", 0), "failed": f"{suite.NO_MODEL} 900 s on one thread (stopped)"}
+    for key in ("fit_s", "ml_efficacy", "tvd_1way", "tvd_2way", "tvd_3way"):
+        del stopped[key]
+    lines = [line("default", 0, params=params), line("aim", 0)]
+    (row,) = suite.goal_rows(lines, [stopped])
+    assert suite._verdict(row).endswith(
+        "OpenDP's AIM: no model within 900 s on one thread (stopped), seed 0, 2026-12-07"), suite._verdict(row)
+    (row,) = suite.goal_rows(lines + [line("opendp-aim", 1)], [stopped])
+    assert "OpenDP's AIM:" not in suite._verdict(row) and "of OpenDP's)" in suite._verdict(row)
+    # mmdsynth's own AIM stopped the same way (suite.stopped_after): its cell says so where AIM's time would be
+    (row,) = suite.goal_rows(lines[:1], [stopped, {**stopped, "method": "aim", "seed": 1}])
+    assert "AIM not run: no model within 900 s on one thread (stopped), seed 1, 2026-12-07" in suite._verdict(row)
