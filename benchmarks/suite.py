@@ -34,15 +34,17 @@ benchmarks/RESULTS.md`` replaces its block there (the command RESULTS.md's table
         --write benchmarks/RESULTS.md
 
 OpenDP's lines with one row replaced (the relation of mmdsynth's releases): ``--methods opendp-aim --opendp-unit
-changes``. A peer that may not finish: ``--peer-timeout SECONDS`` stops its fit there (OpenDP's process, or mmdsynth's
-own AIM, MST or DP-MERF in this one) and writes a line with ``failed`` ("no model within ..."), which the goal table's
-cell states where the peer has no scored line.
+changes``. A peer that may not finish: ``--peer-timeout SECONDS`` stops its fit after that much of its own CPU time
+(OpenDP's process, or mmdsynth's own AIM, MST or DP-MERF in this one: fair to the peer whatever else shares the cores)
+and writes a line with ``failed`` ("no model within ..."), which the goal table's cell states where the peer has no
+scored line.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import statistics
@@ -142,10 +144,9 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     delta as the table default sets it for this count. OpenDP 0.16's MST can refuse its own plan by a rounding error
     ("insufficient budget for query: 0.0015278297598811717 > 0.001527829759881171" on college, nmes and benefits at
     eps 1); a careful user then asks for a hair less, as this does: rho rounded down to 3, then 2 significant digits
-    (0.2 % and 2 % less on college), the one used recorded in the line. ``timeout``: seconds after which the peer's
+    (0.2 % and 2 % less on college), the one used recorded in the line. ``timeout``: CPU seconds after which the peer's
     fit is stopped and the run recorded as "no model within ..." (a failed line the goal table states in its cell).
     The schema the peer reads is the suite's own public schema object, written out (a paper's table has no file)."""
-    import math
     import subprocess
     import tempfile
 
@@ -163,14 +164,13 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
         with open(f"{tmp}/cuts.json", "w") as f:
             json.dump(opendp_cuts(schema), f)
         for attempt, rho in enumerate(tries):
-            try:
-                run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
-                                      "--train", f"{tmp}/train.csv", "--schema", f"{tmp}/schema.json", "--cuts",
-                                      f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho", repr(rho), "--rows",
-                                      str(len(train)), "--seed", str(seed), "--unit", unit, "--out",
-                                      f"{tmp}/synth.csv"], capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise PeerFailed(f"{NO_MODEL} {timeout:,.0f} s on one thread (stopped)") from None
+            run = subprocess.run([OPENDP_PYTHON, str(Path(__file__).resolve().parent / "peers" / "run_opendp.py"),
+                                  "--train", f"{tmp}/train.csv", "--schema", f"{tmp}/schema.json", "--cuts",
+                                  f"{tmp}/cuts.json", "--algorithm", algorithm, "--rho", repr(rho), "--rows",
+                                  str(len(train)), "--seed", str(seed), "--unit", unit, "--out", f"{tmp}/synth.csv"],
+                                 capture_output=True, text=True, preexec_fn=cpu_limit(timeout))
+            if timeout and run.returncode == -signal.SIGXCPU:
+                raise PeerFailed(stopped_words(timeout))
             if run.returncode == 0:
                 break
             # the peer's own failure, recorded in the line (its last words)
@@ -193,24 +193,41 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
     return schema.validate(raw), facts["fit_s"], facts["opendp"], delta, int(empty.sum()), rho
 
 
+def stopped_words(seconds: float) -> str:
+    """A stopped peer's failed line: its cap in CPU seconds (what a fit gets whatever else runs beside it)."""
+    return f"{NO_MODEL} {seconds:,.0f} CPU s on one thread (stopped)"
+
+
+def cpu_limit(seconds: float | None):
+    """For ``subprocess.run(preexec_fn=...)``: the child killed by SIGXCPU after ``seconds`` of its own CPU time (a
+    cap fair to the peer when other jobs share the cores, as a wall-clock one is not); None: no cap."""
+    if not seconds:
+        return None
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(seconds), math.ceil(seconds) + 30))
+    return limit
+
+
 @contextlib.contextmanager
 def stopped_after(seconds: float | None):
-    """A peer's fit in this process stopped after ``seconds`` (SIGALRM; None: no cap): :class:`PeerFailed` with the
-    words a stopped OpenDP run gets, so the goal table states the cell the same way."""
+    """A peer's fit in this process stopped after ``seconds`` of the process's CPU time (SIGPROF; None: no cap):
+    :class:`PeerFailed` with the words a stopped OpenDP run gets, so the goal table states the cell the same way."""
     if not seconds:
         yield
         return
 
     def stop(*_):
-        raise PeerFailed(f"{NO_MODEL} {seconds:,.0f} s on one thread (stopped)")
+        raise PeerFailed(stopped_words(seconds))
 
-    before = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    before = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, before)
 
 
 def emit(line: dict, out: Path) -> None:
@@ -561,9 +578,9 @@ def main() -> None:
     ap.add_argument("--opendp-unit", choices=["contributions", "changes"], default="contributions",
                     help="OpenDP's neighbours (peers/run_opendp.py --unit): one row added or removed (its default), "
                          "or one row replaced, the relation of mmdsynth's releases")
-    ap.add_argument("--peer-timeout", type=float, help="seconds after which a peer's fit (any method but the default; "
-                                                         "OpenDP's in its process) is stopped and recorded as a failed "
-                                                         "line (\"no model within ...\")")
+    ap.add_argument("--peer-timeout", type=float, help="CPU seconds after which a peer's fit (any method but the "
+                                                         "default; OpenDP's in its process) is stopped and recorded as "
+                                                         "a failed line (\"no model within ...\")")
     ap.add_argument("--variant", default="", help="a name for this code's or setting's variant in the lines")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these stored lines and stop")

@@ -198,15 +198,15 @@ def test_a_goal_cell_without_an_aim_line_says_why():
 
     from mmdsynth.choice import PublicFacts, choose_table_default
     params = choose_table_default(PublicFacts(3896, None, 10.0, 1e-5)).params
-    stopped = {**line("opendp-aim", 0), "failed": f"{suite.NO_MODEL} 900 s on one thread (stopped)"}
+    stopped = {**line("opendp-aim", 0), "failed": suite.stopped_words(900)}
     for key in ("fit_s", "ml_efficacy", "tvd_1way", "tvd_2way", "tvd_3way"):
         del stopped[key]
     lines = [line("default", 0, params=params), line("aim", 0)]
     (row,) = suite.goal_rows(lines, [stopped])
     assert suite._verdict(row).endswith(
-        "OpenDP's AIM: no model within 900 s on one thread (stopped), seed 0, 2026-12-07"), suite._verdict(row)
+        "OpenDP's AIM: no model within 900 CPU s on one thread (stopped), seed 0, 2026-12-07"), suite._verdict(row)
     (row,) = suite.goal_rows(lines + [line("opendp-aim", 1)], [stopped])
     assert "OpenDP's AIM:" not in suite._verdict(row) and "of OpenDP's)" in suite._verdict(row)
     # mmdsynth's own AIM stopped the same way (suite.stopped_after): its cell says so where AIM's time would be
     (row,) = suite.goal_rows(lines[:1], [stopped, {**stopped, "method": "aim", "seed": 1}])
-    assert "AIM not run: no model within 900 s on one thread (stopped), seed 1, 2026-12-07" in suite._verdict(row)
+    assert "AIM not run: no model within 900 CPU s on one thread (stopped), seed 1, 2026-12-07" in suite._verdict(row)
