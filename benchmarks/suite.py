@@ -213,7 +213,10 @@ def cpu_limit(seconds: float | None):
 @contextlib.contextmanager
 def stopped_after(seconds: float | None):
     """A peer's fit in this process stopped after ``seconds`` of the process's CPU time (SIGPROF; None: no cap):
-    :class:`PeerFailed` with the words a stopped OpenDP run gets, so the goal table states the cell the same way."""
+    :class:`PeerFailed` with the words a stopped OpenDP run gets, so the goal table states the cell the same way. A
+    stop can leave JAX's worker threads mid-work: once (2026-12-07, AIM on census at eps 10) the process crashed at its
+    exit after its lines were written. Run a capped peer one table and seed per process, so a crash loses no cell
+    after it."""
     if not seconds:
         yield
         return
@@ -441,23 +444,34 @@ def _fmt(stat, digits=3) -> str:
 
 
 #: why (mmdsynth's) AIM has no line in a cell of the goal table: its time here, measured where it was run
+#: (a stopped run's failed line, ``--peer-timeout``, says it where there is one)
 AIM_NOT_RUN = {
-    ("doctorcontacts", 10.0): "no model within 25 minutes on one thread (2026-12-05, before the numpy estimate); its "
-                              "rerun since was stopped for time",
-    ("flights", 1.0): "261,877 rows, not attempted: AIM took 647 s on census (20,097 rows) at eps 1 since the numpy "
-                      "estimate",
-    ("flights", 10.0): "261,877 rows, not attempted: AIM gave no model within 15 minutes on adult at eps 10",
-    ("adult", 10.0): "no model within 15 minutes on one thread since the numpy estimate (48-52 minutes a fit before)",
-    ("census", 10.0): "not attempted: 647 s a fit at eps 1 (one seed, since the numpy estimate)",
+    ("flights", 1.0): "261,877 rows, not attempted: AIM took 430-677 s a fit on census (20,097 rows) at eps 1",
+    ("flights", 10.0): "261,877 rows, not attempted: no model within 1,200 CPU s on census or doctorcontacts at eps 10 "
+                       "(2026-12-07)",
     ("epileptic", 1.0): "178 numeric columns: no model within an hour (the tables tutorial; before the numpy estimate, "
                         "not rerun)",
     ("epileptic", 10.0): "178 numeric columns: no model within an hour at eps 1, not attempted",
-    ("intrusion", 10.0): "not attempted (18 minutes a fit at eps 1 since the numpy estimate, more at eps 10)",
+    ("intrusion", 10.0): "80,089 rows, not attempted: no model within 1,200 CPU s on census (20,097 rows) or "
+                         "doctorcontacts at eps 10 (2026-12-07); 18-43 minutes a fit at eps 1",
 }
 
 
-#: why OpenDP's AIM has no line in a cell where no run of it was stopped or failed (one measured here beside it)
-ODP_AIM_NOT_RUN: dict = {}
+#: why OpenDP's AIM has no line in a cell where no run of it was stopped or failed: what was measured nearest to it
+_ODP_EPS10 = ("not attempted for time: its eps-1 fit here took {} s, and its eps-10 fits took 2-4 times their eps-1 "
+              "time where both ran (arrests, spam7, males, college)")
+_ODP_LARGE = "not attempted: no model within 900 CPU s on {} (2026-12-07)"
+_ODP_LARGE_1 = _ODP_LARGE.format("adult (23,790 rows, 14 columns) nor on cervical (192 rows, 35 columns) at eps 1")
+_ODP_LARGE_10 = _ODP_LARGE.format("cps1988 at eps 10 (22,524 rows, 6 columns) nor on adult at eps 1")
+ODP_AIM_NOT_RUN = {
+    ("cervical", 10.0): "not attempted: no model within 900 CPU s at eps 1, where its rounds are fewer (2026-12-07)",
+    ("resume", 1.0): "no model within 30 minutes (2026-12-05, wall clock beside other jobs)",
+    ("resume", 10.0): "not attempted: no model within 30 minutes at eps 1 (2026-12-05)",
+    ("benefits", 10.0): _ODP_EPS10.format(428), ("nmes", 10.0): _ODP_EPS10.format(836),
+    **{(table, 1.0): _ODP_LARGE_1 for table in ("doctorcontacts", "census", "intrusion", "epileptic", "flights")},
+    **{(table, 10.0): _ODP_LARGE_10 for table in ("doctorcontacts", "census", "adult", "intrusion", "epileptic",
+                                                  "flights")},
+}
 
 
 def tried(lines: list[dict]) -> dict:
