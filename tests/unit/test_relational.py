@@ -582,10 +582,11 @@ def test_a_streamed_fit_makes_the_release_of_the_whole_tables(tmp_path):
         a, b = model.release_, streamed.models_[name].release_
         assert a.tensors.keys() == b.tensors.keys()
         for k in a.tensors:
-            # the kernel features are float32 (1e-7 relative): on 2026-12-07 (pandas 3.1.1, a new environment) the
-            # visits table's embedding came out 3.1e-10 apart (7.5e-9 relative; every other release equal, and equal
-            # when the rows are shuffled), where it had been equal to 1e-9; the cause is not found yet. A missing or
-            # doubled row moves a sum by about 1/60 of a feature, far beyond this tolerance
+            # the Gaussian kernel features are computed in float32 by one matrix product per batch, and a record's
+            # values there depend on the rows that share its batch by up to 4e-8 (measured 2026-12-07: the streamed
+            # visits rows came in two batches, 119 + 1, the in-memory ones in one; the embedding 7.5e-9 apart
+            # relative). Until a record's features are computed from it alone, compare at float32 precision; a
+            # missing or doubled row moves a sum by about 1/60 of a feature, far beyond this tolerance
             np.testing.assert_allclose(b.tensors[k].numpy(), a.tensors[k].numpy(), rtol=1e-6, atol=1e-9, err_msg=k)
     from mmdsynth.data.relational import check_keys
     check_keys(streamed.sample(20, seed=0), DatabaseSchema.from_dict(HOSPITAL))
