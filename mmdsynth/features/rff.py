@@ -260,6 +260,21 @@ class MixedRFF(FeatureMap):
     #: records a batch of :meth:`class_sums`' sparse route (its memory: a batch x the Gaussian kernel's features)
     SPARSE_ROWS = 4096
 
+    def released_split(self, x: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
+        """:meth:`sparse_split` of at most :attr:`SPARSE_ROWS` records as the release computes it: the rows padded
+        with zero rows to exactly that many, so the Gaussian kernel's float32 product has one shape whatever the
+        batch, and each record's features are a function of that record alone, bit for bit (a product of another
+        shape rounds a record's features by up to 1e-5 apart, and a batch's size follows the data: a person's rows,
+        a stream's shards; measured 2026-12-07). Zero rows hold no category and are cut off again."""
+        x = np.asarray(x)
+        n = len(x)
+        if n > self.SPARSE_ROWS:
+            raise ValueError(f"released_split takes at most {self.SPARSE_ROWS} rows, got {n}")
+        if n < self.SPARSE_ROWS:
+            x = np.concatenate([x, np.zeros((self.SPARSE_ROWS - n, x.shape[1]), dtype=x.dtype)])
+        dense, rest = self.sparse_split(x)
+        return dense[:n], rest[:n]
+
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`FeatureMap.class_sums` (every record's row bounded first; float64 sums) through
@@ -274,7 +289,7 @@ class MixedRFF(FeatureMap):
         rows = self.SPARSE_ROWS
         for start in range(0, X.shape[0], rows):
             try:
-                gauss, rest = self.sparse_split(X[start:start + rows].detach().numpy())
+                gauss, rest = self.released_split(X[start:start + rows].detach().numpy())
             except InvalidParameterError:                       # not encoded records: the generic route
                 return super().class_sums(X, y, n_classes, batch_size, weights)
             n, R = gauss.shape

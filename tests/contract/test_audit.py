@@ -98,8 +98,8 @@ def test_release_audit_of_a_table_map_attacks_encoded_records_through_the_sparse
     from mmdsynth.features.rff import MixedRFF
 
     seen = []
-    split = MixedRFF.sparse_split
-    monkeypatch.setattr(MixedRFF, "sparse_split", lambda self, x: seen.append(np.array(x)) or split(self, x))
+    split = MixedRFF.released_split
+    monkeypatch.setattr(MixedRFF, "released_split", lambda self, x: seen.append(np.array(x)) or split(self, x))
     r = audit(1.0, 1e-5, trials=500, feature_map=MIXED_MAP)   # passing needs no power; the canary is found apart
     assert r.passed and r.epsilon_lower <= 1.0 and "mixed_rff" in r.description
     # the largest move an encoded record can make here: the Gaussian part (half the norm) reversed and every one-hot

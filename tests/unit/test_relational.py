@@ -582,12 +582,9 @@ def test_a_streamed_fit_makes_the_release_of_the_whole_tables(tmp_path):
         a, b = model.release_, streamed.models_[name].release_
         assert a.tensors.keys() == b.tensors.keys()
         for k in a.tensors:
-            # the Gaussian kernel features are computed in float32 by one matrix product per batch, and a record's
-            # values there depend on the rows that share its batch by up to 4e-8 (measured 2026-12-07: the streamed
-            # visits rows came in two batches, 119 + 1, the in-memory ones in one; the embedding 7.5e-9 apart
-            # relative). Until a record's features are computed from it alone, compare at float32 precision; a
-            # missing or doubled row moves a sum by about 1/60 of a feature, far beyond this tolerance
-            np.testing.assert_allclose(b.tensors[k].numpy(), a.tensors[k].numpy(), rtol=1e-6, atol=1e-9, err_msg=k)
+            # the streamed visits rows come in two batches (119 + 1), the in-memory ones in one: equal only because a
+            # record's features are computed from it alone (MixedRFF.released_split; 7.5e-9 apart before, 2026-12-07)
+            np.testing.assert_allclose(b.tensors[k].numpy(), a.tensors[k].numpy(), rtol=1e-9, atol=1e-12, err_msg=k)
     from mmdsynth.data.relational import check_keys
     check_keys(streamed.sample(20, seed=0), DatabaseSchema.from_dict(HOSPITAL))
     from mmdsynth.errors import InvalidParameterError

@@ -88,6 +88,27 @@ def test_mixed_rff_sparse_split_is_the_bounded_dense_map(sizes, n_numeric, pairs
             fm.sparse_split(x)
 
 
+def test_a_records_released_features_are_a_function_of_that_record_alone():
+    """The release's sums read each record's features through ``released_split``: bit for bit the same whatever rows
+    share its batch and however many (a float32 product of another shape rounds them apart by up to 1e-5, and a
+    batch's size follows private facts: a person's rows, a stream's shards), and the same entries as
+    ``sparse_split`` to float32 precision."""
+    g = np.random.default_rng(3)
+    fm = MixedRFF(20, 2, 5, 1000, seed=2, category_sizes=[2, 3], cross_sizes=[2, 3], cross_bins=4)
+    x = np.hstack([g.random((300, 20)), np.eye(2)[g.integers(0, 2, 300)], np.eye(3)[g.integers(0, 3, 300)]])
+    x = x.astype(np.float32)
+    gauss, rest = fm.released_split(x)
+    for k in (0, 17, 299):
+        alone, alone_rest = fm.released_split(x[k:k + 1])
+        assert np.array_equal(alone[0], gauss[k]) and (alone_rest[0] != rest[k]).nnz == 0
+        other = np.concatenate([x[100:140][::-1], x[k:k + 1]])          # other rows, another batch size
+        assert np.array_equal(fm.released_split(other)[0][-1], gauss[k])
+    plain, _ = fm.sparse_split(x)
+    assert np.abs(plain - gauss).max() < 1e-5
+    with pytest.raises(ValueError, match="at most 4096 rows"):
+        fm.released_split(np.zeros((4097, 25), dtype=np.float32))
+
+
 @pytest.mark.parametrize("sizes, n_numeric, pairs, cross", [
     ([3, 1, 5, 2, 7], 3, True, True), ([2] * 12 + [1], 6, True, True), ([4, 6], 0, True, False),
     ([3, 4], 2, False, True), ([5], 3, False, True), ([2, 3], 2, False, False)])
