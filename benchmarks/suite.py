@@ -105,10 +105,6 @@ def chosen_params(train: pd.DataFrame, schema, epsilon: float) -> dict:
 OPENDP_PYTHON = os.environ.get("OPENDP_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-opendp/bin/python"))
 
 
-#: the start of a failed line's words when the peer was stopped at ``--peer-timeout``
-NO_MODEL = "no model within"
-
-
 class PeerFailed(RuntimeError):
     """A peer's run ended in its own error (recorded in the suite's line, not scored)."""
 
@@ -195,7 +191,7 @@ def run_opendp(name: str, algorithm: str, train: pd.DataFrame, schema, epsilon: 
 
 def stopped_words(seconds: float) -> str:
     """A stopped peer's failed line: its cap in CPU seconds (what a fit gets whatever else runs beside it)."""
-    return f"{NO_MODEL} {seconds:,.0f} CPU s on one thread (stopped)"
+    return f"no model within {seconds:,.0f} CPU s on one thread (stopped)"
 
 
 def cpu_limit(seconds: float | None):
@@ -231,6 +227,13 @@ def stopped_after(seconds: float | None):
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, before)
+
+
+def no_model(table: str, method: str, epsilon: float, seed: int, rows: int, failed: PeerFailed, **extra) -> dict:
+    """The line of a peer's run that gave no model (its own error, or stopped at ``--peer-timeout``): not scored,
+    its words kept (:func:`failures` reads them back)."""
+    return {"table": table, "method": method, "chose": method, "epsilon": epsilon, "seed": seed, "rows": rows,
+            "failed": str(failed), "date": time.strftime("%Y-%m-%d"), **extra}
 
 
 def emit(line: dict, out: Path) -> None:
@@ -290,10 +293,7 @@ def run(args) -> None:
                             name, method.split("-", 1)[1], train, schema, args.epsilon, seed, args.opendp_unit,
                             args.peer_timeout)
                     except PeerFailed as failed:
-                        line = {"table": name, "method": method, "chose": method, "epsilon": args.epsilon,
-                                "seed": seed, "rows": len(train), "failed": str(failed),
-                                "date": time.strftime("%Y-%m-%d"), **unit}
-                        emit(line, args.out)
+                        emit(no_model(name, method, args.epsilon, seed, len(train), failed, **unit), args.out)
                         continue
                     line = {"table": name, "method": method, "chose": method, "variant": f"opendp {version}",
                             "set": {}, "params": {}, "epsilon": args.epsilon, "delta": delta, "seed": seed,
@@ -308,8 +308,7 @@ def run(args) -> None:
                         model = mmdsynth.fit(train, label=schema.label, schema=schema, epsilon=args.epsilon,
                                              seed=seed, method=None if method == "default" else method, **params)
                 except PeerFailed as failed:
-                    emit({"table": name, "method": method, "chose": method, "epsilon": args.epsilon, "seed": seed,
-                          "rows": len(train), "failed": str(failed), "date": time.strftime("%Y-%m-%d")}, args.out)
+                    emit(no_model(name, method, args.epsilon, seed, len(train), failed), args.out)
                     continue
                 fit_s = time.perf_counter() - t
                 synth = model.sample(len(train), seed=seed)
@@ -516,6 +515,12 @@ def _missed(gap) -> bool:
     return gap is not None and gap[0] > gap[2]
 
 
+def _why_none(row: dict, method: str, known: dict) -> str | None:
+    """Why ``method`` has no line in the cell: its latest stopped or failed run there, else the nearest measurement
+    ``known`` keeps for the cell."""
+    return row.get("failed", {}).get(method) or known.get((row["table"], row["epsilon"]))
+
+
 def _verdict(row: dict, variants: dict | None = None) -> str:
     """The cell's verdict against the peers of the same guarantee (:data:`SAME_GUARANTEE`, DP-MERF for the
     classifiers), and beside it, where it differs, against OpenDP's add/remove lines (a weaker relation)."""
@@ -541,15 +546,14 @@ def _verdict(row: dict, variants: dict | None = None) -> str:
         ratio = r["default"]["fit_s"][0] / r["aim"]["fit_s"][0]
         out.append(f"time {ratio:.2f} of AIM's" + (" met" if ratio <= 0.1 else " (goal 0.1)"))
     else:
-        why = row.get("failed", {}).get("aim") or AIM_NOT_RUN.get((row["table"], row["epsilon"]))
+        why = _why_none(row, "aim", AIM_NOT_RUN)
         out.append("AIM not run" + (f": {why}" if why else ""))
     # beside it, the AIM a user installs (OpenDP's; its same-guarantee line where there is one), or why it has none
     odp_aim = next((r[name]["fit_s"] for name in (ODP_R1_AIM, "opendp-aim", ODP_AUTHORS_AIM) if r[name]["fit_s"]), None)
     if odp_aim and r["default"]["fit_s"]:
         out[-1] += f" ({r['default']['fit_s'][0] / odp_aim[0]:.2f} of OpenDP's)"
     elif not odp_aim:
-        why = row.get("failed", {}).get("opendp-aim") or ODP_AIM_NOT_RUN.get((row["table"], row["epsilon"]))
-        out.append("OpenDP's AIM: " + (why or "not run"))
+        out.append("OpenDP's AIM: " + (_why_none(row, "opendp-aim", ODP_AIM_NOT_RUN) or "not run"))
     return "; ".join(out)
 
 
