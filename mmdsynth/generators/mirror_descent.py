@@ -9,7 +9,8 @@ of a 5 s fit on a 3,700-row table, 7 s on adult) and the steps are a few hundred
 is written as a handful of array operations: the loss and its gradient as one sparse matrix over the flat marginals,
 the potentials spread onto the junction tree's cliques by another, and the tree calibrated in probability space,
 each message scaled by its largest value (sum-product with the collect pass's products kept for the distribute
-pass). The iterates are the same up to rounding (a near-tie of the line search can fall the other way), so the
+pass); in log space, as mbi does, where potentials far apart make all of a clique's products underflow. The
+iterates are the same up to rounding (a near-tie of the line search can fall the other way), so the
 model is the one mbi would give to the precision its iterations reach.
 """
 from __future__ import annotations
@@ -97,21 +98,58 @@ class _Calibration:
         lay = self.layout
         top = np.maximum.reduceat(theta, lay.starts[:-1])
         psi = lay.views(np.exp(theta - np.repeat(top, self.counts)))
+        with np.errstate(divide="ignore", invalid="ignore"):   # an underflowed product: checked below
+            up, prod = {}, {}
+            for k in self.post:
+                x = psi[k]
+                for c in self.children[k]:
+                    x = x * up[c]
+                prod[k] = x
+                if k in self.parent:
+                    up[k] = self._send(x, self.up[k])
+            belief = {}
+            for k in reversed(self.post):
+                b = prod[k]
+                if k in self.parent:
+                    b = b * self._send(belief[self.parent[k]] / np.maximum(up[k], 1e-300), self.down[k])
+                belief[k] = b
+        sums = [float(belief[k].sum()) for k in range(len(lay.cliques))]
+        if not all(math.isfinite(t) and t > 0 for t in sums):  # a clique's products all underflowed: exact in logs
+            return self._in_logs(theta, total)
+        return np.concatenate([(belief[k] * (total / t)).reshape(-1) for k, t in enumerate(sums)])
+
+    def _in_logs(self, theta: np.ndarray, total: float) -> np.ndarray:
+        """The same passes in log space, where no product underflows (as mbi calibrates): used where the potentials
+        are so far apart that a clique's belief is zero in probability space, which would make the step's loss NaN
+        and the line search reject a step mbi takes."""
+        from scipy.special import logsumexp
+
+        def send(x, how):
+            axes, perm, shape = how
+            m = logsumexp(x, axis=axes) if axes else x
+            m = (m.transpose(perm) if perm is not None else m).reshape(shape)
+            return m - m.max()
+
+        lay = self.layout
+        log_psi = lay.views(theta)
         up, prod = {}, {}
         for k in self.post:
-            x = psi[k]
+            x = log_psi[k]
             for c in self.children[k]:
-                x = x * up[c]
+                x = x + up[c]
             prod[k] = x
             if k in self.parent:
-                up[k] = self._send(x, self.up[k])
+                up[k] = send(x, self.up[k])
         belief = {}
         for k in reversed(self.post):
             b = prod[k]
             if k in self.parent:
-                b = b * self._send(belief[self.parent[k]] / np.maximum(up[k], 1e-300), self.down[k])
+                with np.errstate(invalid="ignore"):              # -inf - -inf where the separator has no mass
+                    quotient = np.where(np.isneginf(up[k]), -np.inf, belief[self.parent[k]] - up[k])
+                b = b + send(quotient, self.down[k])
             belief[k] = b
-        return np.concatenate([(belief[k] * (total / belief[k].sum())).reshape(-1) for k in range(len(lay.cliques))])
+        return np.concatenate([(np.exp(belief[k] - logsumexp(belief[k])) * total).reshape(-1)
+                               for k in range(len(lay.cliques))])
 
 
 def estimate(lib, jtree: nx.Graph, sizes: dict, measurements: list, total: float, iters: int,

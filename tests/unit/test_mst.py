@@ -465,3 +465,32 @@ def test_the_mbi_internals_the_adapter_reads_are_where_it_reads_them():
         __name__ = "mbi"
         Domain = lib.Domain
     assert "LinearMeasurement" in mbi_internals_missing(Moved)
+
+
+def test_the_numpy_calibration_is_exact_where_probabilities_underflow():
+    """Potentials so far apart that every product of a clique underflows in probability space (each pair's
+    potential puts its mass on a different value of b, the joint's mass e^-800 on both): the calibration falls back
+    to log space, as mbi calibrates, and gives the joint's marginals, finite and without a warning (in probability
+    space the belief is all zeros and the marginals NaN, so the line search rejects steps mbi takes)."""
+    import warnings
+
+    import networkx as nx
+    from scipy.special import logsumexp
+
+    from mmdsynth.generators.mirror_descent import _Calibration, _Layout
+
+    sizes, cliques = {"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")]
+    layout = _Layout(cliques, sizes)
+    jtree = nx.Graph([tuple(cliques)])
+    ab = np.full((2, 3), -800.0)
+    ab[:, 0] = [0.0, -1.0]
+    bc = np.full((3, 2), -800.0)
+    bc[1, :] = [-2.0, 0.0]
+    joint = ab[:, :, None] + bc[None, :, :]
+    joint = np.exp(joint - logsumexp(joint)) * 50.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mu = _Calibration(jtree, layout)(np.concatenate([ab.ravel(), bc.ravel()]), 50.0)
+    got = layout.views(mu)
+    assert np.allclose(got[0], joint.sum(2)) and np.allclose(got[1], joint.sum(0))
+    assert got[0][:, 0].sum() > 20 and got[0][:, 1].sum() > 20       # the mass is split between b = 0 and b = 1
