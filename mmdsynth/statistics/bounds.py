@@ -22,3 +22,12 @@ def bounded_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
     if not bool(ok.all()):
         rows, norms = torch.where(ok, rows, 0.0), torch.where(ok, norms, 0.0)
     return rows * torch.clamp(bound / norms, max=1.0)          # norm 0: bound / 0 = inf -> factor 1
+
+
+def padded(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x`` (at most ``rows`` records) with zero records after it up to ``rows``: a batch of one shape whatever its
+    records' count, so a float32 network or product computes each record alike
+    (:meth:`~mmdsynth.features.base.FeatureMap.released_rows`)."""
+    if x.shape[0] >= rows:
+        return x
+    return torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])

@@ -7,7 +7,7 @@ import torch
 
 from ..errors import InvalidParameterError
 from ..validation import check_features, check_labels
-from .bounds import bounded_rows
+from .bounds import bounded_rows, padded
 from .rows import checked_rows, kept, unweighted
 
 
@@ -62,7 +62,8 @@ def sampled_block_sums(feature_map, block: int, X: torch.Tensor, y: torch.Tensor
     acc = torch.zeros((n_cols, width), dtype=torch.float64)
     with torch.no_grad():
         for start in range(0, X.shape[0], chunk):
-            rows = bounded_rows(scale * feature_map.block_features(X[start:start + chunk], block).double(), 1.0)
+            xb = X[start:start + chunk]             # one batch shape whatever the subsample's size
+            rows = bounded_rows(scale * feature_map.block_features(padded(xb, chunk), block)[:len(xb)].double(), 1.0)
             acc.index_add_(0, y[start:start + chunk], rows.cpu())
     return acc
 

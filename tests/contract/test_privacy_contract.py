@@ -401,3 +401,35 @@ def test_dpkip_fit_contract(digits, monkeypatch, start, fp_mode):
         assert f.noise_std == pytest.approx(f.noise_multiplier * f.sensitivity) and f.sensitivity == 2 / 200
     plan = PrivacyPlan(tuple(e.plan["multipliers"]), e.plan["sample_rate"], e.plan["steps"], "replace_one")
     assert epsilon_for_sigma(e.noise_multiplier, 1e-5, plan) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("name,label,factory,shape", VARIANTS, ids=[v[1] for v in VARIANTS])
+def test_a_records_released_row_is_a_function_of_that_record_alone(name, label, factory, shape, encoder):
+    """The generic release route (:meth:`FeatureMap.released_rows`, what ``class_sums`` sums) gives a record the
+    same bounded features, bit for bit, alone, in a full batch, in a short last batch and among other rows: how many
+    records share its batch can follow private facts (a person's rows, a stream's shards, a subsample), and a float32
+    network or product of another shape rounds them apart (random Fourier features by 1.7e-7 before the padding)."""
+    fmap = factory(encoder)
+    X = torch.as_tensor(np.random.default_rng(4).random((90, *shape)), dtype=torch.float32)
+
+    def rows(x):
+        return torch.cat([r for _, r in fmap.released_rows(x, 64)])
+    every = rows(X)
+    for k in (0, 17, 89):                      # in the full first batch, and in the 26-record last one
+        assert torch.equal(rows(X[k:k + 1])[0], every[k]), (label, k, "alone")
+        assert torch.equal(rows(torch.cat([X[40:70].flip(0), X[k:k + 1]]))[-1], every[k]), (label, k, "others")
+
+
+def test_a_sampled_steps_record_is_read_alone():
+    """A subsampled step's sums (``sampled_block_sums``, the dp-randconv distillation release) compute each record in
+    chunks of one shape, however many records the sample drew: a record alone in its class gives the same class row,
+    bit for bit, drawn alone, in a full chunk and in a short last chunk beside records of another class."""
+    from mmdsynth.statistics.embedding import sampled_block_sums
+    fmap = RandomConvFeatures(IMAGE, n_networks=3, width=8)
+    X = torch.as_tensor(np.random.default_rng(5).random((12, *IMAGE)), dtype=torch.float32)
+    alone = sampled_block_sums(fmap, 1, X[:1], torch.zeros(1, dtype=torch.long), 2, 3 ** 0.5, 8)[0]
+    for at in (0, 5, 10):                                       # in the first chunk of 8, and in the last of 4
+        Xs = torch.cat([X[1:at + 1], X[:1], X[at + 1:12]])
+        ys = torch.ones(12, dtype=torch.long)
+        ys[at] = 0
+        assert torch.equal(sampled_block_sums(fmap, 1, Xs, ys, 2, 3 ** 0.5, 8)[0], alone), at
