@@ -23,6 +23,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from ..errors import InvalidParameterError
+from ..statistics.bounds import padded
 from ..validation import check_positive
 from .base import FeatureMap, register
 from .networks import build_network, n_params
@@ -187,8 +188,8 @@ class ENTKFeatures(FeatureMap):
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         """The release route (no gradient): records sorted by class once, then cut into chunks of
-        ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape but the last,
-        whose size n mod CHUNK_ROWS is public), and each chunk's class runs added straight into
+        ``CHUNK_ROWS`` at fixed positions of that order (every chunk the same shape, the last
+        padded with zero records that are cut off), and each chunk's class runs added straight into
         their classes' rows of one float64 (K, P) accumulator with float64 products (each
         distinct block factor converted once, :meth:`_release_blocks`). Chunks of one shape matter
         for privacy: the float32 kernels that compute a record's blocks then do not depend on how many records share its
@@ -212,7 +213,9 @@ class ENTKFeatures(FeatureMap):
         with torch.no_grad():
             for start in range(0, n, rows):
                 xb = X[start:start + rows] if order is None else X[order[start:start + rows]]
-                blocks, xb = self.blocks(xb.to(p0.device))
+                m = xb.shape[0]
+                blocks, _ = self.blocks(padded(xb, rows).to(p0.device))       # one shape: the last chunk padded
+                blocks = [(left[:m], None if right is None else right[:m]) for left, right in blocks]
                 inv, blocks, keep = self._release_blocks(blocks)
                 classes, counts = torch.unique_consecutive(labels[start:start + rows][keep.cpu()], return_counts=True)
                 first = 0

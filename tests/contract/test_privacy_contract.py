@@ -404,20 +404,25 @@ def test_dpkip_fit_contract(digits, monkeypatch, start, fp_mode):
 
 
 @pytest.mark.parametrize("name,label,factory,shape", VARIANTS, ids=[v[1] for v in VARIANTS])
-def test_a_records_released_row_is_a_function_of_that_record_alone(name, label, factory, shape, encoder):
-    """The generic release route (:meth:`FeatureMap.released_rows`, what ``class_sums`` sums) gives a record the
-    same bounded features, bit for bit, alone, in a full batch, in a short last batch and among other rows: how many
-    records share its batch can follow private facts (a person's rows, a stream's shards, a subsample), and a float32
-    network or product of another shape rounds them apart (random Fourier features by 1.7e-7 before the padding)."""
+def test_a_records_released_features_are_a_function_of_that_record_alone(name, label, factory, shape, encoder):
+    """Every map's release route (``class_sums``: the generic one, :meth:`FeatureMap.released_rows`, or the map's
+    own) adds a record's features bit for bit alike whatever shares its batch: the record alone in its class gives
+    the same class row drawn alone, in a full batch and in a short last one among records of another class, with
+    and without weights (a person's rows take the generic route). How many records share a batch can follow private
+    facts (a person's rows, a stream's shards, a subsample), and a float32 network or product of another shape
+    rounds them apart (random Fourier features by 1.7e-7 before every chunk had one shape)."""
     fmap = factory(encoder)
     X = torch.as_tensor(np.random.default_rng(4).random((90, *shape)), dtype=torch.float32)
-
-    def rows(x):
-        return torch.cat([r for _, r in fmap.released_rows(x, 64)])
-    every = rows(X)
-    for k in (0, 17, 89):                      # in the full first batch, and in the 26-record last one
-        assert torch.equal(rows(X[k:k + 1])[0], every[k]), (label, k, "alone")
-        assert torch.equal(rows(torch.cat([X[40:70].flip(0), X[k:k + 1]]))[-1], every[k]), (label, k, "others")
+    for w in (None, 0.5):
+        def row0(x, at):
+            y = torch.ones(len(x), dtype=torch.long)
+            y[at] = 0
+            weights = None if w is None else torch.full((len(x),), w, dtype=torch.float64)
+            return fmap.class_sums(x, y, 2, 64, weights=weights)[0]
+        alone = row0(X[:1], 0)
+        for at in (0, 17, 75):                       # in the full first batch, and in the 26-record last one
+            x = torch.cat([X[1:at + 1], X[:1], X[at + 1:]])
+            assert torch.equal(row0(x, at), alone), (label, at, w)
 
 
 def test_a_sampled_steps_record_is_read_alone():
