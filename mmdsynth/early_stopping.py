@@ -30,7 +30,8 @@ def proxy_stages(proxy_map: FeatureMap, m: int, batch_size: int | None = None, *
     bounded block by block (:meth:`FeatureMap.bounded`), so replacing one record moves it by at most
     ``2 * proxy_map.norm_bound / m`` (m is public): that is the sensitivity the engine noises it at.
     """
-    noisy, = yield Sums(ClassSums(proxy_map, None, batch_size=batch_size, validate=False), (GaussianRelease(
+    rows = batch_size or proxy_map.release_rows(m)
+    noisy, = yield Sums(ClassSums(proxy_map, None, batch_size=rows, validate=False), (GaussianRelease(
         "proxy", 2.0 * proxy_map.norm_bound / m, description,
         assumed or {"m": m, "sensitivity": "2 * feature_norm_bound / m"}, lambda t: t["sums"][0] / m),))
     return noisy

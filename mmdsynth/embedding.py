@@ -10,6 +10,7 @@ change the sensitivity and is not done.
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -168,7 +169,8 @@ def embedding_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, c
     (``n_classes`` public: the source's labels, or the label an ``encoder`` reads from a table)."""
     _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
     m = facts.n_records                  # public: the declared count, checked against the rows read
-    statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder, batch_size=batch_size)
+    statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder,
+                          batch_size=batch_size or feature_map.release_rows(max(m, 1)))
     if m < 1:                            # no record: refused by the rows' own check (its message names the input)
         yield Sums(statistic, ())
         raise DataValidationError("the data holds no record; pass at least one.")
@@ -339,7 +341,7 @@ def sampled_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, n_c
                           assumed=public, n_records=m, mechanism="subsampled-gaussian")
     warn_delta_vs_n(engine.delta, m)
     scale = n_blocks ** 0.5
-    chunk = feature_map.batch_rows()
+    chunk = feature_map.release_rows(math.ceil(q * m))     # a step draws about q m: one public shape for its chunks
     blocks = []
     for t in range(n_blocks):
         noisy = yield Step(m, SampledBlockSums(feature_map, t, n_cols, scale, chunk), 1.0)

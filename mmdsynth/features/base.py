@@ -99,6 +99,16 @@ class FeatureMap(ABC):
         """Records per batch when streaming a dataset through the map (memory-bounded)."""
         return int(max(64, min(8192, self.BATCH_BYTES // (4 * self.row_floats()))))
 
+    def chunk_rows(self) -> int:
+        """Records a release route computes at once (:meth:`class_sums` without ``batch_size``)."""
+        return self.batch_rows()
+
+    def release_rows(self, n_records: int) -> int:
+        """The chunk a release over ``n_records`` (public) records computes at once: :meth:`chunk_rows`, or the power
+        of two at least ``n_records`` where that is smaller (every chunk is padded to this shape,
+        :meth:`released_rows`: 50 records are not padded to 8,192). A function of public facts."""
+        return int(min(self.chunk_rows(), 1 << max(0, int(n_records) - 1).bit_length()))
+
     def weighted_sum(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """sum_i phi(x_i) weights_i^T as a (D, K) matrix. Feature maps with structure
         (e-NTK of fc_1l) override this to avoid materialising phi."""
@@ -113,7 +123,7 @@ class FeatureMap(ABC):
         :func:`bounded_rows` first (block by block, :meth:`bounded`), so no record adds more than
         each block's bound (or anything non-finite) whatever its values. Structured maps override this with a faster route that
         keeps the same guarantee."""
-        batch_size = batch_size or self.batch_rows()
+        batch_size = batch_size or self.chunk_rows()
         acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
         with torch.no_grad():
             for start, phi in self.released_rows(X, batch_size):

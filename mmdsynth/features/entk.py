@@ -185,6 +185,10 @@ class ENTKFeatures(FeatureMap):
     #: records per step of the release route: its (rows x width) temporaries stay in cache
     CHUNK_ROWS = 2048
 
+    def chunk_rows(self) -> int:
+        """The structured route's chunk: at most ``CHUNK_ROWS`` records."""
+        return int(min(self.batch_rows(), self.CHUNK_ROWS))
+
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         """The release route (no gradient): records sorted by class once, then cut into chunks of
@@ -200,7 +204,7 @@ class ENTKFeatures(FeatureMap):
         if not self.fast or weights is not None:       # weighted rows (persons): the generic route
             return super().class_sums(X, y, n_classes, batch_size, weights)
         K = int(n_classes) if y is not None else 1
-        rows = int(batch_size or min(self.batch_rows(), self.CHUNK_ROWS))
+        rows = int(batch_size or self.chunk_rows())
         p0 = next(self.net.parameters())
         out = torch.zeros(K, self.out_dim, dtype=torch.float64, device=p0.device)
         n = X.shape[0]
