@@ -170,7 +170,7 @@ def embedding_stages(feature_map: FeatureMap, facts, engine: PrivacyEngine, *, c
     _check_in_plan(engine, feature_map, proxy_map is not None, proportions_share is not None)
     m = facts.n_records                  # public: the declared count, checked against the rows read
     statistic = ClassSums(feature_map, n_classes if conditional else None, encoder=encoder,
-                          batch_size=batch_size or feature_map.release_rows(max(m, 1)))
+                          batch_size=batch_size or feature_map.release_rows(m))
     if m < 1:                            # no record: refused by the rows' own check (its message names the input)
         yield Sums(statistic, ())
         raise DataValidationError("the data holds no record; pass at least one.")

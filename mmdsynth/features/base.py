@@ -117,12 +117,11 @@ class FeatureMap(ABC):
     def class_sums(self, X: torch.Tensor, y: torch.Tensor | None = None, n_classes: int | None = None,
                    batch_size: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i w_i phi(x_i) e_{y_i}^T as a (C, D) float64 matrix (``weights`` w_i in [0, 1], e.g. 1 / a person's
-        rows; none: 1), (1, D) if ``y`` is None: what a
-        mean embedding sums, accumulated in float64. Streams over ``X`` in batches of
-        ``batch_size`` records (default :meth:`batch_rows`). Every record's row goes through
-        :func:`bounded_rows` first (block by block, :meth:`bounded`), so no record adds more than
-        each block's bound (or anything non-finite) whatever its values. Structured maps override this with a faster route that
-        keeps the same guarantee."""
+        rows; none: 1), (1, D) if ``y`` is None: what a mean embedding sums, accumulated in float64. Streams over
+        ``X`` in batches of ``batch_size`` records (default :meth:`chunk_rows`), each padded to that shape
+        (:meth:`released_rows`). Every record's row goes through :func:`bounded_rows` first (block by block,
+        :meth:`bounded`), so no record adds more than each block's bound (or anything non-finite) whatever its
+        values. Structured maps override this with a faster route that keeps the same guarantee."""
         batch_size = batch_size or self.chunk_rows()
         acc = torch.zeros((n_classes if y is not None else 1, self.out_dim), dtype=torch.float64)
         with torch.no_grad():

@@ -93,26 +93,43 @@ class _Calibration:
         m = m.reshape(shape)
         return m / m.max()
 
+    @staticmethod
+    def _send_logs(x: np.ndarray, how) -> np.ndarray:
+        """:meth:`_send` in log space."""
+        from scipy.special import logsumexp
+
+        axes, perm, shape = how
+        m = logsumexp(x, axis=axes) if axes else x
+        m = (m.transpose(perm) if perm is not None else m).reshape(shape)
+        return m - m.max()
+
+    def _beliefs(self, psi: list, times, send, over) -> dict:
+        """The collect and distribute passes over the potentials ``psi``: ``times`` combines two factors, ``send``
+        makes a message (:meth:`_message`), ``over`` takes a child's message out of its parent's belief (in
+        probability space a product, a sum and a quotient; in log space a sum, a log-sum-exp and a difference)."""
+        up, prod = {}, {}
+        for k in self.post:
+            x = psi[k]
+            for c in self.children[k]:
+                x = times(x, up[c])
+            prod[k] = x
+            if k in self.parent:
+                up[k] = send(x, self.up[k])
+        belief = {}
+        for k in reversed(self.post):
+            b = prod[k]
+            if k in self.parent:
+                b = times(b, send(over(belief[self.parent[k]], up[k]), self.down[k]))
+            belief[k] = b
+        return belief
+
     def __call__(self, theta: np.ndarray, total: float) -> np.ndarray:
         """The flat clique marginals (each summing to ``total``) of the flat potentials ``theta``."""
         lay = self.layout
         top = np.maximum.reduceat(theta, lay.starts[:-1])
         psi = lay.views(np.exp(theta - np.repeat(top, self.counts)))
         with np.errstate(divide="ignore", invalid="ignore"):   # an underflowed product: checked below
-            up, prod = {}, {}
-            for k in self.post:
-                x = psi[k]
-                for c in self.children[k]:
-                    x = x * up[c]
-                prod[k] = x
-                if k in self.parent:
-                    up[k] = self._send(x, self.up[k])
-            belief = {}
-            for k in reversed(self.post):
-                b = prod[k]
-                if k in self.parent:
-                    b = b * self._send(belief[self.parent[k]] / np.maximum(up[k], 1e-300), self.down[k])
-                belief[k] = b
+            belief = self._beliefs(psi, np.multiply, self._send, lambda b, u: b / np.maximum(u, 1e-300))
         sums = [float(belief[k].sum()) for k in range(len(lay.cliques))]
         if not all(math.isfinite(t) and t > 0 for t in sums):  # a clique's products all underflowed: exact in logs
             return self._in_logs(theta, total)
@@ -124,32 +141,11 @@ class _Calibration:
         and the line search reject a step mbi takes."""
         from scipy.special import logsumexp
 
-        def send(x, how):
-            axes, perm, shape = how
-            m = logsumexp(x, axis=axes) if axes else x
-            m = (m.transpose(perm) if perm is not None else m).reshape(shape)
-            return m - m.max()
-
-        lay = self.layout
-        log_psi = lay.views(theta)
-        up, prod = {}, {}
-        for k in self.post:
-            x = log_psi[k]
-            for c in self.children[k]:
-                x = x + up[c]
-            prod[k] = x
-            if k in self.parent:
-                up[k] = send(x, self.up[k])
-        belief = {}
-        for k in reversed(self.post):
-            b = prod[k]
-            if k in self.parent:
-                with np.errstate(invalid="ignore"):              # -inf - -inf where the separator has no mass
-                    quotient = np.where(np.isneginf(up[k]), -np.inf, belief[self.parent[k]] - up[k])
-                b = b + send(quotient, self.down[k])
-            belief[k] = b
+        with np.errstate(invalid="ignore"):                    # -inf - -inf where the separator has no mass
+            belief = self._beliefs(self.layout.views(theta), np.add, self._send_logs,
+                                   lambda b, u: np.where(np.isneginf(u), -np.inf, b - u))
         return np.concatenate([(np.exp(belief[k] - logsumexp(belief[k])) * total).reshape(-1)
-                               for k in range(len(lay.cliques))])
+                               for k in range(len(self.layout.cliques))])
 
 
 def estimate(lib, jtree: nx.Graph, sizes: dict, measurements: list, total: float, iters: int,
