@@ -225,7 +225,8 @@ class DPKIP(Method):
         """``images_per_class`` records per class distilled from the start's release, in kernel space, class by
         class (:func:`~mmdsynth.methods.distill.distill_release`: post-processing)."""
         small = distill_release(release, int(self._s.images_per_class), iterations=iterations, seed=self._s.seed or 0,
-                                device=self._s.device)     # random ConvNets: 2 a step, the maps' default
+                                device=self._s.device, smooth=False)   # random ConvNets: 2 a step, the maps' default;
+        # unblurred, as the start was measured (distillation's colour default was measured on its own sets)
         if encoder is not None:                # distilled rows: their generated IDs are not checked as real ones
             encoder = TableEncoder(encoder.schema, encoder.columns, encoder.numeric_maps, check_ids=False)
         x = encoder.encode(small.x)[0] if encoder is not None else small.x

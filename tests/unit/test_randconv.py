@@ -320,6 +320,18 @@ def test_smooth_distillation_leaves_no_pixel_noise_and_is_recorded(digits, tmp_p
     assert main(["distill", str(run), "--images-per-class", "1", "--iterations", "2", "--smooth",
                  "--out", str(tmp_path / "s.npz")]) == 0
     assert "smoothed images" in capsys.readouterr().out
+    # the default: blurred for colour images only (the record shape, public), and --no-smooth turns it off
+    colour = DPRandConv(epsilon=10, n_classes=10, n_networks=2, conv_width=4, noise_seed=0).release(
+        np.repeat(digits.x_train[:200], 3, axis=1), digits.y_train[:200])
+    assert distill_release(colour, 1, iterations=1).info["smooth"] and not rough.info["smooth"]
+    assert not distill_release(colour, 1, iterations=1, smooth=False).info["smooth"]
+    colour.save(tmp_path / "colour" / "release")
+    for flag, said in (([], True), (["--no-smooth"], False)):
+        assert main(["distill", str(tmp_path / "colour"), "--images-per-class", "1", "--iterations", "1", *flag,
+                     "--out", str(tmp_path / f"c{len(flag)}.npz")]) == 0
+        assert ("smoothed images" in capsys.readouterr().out) == said
+    with pytest.raises(InvalidParameterError, match="True, False or 'auto'"):
+        distill_release(colour, 1, iterations=1, smooth="yes")
     from mmdsynth import DPMERF
     from sklearn.datasets import load_iris
     iris = load_iris()
