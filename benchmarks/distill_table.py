@@ -40,6 +40,9 @@ def release_text(r: dict) -> str:
         parts.append(f"{spec['scales']} scales")
     if spec.get("moments", 1) > 1:
         parts.append("with second moments (each feature's square; a probe, not in the library)")
+    if spec.get("entk_share"):
+        parts.append(f"with the e-NTK (fc_1l {spec.get('ntk_width')}) beside them at share {spec['entk_share']:g} "
+                     f"(a probe, not in the library)")
     if spec.get("augment"):
         parts.append("a view each")
     if spec.get("pool"):
