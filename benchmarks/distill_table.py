@@ -99,12 +99,12 @@ def goal_table(paths) -> list[str]:
             for protocol in ("fixed", "dc"):
                 scored = {k: [r.get(f"cnn_{protocol}") for r in rows] for k, rows in groups.items()
                           if k[:2] == (name, eps) and any(r.get(f"cnn_{protocol}") for r in rows)}
-                default = [v for k, v in scored.items() if is_default(name, k[2], k[3])]
-                goal = GOALS.get((name, eps))
                 if not scored:
                     continue
-                best = max(scored, key=lambda k: np.mean([x for x in scored[k] if x]))
-                top = 100 * np.mean([x for x in scored[best] if x])
+                default = [v for k, v in scored.items() if is_default(name, k[2], k[3])]
+                means = {k: 100 * np.mean([x for x in v if x]) for k, v in scored.items()}
+                best = max(means, key=means.get)
+                goal, top = GOALS.get((name, eps)), means[best]
                 short = f"{goal - top:.1f} points" if goal and top < goal else ("met" if goal else "-")
                 probes = sum(k[0] == name and k[1] >= 1000 and any(r.get(f"cnn_{protocol}") for r in rows)
                              for k, rows in groups.items())
