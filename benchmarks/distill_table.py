@@ -43,6 +43,11 @@ def release_text(r: dict) -> str:
     if spec.get("entk_share"):
         parts.append(f"with the e-NTK (fc_1l {spec.get('ntk_width')}) beside them at share {spec['entk_share']:g} "
                      f"(a probe, not in the library)")
+    if spec.get("views", 1) > 1:
+        parts.append(f"each network's features averaged over {spec['views']} shifted views "
+                     f"(a probe, not in the library)")
+    if spec.get("convs_per_block", 1) > 1:
+        parts.append(f"{spec['convs_per_block']} convolutions per block (a probe, not in the library)")
     if spec.get("augment"):
         parts.append("a view each")
     if spec.get("pool"):
@@ -59,6 +64,8 @@ def distill_text(r: dict) -> str:
     text = f"{r['per_class']} per class, {r['iterations']:,} steps"
     if r.get("blocks_per_step"):
         text += f" x {r['blocks_per_step']} networks"
+    if r.get("lr", 0.05) != 0.05:                 # distill.py's default learning rate
+        text += f", learning rate {r['lr']:g}"
     return text + (", smooth" if r.get("smooth") else "")
 
 
