@@ -23,6 +23,7 @@ per class, 2,000 steps x 2 networks) and the ConvNet protocols, one JSON line ap
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 
@@ -158,7 +159,25 @@ class ConvPlusENTK(FeatureMap):
         return self
 
 
+@contextlib.contextmanager
+def started_at(offsets):
+    """``distill_release``'s starting draw (its one ``torch.randn`` of the set's shape) moved by ``offsets`` (logits):
+    the probe's start, without an option in the library."""
+    real = torch.randn
+
+    def randn(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return out + offsets if offsets is not None and out.shape == offsets.shape else out
+    torch.randn = randn
+    try:
+        yield
+    finally:
+        torch.randn = real
+
+
 def feature_map(args, shape, n_classes):
+    if args.lever == "plain":
+        return RandomConvFeatures(shape, args.n_networks), {}, "the 32 ConvNets"
     if args.lever == "views":
         fmap = AveragedViews(shape, args.n_networks, views=args.views)
         return fmap, {"views": args.views}, f"each network's features averaged over {args.views} shifted views"
@@ -171,7 +190,7 @@ def feature_map(args, shape, n_classes):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lever", required=True, choices=["views", "deep", "entk"])
+    p.add_argument("--lever", required=True, choices=["plain", "views", "deep", "entk"])
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--views", type=int, default=4)
     p.add_argument("--convs-per-block", type=int, default=2)
@@ -180,6 +199,8 @@ def main():
     p.add_argument("--train-subset", type=int, default=20000)
     p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--per-class", type=int, default=10)
+    p.add_argument("--start", default="noise", choices=["noise", "means"],
+                   help="means: each class's images start at its exact mean image (logit), plus the usual noise")
     p.add_argument("--protocol", nargs="+", default=["fixed"], choices=["fixed", "dc"])
     p.add_argument("--out", default="benchmarks/out/distill_cap.jsonl")
     args = p.parse_args()
@@ -192,13 +213,22 @@ def main():
                                                       "record_shape": list(data.shape)}, Ledger(()))
     release_s = time.perf_counter() - t
     t = time.perf_counter()
-    dset = distill_release(rel, args.per_class, iterations=args.iterations, seed=0, smooth=False)
+    start = None
+    if args.start == "means":                   # exact class means: a probe of the start's worth, never a release
+        xs = torch.as_tensor(x, dtype=torch.float32).reshape(len(x), *data.shape)
+        means = torch.stack([xs[torch.as_tensor(y) == c].mean(0) for c in range(data.n_classes)])
+        start = torch.logit(means.clamp(0.02, 0.98)).repeat_interleave(args.per_class, 0)
+        words += ", the distilled images started at the exact class means"
+    with started_at(start):
+        dset = distill_release(rel, args.per_class, iterations=args.iterations, seed=0, smooth=False)
     distill_s = time.perf_counter() - t
     row = {"dataset": args.dataset, "method": "dp-randconv", "epsilon": float("inf"), "delta": 1e-5, "seed": 0,
            "per_class": args.per_class, "iterations": args.iterations, "lr": 0.05, "blocks_per_step": 2,
            "sample_rate": None, "neighbouring": "replace_one", "smooth": False, "train_subset": args.train_subset,
            "release_reused": False, "set": None,
-           "probe": f"{words}; benchmarks/distill_cap_probe.py --lever {args.lever}, not in the library",
+           "probe": f"{words}; benchmarks/distill_cap_probe.py --lever {args.lever} --start {args.start}, not in the "
+                    f"library",
+           "start": args.start,
            "feature_spec": {"name": "random-conv", "n_networks": args.n_networks, "width": 64, **extra},
            "release_s": round(release_s, 1), "distill_s": round(distill_s, 1), "loss_start": dset.info["loss_start"],
            "loss_final": dset.info["loss_final"]}

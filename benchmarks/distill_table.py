@@ -64,6 +64,8 @@ def distill_text(r: dict) -> str:
     text = f"{r['per_class']} per class, {r['iterations']:,} steps"
     if r.get("blocks_per_step"):
         text += f" x {r['blocks_per_step']} networks"
+    if r.get("start") == "means":
+        text += ", started at the exact class means (a probe)"
     if r.get("lr", 0.05) != 0.05:                 # distill.py's default learning rate
         text += f", learning rate {r['lr']:g}"
     return text + (", smooth" if r.get("smooth") else "")
