@@ -29,12 +29,12 @@ import time
 
 import torch
 from _rows import emit
+from distill import scored
 from torch import nn
 from torch.nn import functional as F
 
 from mmdsynth.data import load_dataset
 from mmdsynth.embedding import mean_embedding
-from mmdsynth.evaluation.convnet import cnn_scores
 from mmdsynth.features.base import FeatureMap, register
 from mmdsynth.features.entk import ENTKFeatures
 from mmdsynth.features.randconv import RandomConvFeatures
@@ -88,23 +88,18 @@ class DeeperBlocks(RandomConvFeatures):
     name = "probe-conv-deep"
 
     def __init__(self, image_shape, n_networks: int = 32, width: int = 64, convs_per_block: int = 2, seed: int = 0):
+        self.convs_per_block = int(convs_per_block)      # read by _architecture while the base class draws
         super().__init__(image_shape, n_networks, width, seed=seed)
-        self.convs_per_block = int(convs_per_block)
-        self.networks = []
-        for k in range(self.n_networks):
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed * 1009 + k)
-                layers, c = [], self.image_shape[0]
-                for _ in range(self.depth):
-                    for _ in range(self.convs_per_block):
-                        layers += [nn.Conv2d(c, self.width, 3, padding=1),
-                                   nn.GroupNorm(self.width, self.width, affine=False), nn.ReLU(inplace=True)]
-                        c = self.width
-                    layers.append(nn.AvgPool2d(2))
-                net = nn.Sequential(*layers, nn.Flatten()).eval()
-            for p in net.parameters():
-                p.requires_grad_(False)
-            self.networks.append(net)
+
+    def _architecture(self) -> nn.Sequential:
+        layers, c = [], self.image_shape[0]
+        for _ in range(self.depth):
+            for _ in range(self.convs_per_block):
+                layers += [nn.Conv2d(c, self.width, 3, padding=1), nn.GroupNorm(self.width, self.width, affine=False),
+                           nn.ReLU(inplace=True)]
+                c = self.width
+            layers.append(nn.AvgPool2d(2))
+        return nn.Sequential(*layers, nn.Flatten())
 
     def spec(self) -> dict:
         return {"name": self.name, "image_shape": list(self.image_shape), "n_networks": self.n_networks,
@@ -229,15 +224,10 @@ def main():
            "probe": f"{words}; benchmarks/distill_cap_probe.py --lever {args.lever} --start {args.start}, not in the "
                     f"library",
            "start": args.start,
-           "feature_spec": {"name": "random-conv", "n_networks": args.n_networks, "width": 64, **extra},
+           "feature_spec": {"name": "random-conv", "n_networks": args.n_networks, "width": fmap.width, **extra},
            "release_s": round(release_s, 1), "distill_s": round(distill_s, 1), "loss_start": dset.info["loss_start"],
            "loss_final": dset.info["loss_final"]}
-    for proto in args.protocol:
-        t = time.perf_counter()
-        r = cnn_scores(dset.x, dset.y, data.x_test, data.y_test, n_classes=data.n_classes, seeds=(0,),
-                       protocol=proto, dataset=args.dataset)
-        row[f"cnn_{proto}"], row[f"cnn_{proto}_accs"] = r["cnn_acc"], r["cnn_accs"]
-        row[f"cnn_{proto}_s"] = round(time.perf_counter() - t, 1)
+    scored(row, dset, data, args.protocol, cnn_seeds=1, dataset=args.dataset)
     emit(row, args.out)
 
 

@@ -95,11 +95,15 @@ class RandomConvFeatures(FeatureMap):
         for k in range(self.n_networks):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed * 1009 + k)
-                net = random_convnet(shape[0], self.width, self.depth, self.pool).eval()
+                net = self._architecture().eval()
             for p in net.parameters():
                 p.requires_grad_(False)
             self.networks.append(net)
         self.views = [self._draw_view(k) if self.augment and k > 0 else None for k in range(self.n_networks)]
+
+    def _architecture(self) -> nn.Sequential:
+        """One network's layers, freshly initialised from the global generator (seeded per network by the caller)."""
+        return random_convnet(self.image_shape[0], self.width, self.depth, self.pool)
 
     @property
     def out_dim(self) -> int:
