@@ -68,6 +68,8 @@ def distill_text(r: dict) -> str:
         text += ", started at the exact class means (a probe)"
     if r.get("lr", 0.05) != 0.05:                 # distill.py's default learning rate
         text += f", learning rate {r['lr']:g}"
+    if r.get("schedule"):                         # distill_release's step decay at 3/4 replaced (a probe)
+        text += f", {r['schedule']} learning-rate decay (a probe)"
     return text + (", smooth" if r.get("smooth") else "")
 
 
